@@ -1,0 +1,152 @@
+"""TransformerConfig: a frozen, validated description of a model (the proof-carrying config).
+
+An impossible model cannot be described: construction raises ValueError naming the field,
+its value and what would be accepted. The config round-trips through a plain dict or JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+NormPlacement = Literal["pre", "post"]
+PositionalKind = Literal["sinusoidal", "learned"]
+Activation = Literal["relu", "gelu"]
+TieWeights = Literal["none", "target", "all"]
+AttentionBackend = Literal["auto", "eager", "torch", "triton"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "norm_placement": get_args(NormPlacement),
+    "positional_encoding": get_args(PositionalKind),
+    "activation": get_args(Activation),
+    "tie_weights": get_args(TieWeights),
+    "attention_backend": get_args(AttentionBackend),
+}
+_POSITIVE_INTS = ("src_vocab", "tgt_vocab", "n_encoder_layers", "n_decoder_layers", "d_model", "d_ff", "n_heads", "max_len")
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """Every hyper-parameter of the encoder-decoder Transformer (paper section 3, Table 3 "base").
+
+    Attributes:
+        src_vocab, tgt_vocab: vocabulary sizes of source and target tokens.
+        n_encoder_layers, n_decoder_layers: N in the paper (6 each for the base model).
+        d_model: width of every residual stream; d_k = d_v = d_model / n_heads.
+        d_ff: inner width of the position-wise feed-forward network.
+        n_heads: h, the number of attention heads; must divide d_model.
+        dropout: P_drop on every sub-layer output, the embeddings and inside the FFN.
+        attention_dropout: dropout on the attention probabilities (the Annotated Transformer uses ``dropout``).
+        max_len: the longest sequence the positional encoding covers.
+        norm_placement: ``"post"`` as in the paper (LayerNorm(x + Sublayer(x))) or ``"pre"``
+            as in the Annotated Transformer's code (x + Sublayer(LayerNorm(x))). Both stacks end in a LayerNorm,
+            as torch.nn.Transformer's do.
+        positional_encoding: ``"sinusoidal"`` (section 3.5) or ``"learned"`` position embeddings.
+        activation: ``"relu"`` (the paper) or ``"gelu"`` inside the FFN.
+        layer_norm_eps: epsilon added to the (biased) variance inside LayerNorm's square root.
+        tie_weights: ``"none"``; ``"target"`` shares the target embedding with the generator;
+            ``"all"`` also shares the source embedding (section 3.4; needs equal vocabularies).
+        pad_id: the padding token id, used for padding masks; None when there is no padding token.
+        attention_backend: ``"auto"``, ``"eager"``, ``"torch"`` or ``"triton"`` (see ``transformer.attention``).
+    """
+
+    src_vocab: int
+    tgt_vocab: int
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    max_len: int = 5000
+    norm_placement: NormPlacement = "pre"
+    positional_encoding: PositionalKind = "sinusoidal"
+    activation: Activation = "relu"
+    layer_norm_eps: float = 1e-6
+    tie_weights: TieWeights = "none"
+    pad_id: int | None = 0
+    attention_backend: AttentionBackend = "auto"
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {name}={value}")
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be a float in [0, 1), got {name}={value!r}")
+        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be a positive float, got layer_norm_eps={self.layer_norm_eps!r}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"n_heads={self.n_heads} does not divide d_model={self.d_model} "
+                f"(d_k = d_model / n_heads must be an integer); head counts that would: {_divisors(self.d_model)}"
+            )
+        if self.positional_encoding == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(
+                f"d_model={self.d_model} is odd: sinusoidal positional encoding pairs sin and cos "
+                "dimensions and needs an even d_model (or use positional_encoding='learned')"
+            )
+        if self.tie_weights == "all" and self.src_vocab != self.tgt_vocab:
+            raise ValueError(
+                f"tie_weights='all' shares one embedding between source and target, but "
+                f"src_vocab={self.src_vocab} != tgt_vocab={self.tgt_vocab}; use tie_weights='target' or 'none'"
+            )
+        if self.pad_id is not None:
+            if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
+                raise ValueError(f"pad_id must be an int or None, got {self.pad_id!r}")
+            smallest = min(self.src_vocab, self.tgt_vocab)
+            if not 0 <= self.pad_id < smallest:
+                raise ValueError(
+                    f"pad_id={self.pad_id} must be a token id in [0, {smallest}) "
+                    f"(src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab})"
+                )
+
+    @property
+    def d_k(self) -> int:
+        """Width of one attention head (d_k = d_v = d_model / h)."""
+        return self.d_model // self.n_heads
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def to_json(self, **dumps_kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **dumps_kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        return cls.from_dict(json.loads(text))
+
+    def differences(self, other: TransformerConfig) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ: ``{name: (self_value, other_value)}``."""
+        return {
+            f.name: (getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        }

@@ -1,0 +1,115 @@
+"""Run-time tensor contracts: one vocabulary of shape names, one decorator, one switch.
+
+Every ``forward`` of the package is annotated with jaxtyping types such as
+``Float[Tensor, "batch seq d_model"]`` and wrapped in :func:`checked`, which has
+beartype check the annotations with dimension names bound across all arguments and
+the return value of one call (``jaxtyping.jaxtyped``).
+
+Checks are on by default. Switch them off globally with :func:`set_checks`, locally
+with the :func:`checks` context manager, or for a whole process with the environment
+variable ``TYPED_TRANSFORMER_CHECKS=0`` (read at import). Off costs one boolean test
+per call.
+
+Under ``torch.compile`` checks are skipped while tracing: jaxtyping misfires on the
+fake tensors Dynamo traces with (pytorch#122093, jaxtyping#196), and skipping them
+adds no graph break because ``torch.compiler.is_compiling()`` is constant-folded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import torch
+from beartype import beartype
+from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+from torch import Tensor
+
+__all__ = [
+    "Bool",
+    "Float",
+    "Int",
+    "Shaped",
+    "Tensor",
+    "TypeCheckError",
+    "checked",
+    "checks",
+    "checks_enabled",
+    "set_checks",
+    "validate_token_ids",
+    "validate_length",
+]
+
+F = TypeVar("F", bound=Callable)
+
+_FALSE_WORDS = {"0", "false", "no", "off"}
+_enabled: bool = os.environ.get("TYPED_TRANSFORMER_CHECKS", "1").strip().lower() not in _FALSE_WORDS
+
+
+def checks_enabled() -> bool:
+    """Whether contracts are checked right now (always False while torch.compile traces)."""
+    return _enabled and not torch.compiler.is_compiling()
+
+
+def set_checks(enabled: bool) -> None:
+    """Turn every contract check of the package on or off, process-wide."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+@contextlib.contextmanager
+def checks(enabled: bool) -> Iterator[None]:
+    """Context manager: ``with checks(False): model(...)`` runs unchecked, then restores."""
+    global _enabled
+    previous = _enabled
+    _enabled = bool(enabled)
+    try:
+        yield
+    finally:
+        _enabled = previous
+
+
+def checked(fn: F) -> F:
+    """Check ``fn``'s jaxtyping annotations with beartype at every call while checks are on.
+
+    Dimension names are bound across the arguments and the return value of one call, so
+    ``(x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq d_model"]``
+    promises the output keeps the input's shape. A violation raises
+    ``jaxtyping.TypeCheckError`` naming the argument, the expected type, the actual
+    shape and the sizes bound so far.
+    """
+    typed = jaxtyped(fn, typechecker=beartype)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _enabled and not torch.compiler.is_compiling():
+            return typed(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:
+    """Raise ValueError naming the first id outside ``[0, vocab)`` (never an index error or CUDA assert)."""
+    if not checks_enabled() or tokens.numel() == 0:
+        return
+    bad = (tokens < 0) | (tokens >= vocab)
+    if bool(bad.any()):
+        position = tuple(int(i) for i in bad.nonzero()[0])
+        token = int(tokens[position])
+        raise ValueError(
+            f"{name}: token id {token} at position {position} is outside the vocabulary "
+            f"[0, {vocab}) (vocabulary size {vocab})"
+        )
+
+
+def validate_length(length: int, max_len: int, name: str) -> None:
+    """Raise ValueError when a sequence is longer than the model's ``max_len``."""
+    if length > max_len:
+        raise ValueError(
+            f"{name}: sequence length {length} exceeds max_len={max_len}; "
+            f"build the model with max_len >= {length} or shorten the input"
+        )
