@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -86,10 +87,34 @@ def checked(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if _enabled and not torch.compiler.is_compiling():
-            return typed(*args, **kwargs)
+            try:
+                return typed(*args, **kwargs)
+            except TypeCheckError as error:
+                raise TypeCheckError(_located(fn.__qualname__, str(error))) from None
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _located(qualname: str, message: str) -> str:
+    """Prefix the failing call; a violation in a nested call keeps its summary and gains the caller's name."""
+    if message.startswith("Type-check error"):
+        return f"{qualname}: {_summary(message)}\n{message}"
+    return f"{qualname} > {message}"
+
+
+def _summary(message: str) -> str:
+    """One line out of jaxtyping's report: which argument, the actual and expected types, the bound sizes."""
+    where = re.search(r"typechecking parameter '([^']+)'", message)
+    subject = f"argument '{where.group(1)}'" if where else "the return value"
+    actual = re.search(r"Actual value: (.*)", message)
+    expected = re.search(r"Expected type: (.*?)\.?$", message, re.MULTILINE)
+    bound = message.split("axis annotation are as follows.")[-1].split() if "as follows." in message else []
+    sizes = f" with {', '.join(bound)}" if bound else ""
+    return (
+        f"{subject} is {actual.group(1) if actual else '?'}, "
+        f"expected {expected.group(1) if expected else '?'}{sizes}"
+    )
 
 
 def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:

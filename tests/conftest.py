@@ -1,0 +1,30 @@
+"""Shared fixtures. Tests run with contracts on (the default) unless they switch them off themselves."""
+
+import pytest
+import torch
+
+import transformer as T
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_checks():
+    torch.manual_seed(0)
+    T.set_checks(True)
+    yield
+    T.set_checks(True)
+
+
+@pytest.fixture
+def tiny_model():
+    """A 2-layer model small enough for every test (eval mode, no dropout)."""
+    return T.make_model(11, 13, N=2, d_model=16, d_ff=32, h=4, dropout=0.0).eval()
+
+
+@pytest.fixture
+def batch():
+    """src (3, 7) and tgt (3, 5) token ids in [1, 11) with a padded tail in the first row."""
+    src = torch.randint(1, 11, (3, 7))
+    tgt = torch.randint(1, 11, (3, 5))
+    src[0, 5:] = 0
+    tgt[0, 4:] = 0
+    return src, tgt, T.padding_mask(src, 0), T.target_mask(tgt, 0)
