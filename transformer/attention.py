@@ -115,7 +115,7 @@ def scaled_dot_product_attention(
     mask: Bool[Tensor, "#batch #heads #q_len k_len"] | None = None,
     *,
     dropout_p: float = 0.0,
-    backend: AttentionBackend | None = None,
+    backend: str | None = None,
 ) -> Float[Tensor, "batch heads q_len d_k"]:
     """Attention on the chosen backend: ``backend`` argument > :func:`use_backend` > ``"auto"``.
 
