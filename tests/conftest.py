@@ -1,7 +1,14 @@
 """Shared fixtures. Tests run with contracts on (the default) unless they switch them off themselves."""
 
+import os
+
 import pytest
 import torch
+
+# Without CUDA, Triton kernels run on the CPU through Triton's interpreter. It must be set
+# before triton is first imported, hence here, at the top of the root conftest.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import transformer as T
 

@@ -111,10 +111,9 @@ def _summary(message: str) -> str:
     expected = re.search(r"Expected type: (.*?)\.?$", message, re.MULTILINE)
     bound = message.split("axis annotation are as follows.")[-1].split() if "as follows." in message else []
     sizes = f" with {', '.join(bound)}" if bound else ""
-    return (
-        f"{subject} is {actual.group(1) if actual else '?'}, "
-        f"expected {expected.group(1) if expected else '?'}{sizes}"
-    )
+    actual_text = re.sub(r"\(torch\)$", "", actual.group(1)) if actual else "?"
+    expected_text = expected.group(1).replace("jaxtyping.", "") if expected else "?"
+    return f"{subject} is {actual_text}, expected {expected_text}{sizes}"
 
 
 def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:
