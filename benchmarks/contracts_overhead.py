@@ -28,6 +28,48 @@ def _time_forward(model, args, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+def _checked_calls_per_forward(model, args) -> int:
+    """How many contract probes one forward makes: each checked call, and each value check, asks once
+    whether torch.compile is tracing, so counting those questions counts the checks."""
+    count = 0
+
+    def counting_torch_is_compiling():
+        nonlocal count
+        count += 1
+        return False
+
+    real = torch.compiler.is_compiling
+    torch.compiler.is_compiling = counting_torch_is_compiling
+    try:
+        with T.checks(True), torch.no_grad():
+            model(*args)
+    finally:
+        torch.compiler.is_compiling = real
+    return count
+
+
+def _off_wrapper_cost_ns(repeats: int = 200_000) -> float:
+    """Extra time of a checked function with checks off, over the bare function, in nanoseconds per call."""
+    from transformer.contracts import Float, Tensor, checked
+
+    def bare(x: Float[Tensor, "batch d_model"]) -> Float[Tensor, "batch d_model"]:
+        return x
+
+    wrapped = checked(bare)
+    x = torch.zeros(1, 1)
+    with T.checks(False):
+        timings = {}
+        for name, fn in (("bare", bare), ("wrapped", wrapped)):
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    fn(x)
+                best = min(best, time.perf_counter() - start)
+            timings[name] = best / repeats
+    return (timings["wrapped"] - timings["bare"]) * 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab", type=int, default=1000)
@@ -62,11 +104,24 @@ def main() -> None:
         on, off = statistics.median(times[True]), statistics.median(times[False])
         results[mode] = {"checks_on_ms": on * 1e3, "checks_off_ms": off * 1e3, "overhead_percent": (on / off - 1) * 100}
 
+    calls = _checked_calls_per_forward(model, args)
+    off_ns = _off_wrapper_cost_ns()
+    inference_off_ms = results["inference (no_grad)"]["checks_off_ms"]
+    results["checks off, cost of the switch"] = {
+        "checked_calls_per_forward": calls,
+        "ns_per_call": off_ns,
+        "percent_of_forward": calls * off_ns * 1e-6 / inference_off_ms * 100,
+    }
+
     print(f"make_model({opts.vocab}, {opts.vocab}, N=2, d_model=128), batch {opts.batch} x length {opts.length}, "
           f"{torch.get_num_threads()} threads")
     print(f"{'mode':<22}{'checks on (ms)':>16}{'checks off (ms)':>17}{'overhead':>10}")
-    for mode, r in results.items():
+    for mode, r in list(results.items())[:2]:
         print(f"{mode:<22}{r['checks_on_ms']:>16.2f}{r['checks_off_ms']:>17.2f}{r['overhead_percent']:>9.1f}%")
+
+    off = results["checks off, cost of the switch"]
+    print(f"checks off: {off['checked_calls_per_forward']} checked calls per forward x {off['ns_per_call']:.0f} ns "
+          f"= {off['percent_of_forward']:.4f}% of an unchecked forward")
 
     record = {
         "benchmark": "contracts_overhead",
