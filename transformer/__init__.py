@@ -46,3 +46,41 @@ __all__ = [
     "set_checks",
     "TypeCheckError",
 ]
+
+# Training, checkpoints and decoding (transformer.training, transformer.checkpoint, transformer.decoding).
+from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint  # noqa: E402
+from .decoding import BeamResult, DecoderCache, beam_search, greedy_decode, greedy_step, next_token_log_probs  # noqa: E402
+from .training import (  # noqa: E402
+    Batch,
+    LabelSmoothing,
+    NoamSchedule,
+    SimpleLossCompute,
+    Trainer,
+    TrainerConfig,
+    TrainState,
+    rate,
+    run_epoch,
+)
+
+__all__ += [
+    "Batch",
+    "LabelSmoothing",
+    "NoamSchedule",
+    "SimpleLossCompute",
+    "Trainer",
+    "TrainerConfig",
+    "TrainState",
+    "rate",
+    "run_epoch",
+    "greedy_decode",
+    "greedy_step",
+    "next_token_log_probs",
+    "beam_search",
+    "BeamResult",
+    "DecoderCache",
+    "save_checkpoint",
+    "load_checkpoint",
+    "Checkpoint",
+    "CheckpointError",
+    "ConfigMismatchError",
+]

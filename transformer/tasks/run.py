@@ -1,0 +1,65 @@
+"""Wiring a task to a model, an optimizer with the Noam schedule and a Trainer (used by the CLI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config import TransformerConfig
+from ..model import make_model
+from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
+from .base import Task
+
+__all__ = ["make_trainer"]
+
+
+def make_trainer(
+    task: Task,
+    *,
+    config: TransformerConfig | None = None,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    warmup: int | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    out_dir: str | None = None,
+    progress: bool = False,
+    eval_every: int | None = None,
+    checkpoint_every: int = 0,
+    accum_iter: int = 1,
+    eval_batches: int = 5,
+    **config_changes: Any,
+) -> Trainer:
+    """A Trainer for ``task`` with the tutorial's optimizer: Adam(lr=1 x Noam(d_model, factor, warmup),
+    betas=(0.9, 0.98), eps=1e-9), label smoothing per the task's defaults; seeded by ``seed``."""
+    defaults = task.default_training()
+    torch.manual_seed(seed)
+    config = config or task.default_config(**config_changes)
+    model = make_model(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    schedule = NoamSchedule(config.d_model, defaults.factor, warmup if warmup is not None else defaults.warmup)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=schedule)
+    bs = batch_size or defaults.batch_size
+    eval_set = task.eval_batches(n_batches=eval_batches, batch_size=bs)
+    trainer_config = TrainerConfig(
+        steps=steps if steps is not None else defaults.steps,
+        accum_iter=accum_iter,
+        clip_grad=defaults.clip_grad,
+        eval_every=defaults.eval_every if eval_every is None else eval_every,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+        out_dir=out_dir,
+    )
+    return Trainer(
+        model,
+        optimizer,
+        lambda g: task.batches(g, bs),
+        criterion=LabelSmoothing(config.tgt_vocab, task.pad, defaults.smoothing),
+        scheduler=scheduler,
+        eval_batches=lambda: eval_set,
+        config=trainer_config,
+        seed=seed,
+        device=device,
+        metadata=task.to_metadata(),
+    )
