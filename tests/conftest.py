@@ -10,6 +10,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The tests use tiny tensors, where OpenMP threads cost more than they save (and stall badly
+# when the cores are shared): one intra-op thread makes the suite several times faster on 2 cores.
+torch.set_num_threads(1)
+
 import transformer as T
 
 
