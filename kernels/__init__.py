@@ -1,1 +1,11 @@
-"""Fused Triton attention kernels, shipped as ``transformer.kernels``. Imports torch and triton only."""
+"""Fused Triton attention kernels, shipped as ``transformer.kernels``. Imports torch and triton only.
+
+Public API: :func:`flash_attention`, :func:`flash_attention_with_lse`, :func:`unsupported_reason`.
+Importing this package never touches a GPU driver; the kernels themselves are decorated at their first
+launch, so ``TRITON_INTERPRET=1`` may be set any time before then. See docs/kernels.md.
+"""
+
+from ._api import flash_attention, flash_attention_with_lse
+from ._validate import unsupported_reason
+
+__all__ = ["flash_attention", "flash_attention_with_lse", "unsupported_reason"]

@@ -1,0 +1,50 @@
+"""The public functions: validate, pick the scale and the dropout seed, call the registered op."""
+
+import math
+
+import torch
+
+from ._op import flash_attn_fwd, flash_attn_fwd_interpreted
+from ._validate import device_reason, validate
+
+
+def _seed_tensor(seed, device) -> torch.Tensor:
+    if seed is None:  # drawn from torch's default CPU generator, so torch.manual_seed makes it reproducible
+        value = torch.randint(0, 2**62, (1,), dtype=torch.int64)
+    else:
+        value = torch.tensor([int(seed)], dtype=torch.int64)
+    return value.to(device)
+
+
+def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
+                             dropout_p=0.0, seed=None):
+    """Fused attention; returns (out, logsumexp). See :func:`flash_attention` and docs/kernels.md.
+
+    The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled and masked scores
+    before dropout; -inf for a query row with no allowed key. It is differentiable.
+    """
+    validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
+    reason = device_reason(q)
+    if reason is not None:
+        raise RuntimeError(f"flash_attention cannot run here: {reason}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    dropout_p = float(dropout_p)
+    seed_t = _seed_tensor(seed, q.device) if dropout_p > 0.0 else None
+    op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
+    return op(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
+
+
+def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
+                    dropout_p=0.0, seed=None) -> torch.Tensor:
+    """softmax(q k^T * scale, masked) v with dropout on the probabilities, in one fused Triton kernel.
+
+    q: (batch, heads, q_len, head_dim); k, v: (batch, heads, k_len, head_dim). Masks say True = may attend:
+    ``mask`` bool broadcastable to (batch, heads, q_len, k_len); ``key_mask`` bool (batch, k_len);
+    ``key_lengths`` int (batch,), keys at positions >= length are masked; ``causal`` is top-left aligned
+    (query i may attend key j iff j <= i), as F.scaled_dot_product_attention(is_causal=True).
+    A query row with no allowed key outputs 0 (and gets zero gradients). ``scale`` defaults to
+    1/sqrt(head_dim). ``dropout_p`` drops probabilities with an in-kernel Philox generator keyed by ``seed``
+    (None: drawn from torch's default CPU generator) and scales the kept ones by 1/(1-p).
+    """
+    return flash_attention_with_lse(q, k, v, mask=mask, key_mask=key_mask, key_lengths=key_lengths, causal=causal,
+                                    scale=scale, dropout_p=dropout_p, seed=seed)[0]

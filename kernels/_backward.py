@@ -1,0 +1,214 @@
+"""Backward kernels (FlashAttention-2): delta = rowsum(dO * O), then dK/dV per key block and dQ per query
+block in two separate kernels, so there are no atomics and the result is deterministic."""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _tuning
+from ._args import acc_dtype, dot_precision, mask_args
+from ._common import allowed_block, keep_block
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // heads
+    h = bh % heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    ok = (offs_m[:, None] < q_len) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(O + b.to(tl.int64) * s_ob + h.to(tl.int64) * s_oh + offs_m[:, None] * s_om + offs_d[None, :] * s_od,
+                mask=ok, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh + offs_m[:, None] * s_dm + offs_d[None, :] * s_dd,
+                 mask=ok, other=0.0)
+    delta = tl.sum(o.to(DELTA.dtype.element_ty) * do.to(DELTA.dtype.element_ty), 1)
+    tl.store(DELTA + bh.to(tl.int64) * q_len + offs_m, delta, mask=offs_m < q_len)
+
+
+@triton.jit
+def _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
+           MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+           HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+           PRECISION: tl.constexpr):
+    """Recompute P (softmax probabilities, 0 where not allowed) and the dropout keep mask for one block."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    allowed = allowed_block(b, h, offs_m, offs_n, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
+                            KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
+    p = tl.where(allowed, tl.exp2(s - lse2[:, None]), 0.0)
+    if DROPOUT:
+        keep = keep_block(seed, bh, offs_m, offs_n, q_len, k_len, dropout_p)
+    else:
+        keep = allowed
+    return p, keep
+
+
+@triton.jit
+def _dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV, MASK, KMASK, KLEN, SEED,
+    s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
+    s_dkb, s_dkh, s_dkn, s_dkd, s_dvb, s_dvh, s_dvn, s_dvd,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
+    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
+    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // heads
+    h = bh % heads
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    n_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
+    k = tl.load(K + b.to(tl.int64) * s_kb + h.to(tl.int64) * s_kh + offs_n[:, None] * s_kn + offs_d[None, :] * s_kd,
+                mask=n_ok, other=0.0)
+    v = tl.load(V + b.to(tl.int64) * s_vb + h.to(tl.int64) * s_vh + offs_n[:, None] * s_vn + offs_d[None, :] * s_vd,
+                mask=n_ok, other=0.0)
+    q_base = Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh
+    do_base = DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh
+
+    kv_end = k_len
+    if HAS_KLEN:
+        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+    lo = 0
+    if CAUSAL:  # queries before this key block never see it
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)  # a key block past the valid length gets zero grads
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
+        q = tl.load(q_base + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd, mask=m_ok, other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * s_dm + offs_d[None, :] * s_dd, mask=m_ok, other=0.0)
+        lse = tl.load(LSE + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=float("inf"))
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)  # empty rows: P = 0
+        delta = tl.load(DELTA + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=0.0)
+        p, keep = _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
+                         MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                         HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
+            p_drop = tl.where(keep, p * inv_keep, 0.0)
+            dp = tl.where(keep, dp * inv_keep, 0.0)
+        else:
+            p_drop = p
+        dv += tl.dot(tl.trans(p_drop.to(do.dtype)), do, input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+
+    dk = dk * sm_scale
+    out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
+    tl.store(DK + b.to(tl.int64) * s_dkb + h.to(tl.int64) * s_dkh + offs_n[:, None] * s_dkn + offs_d[None, :] * s_dkd,
+             dk.to(DK.dtype.element_ty), mask=out_ok)
+    tl.store(DV + b.to(tl.int64) * s_dvb + h.to(tl.int64) * s_dvh + offs_n[:, None] * s_dvn + offs_d[None, :] * s_dvd,
+             dv.to(DV.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def _dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ, MASK, KMASK, KLEN, SEED,
+    s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
+    s_dqb, s_dqh, s_dqm, s_dqd,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
+    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
+    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // heads
+    h = bh % heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
+    q = tl.load(Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd,
+                mask=m_ok, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh + offs_m[:, None] * s_dm + offs_d[None, :] * s_dd,
+                 mask=m_ok, other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=float("inf"))
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    delta = tl.load(DELTA + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=0.0)
+    k_base = K + b.to(tl.int64) * s_kb + h.to(tl.int64) * s_kh
+    v_base = V + b.to(tl.int64) * s_vb + h.to(tl.int64) * s_vh
+
+    kv_end = k_len
+    if HAS_KLEN:
+        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+    hi = kv_end
+    if CAUSAL:
+        hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        n_ok = (offs_n[:, None] < kv_end) & d_ok[None, :]
+        k = tl.load(k_base + offs_n[:, None] * s_kn + offs_d[None, :] * s_kd, mask=n_ok, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * s_vn + offs_d[None, :] * s_vd, mask=n_ok, other=0.0)
+        p, keep = _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
+                         MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                         HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
+            dp = tl.where(keep, dp * inv_keep, 0.0)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+
+    dq = dq * sm_scale
+    tl.store(DQ + b.to(tl.int64) * s_dqb + h.to(tl.int64) * s_dqh + offs_m[:, None] * s_dqm + offs_d[None, :] * s_dqd,
+             dq.to(DQ.dtype.element_ty), mask=m_ok)
+
+
+dkdv_kernel = _tuning.build(_dkdv_kernel, _tuning.DKDV_CONFIGS)
+dq_kernel = _tuning.build(_dq_kernel, _tuning.DQ_CONFIGS)
+delta_kernel = _delta_kernel
+
+
+def _strides(prefix: str, t: torch.Tensor) -> dict:
+    return {f"s_{prefix}{axis}": t.stride(i) for i, axis in enumerate(("b", "h", "m" if prefix in ("q", "d", "dq") else "n", "d"))}
+
+
+def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed, causal: bool, scale: float,
+             dropout_p: float, kernel_wrapper=None):
+    """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output."""
+    wrap = kernel_wrapper if kernel_wrapper is not None else (lambda kernel: kernel)
+    batch, heads, q_len, head_dim = q.shape
+    k_len = k.shape[2]
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
+    wrap(delta_kernel)[(triton.cdiv(q_len, 32), batch * heads, 1)](
+        out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d)
+    if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
+        delta = delta - grad_lse.to(delta.dtype)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    common = dict(
+        SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
+        **_strides("q", q), **_strides("k", k), **_strides("v", v), **_strides("d", do),
+        heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
+        HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
+        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
+    )
+    wrap(dkdv_kernel)[lambda meta: (triton.cdiv(k_len, meta["BLOCK_N"]), batch * heads, 1)](
+        q, k, v, do, lse, delta, dk, dv, **_strides("dk", dk), **_strides("dv", dv), **common)
+    wrap(dq_kernel)[lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads, 1)](
+        q, k, v, do, lse, delta, dq, **_strides("dq", dq), **common)
+    return dq, dk, dv

@@ -1,0 +1,119 @@
+"""Input validation (clear ValueErrors) and the support check used by the attention dispatcher."""
+
+import torch
+
+from ._tuning import interpreting
+
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _shape(t: torch.Tensor) -> str:
+    return f"({', '.join(str(s) for s in t.shape)})"
+
+
+def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0, scale=None) -> None:
+    """Raise ValueError naming the argument, the expected and the actual value when the inputs are malformed."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dims (batch, heads, seq, head_dim), got shape {_shape(t)}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor (float16, bfloat16 or float32), got {t.dtype}")
+        if t.dtype not in FLOATS + (torch.float64,):
+            raise ValueError(f"{name}.dtype must be float16, bfloat16 or float32, got {t.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}.dtype must equal q.dtype={q.dtype}, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    batch, heads, q_len, head_dim = q.shape
+    k_len = k.shape[2]
+    for axis, label in ((0, "batch"), (1, "heads"), (3, "head_dim")):
+        for name, t in (("k", k), ("v", v)):
+            if t.shape[axis] != q.shape[axis]:
+                raise ValueError(f"{name} {label} (dim {axis}) must equal q's {q.shape[axis]}: "
+                                 f"q has shape {_shape(q)}, {name} has shape {_shape(t)}")
+    if v.shape[2] != k_len:
+        raise ValueError(f"v must have k's length {k_len} (dim 2): k has shape {_shape(k)}, v has shape {_shape(v)}")
+    if q_len < 1 or k_len < 1:
+        raise ValueError(f"q_len and k_len must be >= 1, got q_len={q_len}, k_len={k_len}")
+    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {head_dim} (q shape {_shape(q)})")
+    if mask is not None:
+        _check_bool(mask, "mask", q)
+        if mask.dim() > 4:
+            raise ValueError(f"mask must have at most 4 dims, broadcastable to "
+                             f"(batch, heads, q_len, k_len)=({batch}, {heads}, {q_len}, {k_len}), got {_shape(mask)}")
+        padded = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+        for got, want, label in zip(padded, (batch, heads, q_len, k_len), ("batch", "heads", "q_len", "k_len")):
+            if got not in (1, want):
+                raise ValueError(f"mask of shape {_shape(mask)} is not broadcastable to (batch, heads, q_len, k_len)="
+                                 f"({batch}, {heads}, {q_len}, {k_len}): its {label} dim is {got}, expected 1 or {want}")
+    if key_mask is not None:
+        _check_bool(key_mask, "key_mask", q)
+        if tuple(key_mask.shape) != (batch, k_len):
+            raise ValueError(f"key_mask must have shape (batch, k_len)=({batch}, {k_len}), got {_shape(key_mask)}")
+    if key_lengths is not None:
+        if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype in (
+                torch.bool, torch.complex64, torch.complex128):
+            raise ValueError(f"key_lengths must be an integer tensor of shape (batch,)=({batch},), got "
+                             f"{getattr(key_lengths, 'dtype', type(key_lengths).__name__)}")
+        if tuple(key_lengths.shape) != (batch,):
+            raise ValueError(f"key_lengths must have shape (batch,)=({batch},), got {_shape(key_lengths)}")
+        if key_lengths.device != q.device:
+            raise ValueError(f"key_lengths must be on q's device {q.device}, got {key_lengths.device}")
+    if not isinstance(dropout_p, (int, float)) or not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+
+
+def _check_bool(t, name: str, q: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor (True = may attend), got "
+                         f"{getattr(t, 'dtype', type(t).__name__)}")
+    if t.device != q.device:
+        raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+
+
+def device_reason(q: torch.Tensor) -> str | None:
+    """Why this machine cannot run the kernel on q's device/dtype, or None."""
+    if q.is_cuda:
+        if q.dtype == torch.float64:
+            return "float64 runs only under the Triton interpreter (TRITON_INTERPRET=1); use float32 on CUDA"
+        return None
+    if q.device.type != "cpu":
+        return f"the Triton kernel runs on CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got device {q.device}"
+    if not interpreting():
+        return "q is on the CPU and TRITON_INTERPRET=1 is not set; the Triton kernel needs CUDA tensors"
+    if q.dtype == torch.bfloat16:
+        return "bfloat16 is not supported by the Triton CPU interpreter (triton#11584); use float16 or float32"
+    return _old_interpreter_reason()
+
+
+def _old_interpreter_reason() -> str | None:
+    """Triton <= 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy >= 2.4 rejects."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import triton
+
+    try:
+        numpy_version = tuple(int(part) for part in version("numpy").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return None
+    triton_version = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
+    if triton_version <= (3, 6) and numpy_version >= (2, 4):
+        return (f"the Triton {triton.__version__} interpreter fails with NumPy {version('numpy')} (dynamic loop "
+                "bounds); use numpy<2.4 or triton>=3.9 to interpret")
+    return None
+
+
+def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0) -> str | None:
+    """None when the Triton path can run these inputs on this machine, else a sentence saying why not."""
+    try:
+        validate(q, k, v, mask, key_mask, key_lengths, dropout_p)
+    except ValueError as error:
+        return str(error)
+    return device_reason(q)

@@ -1,0 +1,134 @@
+"""Validation messages, the support check, the interpreter switch, gradcheck and torch.compile."""
+
+import ast
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from transformer.kernels import flash_attention, flash_attention_with_lse, unsupported_reason
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def qkv(q_len=8, k_len=8, head_dim=16, dtype=torch.float32, batch=2, heads=2):
+    return (torch.randn(batch, heads, q_len, head_dim, dtype=dtype), torch.randn(batch, heads, k_len, head_dim, dtype=dtype),
+            torch.randn(batch, heads, k_len, head_dim, dtype=dtype))
+
+
+def test_interpreter_is_active():
+    """conftest sets TRITON_INTERPRET=1 without CUDA; the kernels must really be interpreted then."""
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the kernels are compiled")
+    q, k, v = qkv()
+    flash_attention(q, k, v)
+    from transformer.kernels import _forward
+
+    assert type(_forward.fwd_kernel).__name__ == "InterpretedFunction"
+
+
+def test_import_does_not_decorate_or_touch_the_driver():
+    code = ("import sys, transformer.kernels as K; "
+            "assert 'transformer.kernels._forward' not in sys.modules; "
+            "import torch; print(K.unsupported_reason(*[torch.randn(1, 1, 4, 16)] * 3))")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TRITON_INTERPRET", None)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "TRITON_INTERPRET=1 is not set" in result.stdout
+
+
+BAD = [
+    ("k batch", lambda q, k, v: (q, k[:1], v[:1]), {}, r"k batch \(dim 0\) must equal q's 2"),
+    ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal q's 2"),
+    ("head_dim", lambda q, k, v: (q, k[..., :12], v[..., :12]), {}, r"k head_dim \(dim 3\) must equal q's 16"),
+    ("v length", lambda q, k, v: (q, k, v[:, :, :5]), {}, r"v must have k's length 8"),
+    ("3d", lambda q, k, v: (q[0], k[0], v[0]), {}, r"q must have 4 dims .* got shape \(2, 8, 16\)"),
+    ("dtype mix", lambda q, k, v: (q, k.half(), v), {}, r"k.dtype must equal q.dtype=torch.float32, got torch.float16"),
+    ("int q", lambda q, k, v: (q.long(), k, v), {}, r"q must be a floating tensor"),
+    ("small d", lambda q, k, v: (q[..., :8], k[..., :8], v[..., :8]), {}, r"head_dim must be in \[16, 256\], got 8"),
+    ("float mask", lambda q, k, v: (q, k, v), {"mask": torch.ones(8, 8)}, r"mask must be a bool tensor .* got torch.float32"),
+    ("mask shape", lambda q, k, v: (q, k, v), {"mask": torch.ones(3, 8, 8, dtype=torch.bool)},
+     r"mask of shape \(3, 8, 8\) is not broadcastable .* its heads dim is 3, expected 1 or 2"),
+    ("mask 5d", lambda q, k, v: (q, k, v), {"mask": torch.ones(1, 1, 1, 8, 8, dtype=torch.bool)}, r"at most 4 dims"),
+    ("key_mask shape", lambda q, k, v: (q, k, v), {"key_mask": torch.ones(2, 7, dtype=torch.bool)},
+     r"key_mask must have shape \(batch, k_len\)=\(2, 8\), got \(2, 7\)"),
+    ("key_mask dtype", lambda q, k, v: (q, k, v), {"key_mask": torch.ones(2, 8, dtype=torch.int64)},
+     r"key_mask must be a bool tensor"),
+    ("key_lengths float", lambda q, k, v: (q, k, v), {"key_lengths": torch.ones(2)}, r"key_lengths must be an integer"),
+    ("key_lengths shape", lambda q, k, v: (q, k, v), {"key_lengths": torch.ones(3, dtype=torch.int64)},
+     r"key_lengths must have shape \(batch,\)=\(2,\), got \(3\)"),
+    ("dropout 1", lambda q, k, v: (q, k, v), {"dropout_p": 1.0}, r"dropout_p must be a float in \[0, 1\), got 1.0"),
+    ("dropout neg", lambda q, k, v: (q, k, v), {"dropout_p": -0.1}, r"dropout_p must be a float in \[0, 1\)"),
+]
+
+
+@pytest.mark.parametrize("name,make,kwargs,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_inputs_raise_clear_value_errors(name, make, kwargs, message):
+    q, k, v = make(*qkv())
+    with pytest.raises(ValueError, match=message):
+        flash_attention(q, k, v, **kwargs)
+    reason = unsupported_reason(q, k, v, **kwargs)
+    assert reason is not None and re.search(message, reason)
+
+
+def test_unsupported_reason(monkeypatch):
+    q, k, v = qkv()
+    if not torch.cuda.is_available():
+        assert unsupported_reason(q, k, v, mask=torch.ones(8, 8, dtype=torch.bool), dropout_p=0.1) is None
+        assert "bfloat16 is not supported by the Triton CPU interpreter" in unsupported_reason(
+            q.bfloat16(), k.bfloat16(), v.bfloat16())
+        with pytest.raises(RuntimeError, match="bfloat16"):
+            flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert "TRITON_INTERPRET=1 is not set" in unsupported_reason(q, k, v)
+    with pytest.raises(RuntimeError, match="needs CUDA tensors"):
+        flash_attention(q, k, v)
+
+
+def test_gradcheck_float64_with_masks():
+    if torch.cuda.is_available():
+        pytest.skip("float64 runs only under the Triton interpreter")
+    q, k, v = (t.double().requires_grad_() for t in qkv(q_len=7, k_len=10, batch=2, heads=1))
+    mask = torch.rand(7, 10) > 0.3
+    mask[2] = False  # a fully masked row: zero output, zero gradient, lse -inf (replaced before comparing)
+
+    def f(*x):
+        out, lse = flash_attention_with_lse(*x, mask=mask, causal=True, key_lengths=torch.tensor([4, 10]))
+        return out, lse.masked_fill(lse.isinf(), 0.0)
+
+    assert torch.autograd.gradcheck(f, (q, k, v), fast_mode=True)
+
+
+def test_torch_compile_fullgraph_cpu():
+    """Under the interpreter the op is an opaque custom op with a fake implementation: no graph break."""
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA variant is test_gpu.py::test_torch_compile_fullgraph")
+    torch._dynamo.reset()
+    q, k, v = (t.requires_grad_() for t in qkv(q_len=9, k_len=13))
+    key_mask = torch.rand(2, 13) > 0.3
+
+    def f(*x):
+        return flash_attention(*x, causal=True, key_mask=key_mask, dropout_p=0.2, seed=4).sin().sum()
+
+    compiled = torch.compile(f, fullgraph=True)
+    loss = compiled(q, k, v)
+    loss.backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    f(q, k, v).backward()
+    assert torch.allclose(loss, f(q, k, v), atol=1e-5)
+    for a, t in zip(grads, (q, k, v)):
+        assert torch.allclose(a, t.grad, atol=1e-5)
+
+
+def test_benchmark_script_parses():
+    source = (ROOT / "benchmarks" / "attention.py").read_text()
+    tree = ast.parse(source)
+    names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assert "main" in names

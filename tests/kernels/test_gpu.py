@@ -1,0 +1,71 @@
+"""GPU-only checks (marked gpu, skipped without CUDA): bf16 at real sizes, determinism, torch.compile."""
+
+import pytest
+import torch
+
+from attention_reference import allowed_matrix, attention, max_err
+from transformer.kernels import flash_attention, flash_attention_with_lse
+
+pytestmark = pytest.mark.gpu
+
+
+def _check_against_fp64(dtype, batch, heads, q_len, k_len, head_dim, causal):
+    q = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=dtype)
+    k, v = (torch.randn(batch, heads, k_len, head_dim, device="cuda", dtype=dtype) for _ in range(2))
+    key_lengths = torch.tensor([k_len - 17 * i for i in range(batch)], device="cuda")
+    allowed = allowed_matrix(batch, heads, q_len, k_len, key_lengths=key_lengths, causal=causal, device="cuda")
+    grad_out = torch.randn_like(q)
+    results = []
+    for fn, cast in ((lambda *x: attention(*x, allowed)[0], torch.float64), (lambda *x: attention(*x, allowed)[0], dtype),
+                     (lambda *x: flash_attention(*x, key_lengths=key_lengths, causal=causal), dtype)):
+        leaves = [t.to(cast).requires_grad_() for t in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(grad_out.to(cast))
+        results.append([out] + [t.grad for t in leaves])
+    ref, eager, mine = results
+    for name, m, e, r in zip(("out", "dq", "dk", "dv"), mine, eager, ref):
+        assert max_err(m, r) <= 2 * max_err(e, r) + 1e-3 * max(1.0, r.abs().max().item()), name
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 80, 128])
+def test_real_sizes_against_fp64(dtype, causal, head_dim):
+    _check_against_fp64(dtype, 2, 4, 1000, 1024 + 37, head_dim, causal)
+
+
+def test_backward_is_deterministic():
+    q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad_out = torch.randn_like(q)
+    first = None
+    for _ in range(50):
+        for t in (q, k, v):
+            t.grad = None
+        flash_attention(q, k, v, causal=True, dropout_p=0.1, seed=3).backward(grad_out)
+        grads = [t.grad.clone() for t in (q, k, v)]
+        if first is None:
+            first = grads
+        for a, b in zip(first, grads):
+            assert torch.equal(a, b)
+
+
+def test_torch_compile_fullgraph():
+    torch._dynamo.reset()
+    q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    mask = torch.rand(256, 256, device="cuda") > 0.2
+
+    def f(*x):
+        out, lse = flash_attention_with_lse(*x, mask=mask, causal=True, dropout_p=0.1, seed=1)
+        return out.float().square().sum() + lse.masked_fill(lse.isinf(), 0.0).sum()
+
+    compiled = torch.compile(f, fullgraph=True)
+    loss = compiled(q, k, v)
+    loss.backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    expected = f(q, k, v)
+    expected.backward()
+    assert torch.allclose(loss, expected, rtol=1e-3)
+    for a, t in zip(grads, (q, k, v)):
+        assert torch.allclose(a.float(), t.grad.float(), atol=1e-2, rtol=1e-2)
