@@ -6,14 +6,27 @@ The names follow the Annotated Transformer; every ``forward`` is a checked tenso
 """
 
 from .attention import MultiHeadedAttention, attention, scaled_dot_product_attention, use_backend
+from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from .config import TransformerConfig
 from .contracts import TypeCheckError, checks, checks_enabled, set_checks
 from .decoder import Decoder, DecoderLayer
+from .decoding import BeamResult, DecoderCache, beam_search, greedy_decode, greedy_step, next_token_log_probs
 from .embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
 from .masks import padding_mask, subsequent_mask, target_mask
 from .model import EncoderDecoder, Generator, build_model, make_model
+from .training import (
+    Batch,
+    LabelSmoothing,
+    NoamSchedule,
+    SimpleLossCompute,
+    Trainer,
+    TrainerConfig,
+    TrainState,
+    rate,
+    run_epoch,
+)
 
 __version__ = "0.1.0"
 
@@ -46,21 +59,6 @@ __all__ = [
     "set_checks",
     "TypeCheckError",
 ]
-
-# Training, checkpoints and decoding (transformer.training, transformer.checkpoint, transformer.decoding).
-from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint  # noqa: E402
-from .decoding import BeamResult, DecoderCache, beam_search, greedy_decode, greedy_step, next_token_log_probs  # noqa: E402
-from .training import (  # noqa: E402
-    Batch,
-    LabelSmoothing,
-    NoamSchedule,
-    SimpleLossCompute,
-    Trainer,
-    TrainerConfig,
-    TrainState,
-    rate,
-    run_epoch,
-)
 
 __all__ += [
     "Batch",

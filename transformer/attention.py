@@ -131,7 +131,7 @@ def scaled_dot_product_attention(
     if name == "torch":
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p)
     dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
-    return attention(query, key, value, mask, dropout)[0]
+    return attention.unchecked(query, key, value, mask, dropout)[0]  # shapes checked above
 
 
 class MultiHeadedAttention(nn.Module):
@@ -160,7 +160,11 @@ class MultiHeadedAttention(nn.Module):
         self.record_attention = False
         self.attn: Tensor | None = None
 
-    def split_heads(self, x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch heads seq d_k"]:
+    def split_heads(self, x: Float[Tensor, "batch seq {self.d_model}"]) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
+        """(batch, seq, d_model) -> (batch, h, seq, d_k): each head sees its own d_k slice.
+
+        Not checked itself: its results go straight into :meth:`attend`, whose contract checks them.
+        """
         return rearrange(x, "b s (h d) -> b h s d", h=self.h)
 
     @checked
@@ -176,14 +180,21 @@ class MultiHeadedAttention(nn.Module):
         v = self.split_heads(self.v_proj(value))
         return self.attend(q, k, v, mask)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """Attention over already projected heads, then the output projection W^O."""
+    @checked
+    def attend(
+        self,
+        q: Float[Tensor, "batch {self.h} q_len {self.d_k}"],
+        k: Float[Tensor, "batch {self.h} k_len {self.d_k}"],
+        v: Float[Tensor, "batch {self.h} k_len {self.d_k}"],
+        mask: Bool[Tensor, "#batch #q_len k_len"] | None,
+    ) -> Float[Tensor, "batch q_len {self.d_model}"]:
+        """Attention over already projected heads (as the KV cache supplies them), then W^O."""
         head_mask = None if mask is None else mask.unsqueeze(1)  # same mask for every head
         dropout_p = self.dropout_p if self.training else 0.0
         if self.record_attention:
             dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
-            x, self.attn = attention(q, k, v, head_mask, dropout)
+            x, self.attn = attention.unchecked(q, k, v, head_mask, dropout)  # shapes checked by this contract
         else:
             requested = _override or self.backend
-            x = scaled_dot_product_attention(q, k, v, head_mask, dropout_p=dropout_p, backend=requested)
+            x = scaled_dot_product_attention.unchecked(q, k, v, head_mask, dropout_p=dropout_p, backend=requested)
         return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))

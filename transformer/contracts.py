@@ -103,6 +103,10 @@ def checked(fn: F) -> F:
     promises the output keeps the input's shape. A violation raises
     ``jaxtyping.TypeCheckError`` naming the argument, the expected type, the actual
     shape and the sizes bound so far.
+
+    ``fn.unchecked`` is the bare function, for calls on the hot path whose shapes the calling
+    function's own contract has just checked (e.g. ``MultiHeadedAttention.attend`` calling
+    ``scaled_dot_product_attention``): the same guarantee without paying for it twice.
     """
     typed = jaxtyped(fn, typechecker=beartype)
 
@@ -115,6 +119,7 @@ def checked(fn: F) -> F:
                 raise TypeCheckError(_located(fn.__qualname__, str(error))) from None
         return fn(*args, **kwargs)
 
+    wrapper.unchecked = fn  # for hot inner calls whose caller's contract already covers these shapes
     return wrapper  # type: ignore[return-value]
 
 

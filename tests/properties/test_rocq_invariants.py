@@ -141,7 +141,7 @@ def test_self_attention_whose_output_changes_shape_breaks_its_contract():
     with pytest.raises(TypeCheckError) as info:
         mha(x, x, x)
     first = str(info.value).splitlines()[0]
-    assert first.startswith("MultiHeadedAttention.forward: the return value is f32[2,5,9]")
+    assert first.startswith("MultiHeadedAttention.forward > MultiHeadedAttention.attend: the return value is f32[2,5,9]")
 
 
 def test_encoder_layer_refuses_a_mask_that_does_not_cover_the_sequence():
