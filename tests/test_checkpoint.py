@@ -14,14 +14,6 @@ from transformer.tasks import CopyTask
 from transformer.tasks.run import make_trainer
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _model(**changes):
     torch.manual_seed(0)
     return T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, dropout=0.0, **changes).eval()

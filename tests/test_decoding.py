@@ -9,14 +9,6 @@ import transformer as T
 from transformer.decoding import DecoderCache, beam_search, greedy_decode, greedy_step, next_token_log_probs
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _model(seed=0, **changes):
     torch.manual_seed(seed)
     base = dict(N=2, d_model=32, d_ff=64, h=4, dropout=0.0, max_len=64)

@@ -9,14 +9,6 @@ from transformer.tasks import CopyTask, DatesTask, UnknownTokenError, get_task, 
 from transformer.tasks.run import make_trainer
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def trained_copy():
     previous = torch.get_num_threads()

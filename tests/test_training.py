@@ -23,14 +23,6 @@ from transformer.training import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 # ---------------------------------------------------------------- Batch
 def test_batch_shifts_target_and_counts_tokens():
     src = torch.tensor([[1, 5, 6, 0], [1, 7, 8, 9]])
