@@ -31,23 +31,35 @@ def _mask(b=2, lq=5, lk=7):
     return mask
 
 
-@pytest.mark.parametrize("backend", ["eager", "torch"])
-def test_backends_agree_with_the_reference(backend):
-    q, k, v = _qkv()
-    mask = _mask()
+# "triton" runs through Triton's interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET=1)
+BACKENDS = ["eager", "torch", "triton"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "general"])
+def test_backends_agree_with_the_reference(backend, mask_kind):
+    q, k, v = _qkv(d=16)
+    mask = {
+        "none": None,
+        "padding": torch.tensor([[True] * 5 + [False] * 2, [True] * 7]).view(2, 1, 1, 7),
+        "causal": torch.ones(5, 7, dtype=torch.bool).tril().view(1, 1, 5, 7),
+        "general": _mask(),
+    }[mask_kind]
     out = T.scaled_dot_product_attention(q, k, v, mask, backend=backend)
-    torch.testing.assert_close(out.double(), _reference(q, k, v, mask), rtol=1e-5, atol=1e-5)
-    assert torch.equal(out[0, :, 2], torch.zeros(3, 8))
+    full = torch.ones(1, 1, 5, 7, dtype=torch.bool) if mask is None else mask
+    torch.testing.assert_close(out.double(), _reference(q, k, v, full), rtol=1e-5, atol=1e-5)
+    if mask_kind == "general":
+        assert torch.equal(out[0, :, 2], torch.zeros(3, 16))
 
 
-@pytest.mark.parametrize("backend", ["eager", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_fully_masked_rows_have_zero_finite_gradients(backend):
-    q, k, v = (t.requires_grad_(True) for t in _qkv())
+    q, k, v = (t.requires_grad_(True) for t in _qkv(d=16))
     mask = _mask()
     T.scaled_dot_product_attention(q, k, v, mask, backend=backend).sum().backward()
     for t in (q, k, v):
         assert torch.isfinite(t.grad).all()
-    assert torch.equal(q.grad[0, :, 2], torch.zeros(3, 8))
+    assert torch.equal(q.grad[0, :, 2], torch.zeros(3, 16))
 
 
 def test_eager_reference_in_half_precision_has_no_overflow():
