@@ -26,6 +26,11 @@ def mask_args(q: torch.Tensor, k: torch.Tensor, mask, key_mask, key_lengths) -> 
     return args
 
 
+def strides(prefix: str, t: torch.Tensor, seq: str = "m") -> dict:
+    """Kernel stride arguments of a (batch, heads, len, head_dim) tensor: s_{prefix}b, _h, _{seq}, _d."""
+    return {f"s_{prefix}{axis}": t.stride(i) for i, axis in enumerate(("b", "h", seq, "d"))}
+
+
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 inputs use full-precision dots (eager PyTorch does not use TF32 by default either)."""
     return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"

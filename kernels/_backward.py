@@ -6,11 +6,8 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, dot_precision, mask_args
-from ._common import allowed_block, keep_block
-
-LOG2E = 1.4426950408889634
-
+from ._args import acc_dtype, dot_precision, mask_args, strides
+from ._common import allowed_block, head_ptr, keep_block, key_end, load_row_stats, load_rows, load_seed
 
 @triton.jit
 def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
@@ -21,11 +18,9 @@ def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, 
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    ok = (offs_m[:, None] < q_len) & (offs_d[None, :] < HEAD_DIM)
-    o = tl.load(O + b.to(tl.int64) * s_ob + h.to(tl.int64) * s_oh + offs_m[:, None] * s_om + offs_d[None, :] * s_od,
-                mask=ok, other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh + offs_m[:, None] * s_dm + offs_d[None, :] * s_dd,
-                 mask=ok, other=0.0)
+    d_ok = offs_d < HEAD_DIM
+    o = load_rows(head_ptr(O, b, h, s_ob, s_oh), offs_m, offs_d, s_om, s_od, q_len, d_ok)
+    do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     delta = tl.sum(o.to(DELTA.dtype.element_ty) * do.to(DELTA.dtype.element_ty), 1)
     tl.store(DELTA + bh.to(tl.int64) * q_len + offs_m, delta, mask=offs_m < q_len)
 
@@ -65,24 +60,17 @@ def _dkdv_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    n_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
-    k = tl.load(K + b.to(tl.int64) * s_kb + h.to(tl.int64) * s_kh + offs_n[:, None] * s_kn + offs_d[None, :] * s_kd,
-                mask=n_ok, other=0.0)
-    v = tl.load(V + b.to(tl.int64) * s_vb + h.to(tl.int64) * s_vh + offs_n[:, None] * s_vn + offs_d[None, :] * s_vd,
-                mask=n_ok, other=0.0)
-    q_base = Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh
-    do_base = DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh
+    k = load_rows(head_ptr(K, b, h, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
+    v = load_rows(head_ptr(V, b, h, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
+    q_base = head_ptr(Q, b, h, s_qb, s_qh)
+    do_base = head_ptr(DO, b, h, s_db, s_dh)
 
-    kv_end = k_len
-    if HAS_KLEN:
-        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
     lo = 0
     if CAUSAL:  # queries before this key block never see it
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
     hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)  # a key block past the valid length gets zero grads
-    seed = 0
-    if DROPOUT:
-        seed = tl.load(SEED)
+    seed = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
@@ -90,12 +78,9 @@ def _dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
-        q = tl.load(q_base + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd, mask=m_ok, other=0.0)
-        do = tl.load(do_base + offs_m[:, None] * s_dm + offs_d[None, :] * s_dd, mask=m_ok, other=0.0)
-        lse = tl.load(LSE + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=float("inf"))
-        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)  # empty rows: P = 0
-        delta = tl.load(DELTA + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=0.0)
+        q = load_rows(q_base, offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
+        do = load_rows(do_base, offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
+        lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
         p, keep = _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
                          MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
                          HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION)
@@ -111,9 +96,9 @@ def _dkdv_kernel(
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
-    tl.store(DK + b.to(tl.int64) * s_dkb + h.to(tl.int64) * s_dkh + offs_n[:, None] * s_dkn + offs_d[None, :] * s_dkd,
+    tl.store(head_ptr(DK, b, h, s_dkb, s_dkh) + offs_n[:, None] * s_dkn + offs_d[None, :] * s_dkd,
              dk.to(DK.dtype.element_ty), mask=out_ok)
-    tl.store(DV + b.to(tl.int64) * s_dvb + h.to(tl.int64) * s_dvh + offs_n[:, None] * s_dvn + offs_d[None, :] * s_dvd,
+    tl.store(head_ptr(DV, b, h, s_dvb, s_dvh) + offs_n[:, None] * s_dvn + offs_d[None, :] * s_dvd,
              dv.to(DV.dtype.element_ty), mask=out_ok)
 
 
@@ -136,34 +121,25 @@ def _dq_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
-    q = tl.load(Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd,
-                mask=m_ok, other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh + offs_m[:, None] * s_dm + offs_d[None, :] * s_dd,
-                 mask=m_ok, other=0.0)
-    lse = tl.load(LSE + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=float("inf"))
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
-    delta = tl.load(DELTA + bh.to(tl.int64) * q_len + offs_m, mask=offs_m < q_len, other=0.0)
-    k_base = K + b.to(tl.int64) * s_kb + h.to(tl.int64) * s_kh
-    v_base = V + b.to(tl.int64) * s_vb + h.to(tl.int64) * s_vh
+    q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
+    do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
+    lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
+    k_base = head_ptr(K, b, h, s_kb, s_kh)
+    v_base = head_ptr(V, b, h, s_vb, s_vh)
 
-    kv_end = k_len
-    if HAS_KLEN:
-        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
     hi = kv_end
     if CAUSAL:
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
-    seed = 0
-    if DROPOUT:
-        seed = tl.load(SEED)
+    seed = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        n_ok = (offs_n[:, None] < kv_end) & d_ok[None, :]
-        k = tl.load(k_base + offs_n[:, None] * s_kn + offs_d[None, :] * s_kd, mask=n_ok, other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * s_vn + offs_d[None, :] * s_vd, mask=n_ok, other=0.0)
+        k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
+        v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
         p, keep = _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
                          MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
                          HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION)
@@ -174,17 +150,13 @@ def _dq_kernel(
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
 
     dq = dq * sm_scale
-    tl.store(DQ + b.to(tl.int64) * s_dqb + h.to(tl.int64) * s_dqh + offs_m[:, None] * s_dqm + offs_d[None, :] * s_dqd,
+    tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + offs_m[:, None] * s_dqm + offs_d[None, :] * s_dqd,
              dq.to(DQ.dtype.element_ty), mask=m_ok)
 
 
 dkdv_kernel = _tuning.build(_dkdv_kernel, _tuning.DKDV_CONFIGS)
 dq_kernel = _tuning.build(_dq_kernel, _tuning.DQ_CONFIGS)
 delta_kernel = _delta_kernel
-
-
-def _strides(prefix: str, t: torch.Tensor) -> dict:
-    return {f"s_{prefix}{axis}": t.stride(i) for i, axis in enumerate(("b", "h", "m" if prefix in ("q", "d", "dq") else "n", "d"))}
 
 
 def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed, causal: bool, scale: float,
@@ -202,13 +174,13 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     common = dict(
         SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
-        **_strides("q", q), **_strides("k", k), **_strides("v", v), **_strides("d", do),
+        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do),
         heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
         HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
         BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
     )
     wrap(dkdv_kernel)[lambda meta: (triton.cdiv(k_len, meta["BLOCK_N"]), batch * heads, 1)](
-        q, k, v, do, lse, delta, dk, dv, **_strides("dk", dk), **_strides("dv", dv), **common)
+        q, k, v, do, lse, delta, dk, dv, **strides("dk", dk, "n"), **strides("dv", dv, "n"), **common)
     wrap(dq_kernel)[lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads, 1)](
-        q, k, v, do, lse, delta, dq, **_strides("dq", dq), **common)
+        q, k, v, do, lse, delta, dq, **strides("dq", dq), **common)
     return dq, dk, dv

@@ -29,3 +29,44 @@ def keep_block(seed, bh, offs_m, offs_n, q_len, k_len, dropout_p):
     """Bool [BLOCK_M, BLOCK_N]: dropout keeps this probability. Philox on a unique per-element offset."""
     offsets = (bh.to(tl.int64) * q_len + offs_m[:, None]) * k_len + offs_n[None, :]
     return tl.rand(seed, offsets) >= dropout_p
+
+
+@triton.jit
+def head_ptr(PTR, b, h, s_b, s_h):
+    """Pointer to the (batch b, head h) slice of a (batch, heads, len, head_dim) tensor; int64 offsets."""
+    return PTR + b.to(tl.int64) * s_b + h.to(tl.int64) * s_h
+
+
+@triton.jit
+def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
+    """Tile [len(offs), BLOCK_D] of rows ``offs < n_rows``; padded rows and head-dim columns read as 0."""
+    ok = (offs[:, None] < n_rows) & d_ok[None, :]
+    return tl.load(base + offs[:, None] * s_row + offs_d[None, :] * s_d, mask=ok, other=0.0)
+
+
+@triton.jit
+def key_end(KLEN, b, k_len, HAS_KLEN: tl.constexpr):
+    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len."""
+    kv_end = k_len
+    if HAS_KLEN:
+        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+    return kv_end
+
+
+@triton.jit
+def load_seed(SEED, DROPOUT: tl.constexpr):
+    """The Philox seed (read from device memory, so a new seed never recompiles), or 0 without dropout."""
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
+    return seed
+
+
+@triton.jit
+def load_row_stats(LSE, DELTA, bh, offs_m, q_len):
+    """Per-query logsumexp in base 2 (+inf for rows with no allowed key, so P = 0) and delta = rowsum(dO * O)."""
+    row_ok = offs_m < q_len
+    lse = tl.load(LSE + bh.to(tl.int64) * q_len + offs_m, mask=row_ok, other=float("inf"))
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    delta = tl.load(DELTA + bh.to(tl.int64) * q_len + offs_m, mask=row_ok, other=0.0)
+    return lse2, delta

@@ -1,14 +1,12 @@
 """Forward kernel (FlashAttention-2 online softmax) and its launcher. Stores the logsumexp for the backward."""
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, dot_precision, mask_args
-from ._common import allowed_block, keep_block
+from ._args import acc_dtype, dot_precision, mask_args, strides
+from ._common import allowed_block, head_ptr, keep_block, key_end, load_rows, load_seed
 
 
 @triton.jit
@@ -28,20 +26,15 @@ def _fwd_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    q_ptrs = Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd
-    q = tl.load(q_ptrs, mask=(offs_m[:, None] < q_len) & d_ok[None, :], other=0.0)
-    k_base = K + b.to(tl.int64) * s_kb + h.to(tl.int64) * s_kh
-    v_base = V + b.to(tl.int64) * s_vb + h.to(tl.int64) * s_vh
+    q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
+    k_base = head_ptr(K, b, h, s_kb, s_kh)
+    v_base = head_ptr(V, b, h, s_vb, s_vh)
 
-    kv_end = k_len
-    if HAS_KLEN:
-        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
     hi = kv_end
     if CAUSAL:  # keys after the block's last query are never allowed: skip those blocks
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
-    seed = 0
-    if DROPOUT:
-        seed = tl.load(SEED)
+    seed = load_seed(SEED, DROPOUT)
 
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
@@ -49,8 +42,7 @@ def _fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_ok = (offs_n[:, None] < kv_end) & d_ok[None, :]
-        k = tl.load(k_base + offs_n[:, None] * s_kn + offs_d[None, :] * s_kd, mask=kv_ok, other=0.0)
+        k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         allowed = allowed_block(b, h, offs_m, offs_n, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
                                 KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
@@ -62,7 +54,7 @@ def _fwd_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         if DROPOUT:
             p = tl.where(keep_block(seed, bh, offs_m, offs_n, q_len, k_len, dropout_p), p, 0.0)
-        v = tl.load(v_base + offs_n[:, None] * s_vn + offs_d[None, :] * s_vd, mask=kv_ok, other=0.0)
+        v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
@@ -71,7 +63,7 @@ def _fwd_kernel(
     if DROPOUT:
         acc = acc * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
-    o_ptrs = O + b.to(tl.int64) * s_ob + h.to(tl.int64) * s_oh + offs_m[:, None] * s_om + offs_d[None, :] * s_od
+    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + offs_m[:, None] * s_om + offs_d[None, :] * s_od
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < q_len) & d_ok[None, :])
     tl.store(LSE + bh.to(tl.int64) * q_len + offs_m, lse, mask=offs_m < q_len)
 
@@ -93,10 +85,7 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
 
     kernel[grid](
         q, k, v, out, lse, SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
-        s_qb=q.stride(0), s_qh=q.stride(1), s_qm=q.stride(2), s_qd=q.stride(3),
-        s_kb=k.stride(0), s_kh=k.stride(1), s_kn=k.stride(2), s_kd=k.stride(3),
-        s_vb=v.stride(0), s_vh=v.stride(1), s_vn=v.stride(2), s_vd=v.stride(3),
-        s_ob=out.stride(0), s_oh=out.stride(1), s_om=out.stride(2), s_od=out.stride(3),
+        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"), **strides("o", out),
         heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
         HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **_tuning.launch_kwargs(q_len, k_len),

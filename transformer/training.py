@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .contracts import Float, Int, Tensor, checked, checks

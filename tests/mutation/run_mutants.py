@@ -63,10 +63,19 @@ class Mutant:
     file: str  # relative to the repository root
     edits: tuple[tuple[str, str], ...]  # (old, new): old must occur exactly once
     what: str
+    tests: tuple[str, ...] = ()  # test files to run instead of TEST_FILES
 
 
 def M(id: str, file: str, old: str, new: str, what: str) -> Mutant:
     return Mutant(id, file, ((old, new),), what)
+
+
+# The Triton kernels' own suite (under the interpreter on a CPU), run against the kernel mutants.
+KERNEL_TESTS = ("tests/kernels/test_flash_attention.py", "tests/kernels/test_dropout.py")
+
+
+def K(id: str, file: str, old: str, new: str, what: str) -> Mutant:
+    return Mutant(id, file, ((old, new),), what, KERNEL_TESTS)
 
 
 MUTANTS: list[Mutant] = [
@@ -184,6 +193,39 @@ MUTANTS: list[Mutant] = [
     M("label-smoothing-mass-on-padding", "transformer/training.py",
       "columns[self.padding_idx] = False", "columns[self.padding_idx] = True",
       "annotated label smoothing puts mass on the padding class"),
+    # --- the Triton kernels (kernels/, shipped as transformer.kernels)
+    K("kernel-causal-diagonal", "kernels/_common.py",
+      "allowed = allowed & (offs_n[None, :] <= offs_m[:, None])",
+      "allowed = allowed & (offs_n[None, :] < offs_m[:, None])", "causal mask hides the diagonal"),
+    K("kernel-causal-skips-diagonal-block", "kernels/_forward.py",
+      "hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)", "hi = tl.minimum(hi, pid_m * BLOCK_M)",
+      "causal block skipping also skips the diagonal block"),
+    K("kernel-no-online-rescale", "kernels/_forward.py",
+      "acc = acc * alpha[:, None] + tl.dot", "acc = acc + tl.dot",
+      "online softmax forgets to rescale the accumulator when the row max grows"),
+    K("kernel-lse-base-2", "kernels/_forward.py", " * 0.6931471805599453)", ")",
+      "logsumexp stored in base 2 instead of natural log"),
+    K("kernel-dk-unscaled", "kernels/_backward.py", "dk = dk * sm_scale", "dk = dk",
+      "dK misses the softmax scale"),
+    K("kernel-dq-unscaled", "kernels/_backward.py", "dq = dq * sm_scale", "dq = dq",
+      "dQ misses the softmax scale"),
+    K("kernel-dv-ignores-dropout", "kernels/_backward.py",
+      "p_drop = tl.where(keep, p * inv_keep, 0.0)", "p_drop = p * inv_keep",
+      "dV uses the probabilities without the dropout mask"),
+    K("kernel-lse-grad-dropped", "kernels/_backward.py",
+      "delta = delta - grad_lse.to(delta.dtype)", "delta = delta",
+      "the logsumexp output's gradient is ignored"),
+    K("kernel-key-padding-ignored", "kernels/_common.py",
+      "allowed = allowed & (key_ok != 0)[None, :]", "allowed = allowed",
+      "the (batch, k_len) key-padding mask is ignored"),
+    K("kernel-empty-row-nan", "kernels/_forward.py",
+      "acc = acc / tl.where(empty, 1.0, l_i)[:, None]", "acc = acc / l_i[:, None]",
+      "a row with no allowed key divides 0 by 0"),
+    K("kernel-head-dim-padding-not-zero", "kernels/_common.py", "mask=ok, other=0.0)", "mask=ok, other=1.0)",
+      "padded head-dim columns (head_dim 40, 80) read as 1 instead of 0"),
+    K("kernel-dropout-keeps-p", "kernels/_common.py",
+      "tl.rand(seed, offsets) >= dropout_p", "tl.rand(seed, offsets) < dropout_p",
+      "dropout keeps a fraction p instead of 1 - p"),
 ]
 
 GUARD = '''
@@ -235,7 +277,8 @@ def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
         workdir = Path(tmp)
         _copy_tree(workdir)
         if mutant is not None:
-            path = workdir / mutant.file.replace("kernels/", "transformer/kernels/", 1) if mutant.file.startswith("kernels/") else workdir / mutant.file
+            in_copy = "transformer/" + mutant.file if mutant.file.startswith("kernels/") else mutant.file
+            path = workdir / in_copy
             text = path.read_text()
             for old, new in mutant.edits:
                 if text.count(old) != 1:
@@ -292,18 +335,24 @@ def main() -> int:
         print("stale mutants (the source changed; update MUTANTS):\n  " + "\n  ".join(problems))
         return 2
     tests = [t for t in (args.tests or TEST_FILES) if (ROOT / t).exists()]
-    print(f"{len(mutants)} mutants; tests: {' '.join(tests)}")
 
-    baseline = run_one(None, tests, args.timeout)
-    print(f"baseline: {baseline['status']} in {baseline['seconds']}s: {baseline['tail'].splitlines()[-1]}")
-    if baseline["status"] != "passed":
-        print(baseline["tail"])
-        return 2
+    def suite(m: Mutant) -> list[str]:
+        return list(m.tests) if m.tests and not args.tests else tests
+
+    suites = sorted({tuple(suite(m)) for m in mutants}) or [tuple(tests)]
+    print(f"{len(mutants)} mutants; test suites: " + "; ".join(" ".join(s) for s in suites))
+
+    baselines = [run_one(None, list(s), args.timeout) for s in suites]  # each suite must pass unmutated
+    for baseline in baselines:
+        print(f"baseline: {baseline['status']} in {baseline['seconds']}s: {baseline['tail'].splitlines()[-1]}")
+        if baseline["status"] != "passed":
+            print(baseline["tail"])
+            return 2
 
     results: list[dict] = []
     started = time.monotonic()
     with futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        jobs = {pool.submit(run_one, m, tests, args.timeout): m for m in mutants}
+        jobs = {pool.submit(run_one, m, suite(m), args.timeout): m for m in mutants}
         for job in futures.as_completed(jobs):
             r = job.result()
             results.append(r)
@@ -319,16 +368,16 @@ def main() -> int:
     for r in results:
         print(f"{r['id']:{width}s}  {r['status']:8s}  {r['killed_by']}")
     print(f"\nscore: {len(caught)}/{len(results)} mutants caught in {time.monotonic() - started:.0f}s "
-          f"(baseline {baseline['seconds']}s)")
+          f"(baselines {', '.join(str(b['seconds']) + 's' for b in baselines)})")
     for r in survived:
         print(f"\nSURVIVED {r['id']} ({r['what']}):\n{r['tail']}")
 
     report = {
         "date": dt.date.today().isoformat(),
         "python": sys.version.split()[0],
-        "tests": tests,
-        "baseline_seconds": baseline["seconds"],
-        "baseline": baseline["tail"].splitlines()[-1],
+        "tests": [list(s) for s in suites],
+        "baseline_seconds": [b["seconds"] for b in baselines],
+        "baseline": [b["tail"].splitlines()[-1] for b in baselines],
         "caught": len(caught),
         "total": len(results),
         "skipped": [m.id for m in missing],

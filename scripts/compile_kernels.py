@@ -1,0 +1,125 @@
+"""Compile the attention kernels for a CUDA architecture on a machine without a GPU.
+
+The CPU interpreter checks the kernels' numerics, but not that they compile for a real GPU: Triton's
+type checks, layout passes and ptxas only run on that path. Triton's wheel ships ptxas, so ``triton.compile``
+can build cubins here; this script does that for every variant a launch can select and reports failures and
+the shared memory each needs (an H100 block may use at most 227 KiB; the autotuner drops configs that need more).
+
+    python scripts/compile_kernels.py                   # every dtype, head_dim 40/128/256, every autotune
+                                                        # config at 128 and 256, masks/causal/dropout all off
+                                                        # and all on (201 variants, 15 minutes on 2 cores)
+    python scripts/compile_kernels.py --every-flag-set  # instead: all 32 mask/causal/dropout combinations,
+                                                        # every dtype, head_dim 40, first autotune config
+    python scripts/compile_kernels.py --quick           # 3 kernels x fp16/fp32, all switches on (CI runs it)
+    python scripts/compile_kernels.py --arch 80         # another architecture (A100)
+
+Exit status 1 if any variant fails to compile. Compiling is not running: GPU-only tests still need a GPU.
+"""
+
+import argparse
+import itertools
+import os
+import sys
+import time
+
+os.environ.pop("TRITON_INTERPRET", None)  # the autotuned kernels are only built without the interpreter
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.runtime.autotuner import Autotuner  # noqa: E402
+
+from transformer.kernels import _backward, _forward, _tuning  # noqa: E402
+
+FLAGS = ("HAS_MASK", "HAS_KMASK", "HAS_KLEN", "CAUSAL", "DROPOUT")
+H100_SMEM_LIMIT = 227 * 1024
+
+
+def signature(fn, dtype: str, constexprs: dict) -> dict:
+    """Triton signature of a kernel from its argument names (the naming convention of kernels/)."""
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in ("MASK", "KMASK"):
+            sig[name] = "*u8"
+        elif name in ("KLEN", "SEED"):
+            sig[name] = "*i64"
+        elif name in ("LSE", "DELTA"):
+            sig[name] = "*fp32"
+        elif name[0].isupper():
+            sig[name] = "*" + dtype
+        elif name in ("sm_scale", "dropout_p"):
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def variants(every_flag_set: bool = False, quick: bool = False):
+    """(kernel name, jit fn, dtype, head_dim, flags, triton.Config) to compile."""
+    kernels = [("forward", _forward.fwd_kernel, _tuning.FWD_CONFIGS), ("dk/dv", _backward.dkdv_kernel,
+               _tuning.DKDV_CONFIGS), ("dq", _backward.dq_kernel, _tuning.DQ_CONFIGS)]
+    dtypes = ("fp16", "bf16", "fp32")
+    flag_sets = list(itertools.product((False, True), repeat=len(FLAGS)))
+    for name, kernel, configs in kernels:
+        fn = kernel.fn if isinstance(kernel, Autotuner) else kernel
+        for dtype, head_dim, flags in itertools.product(dtypes, (40, 128, 256), flag_sets):
+            if quick:
+                if dtype != "bf16" and head_dim == 40 and all(flags):
+                    yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), configs[0]
+            elif every_flag_set:
+                if head_dim == 40:
+                    yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), configs[0]
+            elif flags.count(True) in (0, len(FLAGS)):
+                for config in configs if head_dim >= 128 else configs[:1]:
+                    yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), config
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--every-flag-set", action="store_true", help="instead of the default set: all 32 "
+                        "combinations of the mask, causal and dropout switches (head_dim 40, first config)")
+    parser.add_argument("--quick", action="store_true", help="a smoke test: fp16 and fp32, head_dim 40, "
+                        "every switch on, first config (seconds)")
+    parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability times ten (default 90)")
+    args = parser.parse_args(argv)
+    target = GPUTarget("cuda", args.arch, 32)
+    print(f"triton {triton.__version__}, target sm_{args.arch}", flush=True)
+    failures, count, start, fits = 0, 0, time.perf_counter(), {}
+    for name, fn, dtype, head_dim, flags, config in variants(args.every_flag_set, args.quick):
+        constexprs = dict(flags, HEAD_DIM=head_dim, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                          BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **config.kwargs)
+        source = triton.compiler.ASTSource(fn=fn, signature=signature(fn, dtype, constexprs), constexprs=constexprs)
+        options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+        count += 1
+        try:
+            compiled = triton.compile(source, target=target, options=options)
+        except Exception as error:  # report every failure, then fail at the end
+            failures += 1
+            on = [f for f, v in flags.items() if v]
+            print(f"FAIL {name} {dtype} head_dim={head_dim} {config} flags={on}: {type(error).__name__}: "
+                  f"{str(error).splitlines()[0] if str(error) else ''}")
+            continue
+        key = (name, dtype, head_dim, str(config))
+        fits[key] = fits.get(key, True) and compiled.metadata.shared <= H100_SMEM_LIMIT
+    delta = _backward.delta_kernel
+    for dtype in ("fp16", "bf16", "fp32"):
+        constexprs = dict(HEAD_DIM=80, BLOCK_M=32, BLOCK_D=128)
+        triton.compile(triton.compiler.ASTSource(fn=delta, signature=signature(delta, dtype, constexprs),
+                                                 constexprs=constexprs), target=target)
+        count += 1
+    print(f"compiled {count - failures}/{count} variants in {time.perf_counter() - start:.0f} s")
+    print("autotune configs within an H100's 227 KiB of shared memory (the autotuner drops the others):")
+    summary = {}
+    for (name, dtype, head_dim, _), ok in fits.items():
+        fit, total = summary.get((name, dtype, head_dim), (0, 0))
+        summary[(name, dtype, head_dim)] = (fit + ok, total + 1)
+    no_fit = 0
+    for (name, dtype, head_dim), (fit, total) in sorted(summary.items()):
+        no_fit += fit == 0
+        print(f"  {name:8s} {dtype:5s} head_dim={head_dim:3d}: {fit}/{total}{'  NONE FITS' if fit == 0 else ''}")
+    return 1 if failures or no_fit else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
