@@ -2,7 +2,8 @@
 
 Forward and backward TFLOP/s and peak memory, bf16, batch 4, head_dim 64 (32 heads) and 128 (16 heads),
 lengths 1k/4k/16k, causal and not. FLOPs: 4*B*H*N^2*D, x0.5 causal, x2.5 for the backward.
-Prints a table, writes JSON (device, versions, date) and a PNG plot when matplotlib is importable.
+Prints a table, writes JSON (device, versions, date), a Markdown table for docs/ (.md) with the issue's
+targets checked, and a PNG plot when matplotlib is importable.
 
     python benchmarks/attention.py [--out benchmarks/results/attention] [--lengths 1024 4096 16384] [--quick]
 """
@@ -116,7 +117,54 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out.with_suffix('.json')}")
+    report = markdown_table(rows, meta) + "\n" + "\n".join(target_lines(rows)) + "\n"
+    out.with_suffix(".md").write_text(report)
+    print(report)
+    print(f"wrote {out.with_suffix('.md')}")
     plot(rows, out.with_suffix(".png"), meta)
+
+
+def _tflops(rows, provider, head_dim, n, causal, mode):
+    for r in rows:
+        if (r["provider"], r["head_dim"], r["n"], r["causal"], r["mode"]) == (provider, head_dim, n, causal, mode):
+            return r.get("tflops")
+    return None
+
+
+def markdown_table(rows, meta):
+    """One row per (head_dim, length, causal, direction); TFLOP/s per provider, peak MiB of ours."""
+    providers_seen = list(dict.fromkeys(r["provider"] for r in rows))
+    header = "| D | N | causal | pass | " + " | ".join(providers_seen) + " | ours: peak MiB |"
+    lines = [f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, {meta['dtype']}, "
+             f"batch {meta['batch']}, {meta['date']}; TFLOP/s ({meta['flops']})", "", header,
+             "|" + "---|" * (len(providers_seen) + 5)]
+    for head_dim, n, causal, mode in dict.fromkeys((r["head_dim"], r["n"], r["causal"], r["mode"]) for r in rows):
+        cells = []
+        for name in providers_seen:
+            value = _tflops(rows, name, head_dim, n, causal, mode)
+            cells.append("-" if value is None else f"{value:.1f}")
+        ours = next((r for r in rows if (r["provider"], r["head_dim"], r["n"], r["causal"], r["mode"]) ==
+                     ("triton (ours)", head_dim, n, causal, mode)), {})
+        peak = f"{ours['peak_mib']:.0f}" if "peak_mib" in ours else "-"
+        lines.append(f"| {head_dim} | {n} | {causal} | {mode} | " + " | ".join(cells) + f" | {peak} |")
+    return "\n".join(lines) + "\n"
+
+
+def target_lines(rows):
+    """The issue's targets: forward >= SDPA cuDNN for N >= 4k; backward >= SDPA flash everywhere."""
+    lines = []
+    for head_dim, n, causal, mode in dict.fromkeys((r["head_dim"], r["n"], r["causal"], r["mode"]) for r in rows):
+        if mode == "fwd" and n < 4096:
+            continue
+        rival = "sdpa cudnn" if mode == "fwd" else "sdpa flash"
+        ours = _tflops(rows, "triton (ours)", head_dim, n, causal, mode)
+        theirs = _tflops(rows, rival, head_dim, n, causal, mode)
+        if ours is None or theirs is None:
+            verdict = "not measured"
+        else:
+            verdict = f"{'met' if ours >= theirs else 'MISSED'} ({ours / theirs:.2f}x)"
+        lines.append(f"- target D={head_dim} N={n} causal={causal} {mode}: ours >= {rival}: {verdict}")
+    return lines
 
 
 def plot(rows, path, meta):
