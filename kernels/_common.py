@@ -1,4 +1,4 @@
-"""Triton helpers shared by the forward and backward kernels: which scores are allowed, dropout.
+"""Triton helpers shared by the forward and backward kernels: which scores are allowed, dropout, tile loads.
 
 Imported lazily (at the first kernel launch), so ``TRITON_INTERPRET`` only has to be set before that.
 """
