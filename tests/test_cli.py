@@ -37,6 +37,22 @@ def test_train_saves_a_checkpoint_and_reports(trained, capsys):
     assert code == 0 and out[0].startswith("1 2 3 -> ") and out[1].startswith("1 4 4 -> ")
 
 
+def test_decode_runs_attention_on_the_requested_backend(trained, capsys, monkeypatch):
+    import importlib
+
+    attention_module = importlib.import_module("transformer.attention")  # the package re-exports a function of that name
+
+    assert main(["decode", "--checkpoint", str(trained), "1 2 3 4 5"]) == 0
+    default = capsys.readouterr().out
+    calls = []
+    sdpa = attention_module.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    assert main(["decode", "--checkpoint", str(trained), "--attention-backend", "torch", "1 2 3 4 5"]) == 0
+    assert calls, "--attention-backend torch did not reach F.scaled_dot_product_attention"
+    assert capsys.readouterr().out == default
+    assert attention_module._override is None  # the override ends with the command
+
+
 def test_train_prints_progress_results_and_decodes(tmp_path, capsys):
     code = main(["train", "copy", "--steps", "3", "--out", str(tmp_path / "run"), "--eval-examples", "5", "--eval-every", "2"])
     captured = capsys.readouterr()

@@ -14,6 +14,7 @@ line on stderr and exit with status 2 (no traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .attention import BACKENDS
+from .attention import BACKENDS, use_backend
 from .checkpoint import CheckpointError, load_checkpoint
 from .tasks import TASKS, UnknownTokenError, get_task, task_from_metadata
 
@@ -35,24 +36,23 @@ class UsageError(Exception):
     """A problem with the command line or its inputs: reported in one line, exit status 2."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _int_at_least(minimum: int, what: str):
+    """An argparse ``type`` accepting integers >= ``minimum``; the error says ``expected {what}``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
+_positive_int = _int_at_least(1, "a positive integer")
+_non_negative_int = _int_at_least(0, "a non-negative integer")
 
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
@@ -166,13 +166,10 @@ def _decode(args: argparse.Namespace) -> int:
         task = task_from_metadata(ckpt.metadata)
     except (ValueError, TypeError) as error:
         raise UsageError(f"checkpoint {args.checkpoint}: {error}") from None
-    model = ckpt.model
-    if args.attention_backend is not None:
-        for module in model.modules():
-            if hasattr(module, "backend") and hasattr(module, "attend"):
-                module.backend = args.attention_backend
-    model.eval()
-    outputs = task.translate(model, args.text, beam_size=args.beam_size)
+    model = ckpt.model.eval()
+    backend = contextlib.nullcontext() if args.attention_backend is None else use_backend(args.attention_backend)
+    with backend:
+        outputs = task.translate(model, args.text, beam_size=args.beam_size)
     for text, output in zip(args.text, outputs):
         print(output if len(args.text) == 1 else f"{text} -> {output}")
     return 0
