@@ -79,11 +79,14 @@ def test_greedy_validates_max_len(bad, checks_on):
         greedy_decode(model, src, mask, bad, 1)
 
 
-def test_greedy_validates_symbols():
+def test_greedy_and_beam_validate_symbols():
     model = _model()
     src, mask = _src()
     with pytest.raises(ValueError, match="start_symbol=13"):
         greedy_decode(model, src, mask, 5, 13)
+    for decode in (greedy_decode, beam_search):
+        with pytest.raises(ValueError, match=r"pad_symbol=-1 must be a token id in \[0, "):
+            decode(model, src, mask, 5, 1, end_symbol=2, pad_symbol=-1)
 
 
 def test_each_step_adds_exactly_one_token_contract():

@@ -85,6 +85,16 @@ def test_positional_encoding_refuses_long_sequences(kind):
         pe(torch.zeros(2, 11, 8))
 
 
+@pytest.mark.parametrize("kind", [T.PositionalEncoding, T.LearnedPositionalEncoding])
+def test_positional_encoding_with_an_offset_continues_the_sequence(kind):
+    pe = kind(8, 0.0, max_len=10)
+    x = torch.randn(2, 10, 8)
+    torch.testing.assert_close(pe(x[:, 6:9], offset=6), pe(x)[:, 6:9], rtol=0, atol=0)
+    assert pe(x[:, 9:], offset=9).shape == (2, 1, 8)
+    with pytest.raises(ValueError, match="sequence length 11 exceeds max_len=10"):
+        pe(x[:, 9:], offset=10)
+
+
 def test_model_refuses_long_inputs():
     model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4, max_len=6)
     src = torch.randint(1, 11, (2, 7))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .contracts import Bool, Float, Int, Tensor, checked, validate_length
+from .contracts import Bool, Float, Int, Tensor, checked
 from .embeddings import LearnedPositionalEncoding, PositionalEncoding
 from .masks import subsequent_mask
 
@@ -50,6 +50,16 @@ def _validate_symbol(model: nn.Module, name: str, value: int | None) -> None:
     vocab = getattr(getattr(model, "config", None), "tgt_vocab", None)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (vocab is not None and value >= vocab):
         raise ValueError(f"{name}={value!r} must be a token id in [0, {vocab}) (the target vocabulary)")
+
+
+def _pad_symbol(model: nn.Module, pad_symbol: int | None, end_symbol: int | None) -> int:
+    """The filler after a row's end symbol: ``pad_symbol``, else the config's pad id, else the end symbol, else 0."""
+    if pad_symbol is None:
+        pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)
+        if pad_symbol is None:
+            pad_symbol = end_symbol if end_symbol is not None else 0
+    _validate_symbol(model, "pad_symbol", pad_symbol)
+    return pad_symbol
 
 
 class DecoderCache:
@@ -88,10 +98,7 @@ def _embed_last(model: nn.Module, ys: Tensor) -> Tensor:
     embed = model.tgt_embed
     pos = ys.size(1) - 1
     if isinstance(embed, nn.Sequential) and len(embed) == 2 and isinstance(embed[1], (PositionalEncoding, LearnedPositionalEncoding)):
-        positional = embed[1]
-        validate_length(pos + 1, positional.max_len, "positional encoding input")
-        x = embed[0](ys[:, pos:])
-        return positional.dropout(x + positional.pe[:, pos : pos + 1].to(x.dtype))
+        return embed[1](embed[0](ys[:, pos:]), offset=pos)
     return embed(ys)[:, pos:]  # unknown embedding module: embed the prefix, keep the last position
 
 
@@ -178,11 +185,7 @@ def greedy_decode(
     _validate_max_len(model, max_len)
     _validate_symbol(model, "start_symbol", start_symbol)
     _validate_symbol(model, "end_symbol", end_symbol)
-    if pad_symbol is None:
-        pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)
-        if pad_symbol is None:
-            pad_symbol = end_symbol if end_symbol is not None else 0
-    _validate_symbol(model, "pad_symbol", pad_symbol)
+    pad_symbol = _pad_symbol(model, pad_symbol, end_symbol)
     batch = src.size(0)
     if src_mask is not None and src_mask.size(0) != batch:
         src_mask = src_mask.expand(batch, -1, -1)
@@ -248,10 +251,7 @@ def beam_search(
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
     _validate_symbol(model, "start_symbol", start_symbol)
     _validate_symbol(model, "end_symbol", end_symbol)
-    if pad_symbol is None:
-        pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)
-        if pad_symbol is None:
-            pad_symbol = end_symbol if end_symbol is not None else 0
+    pad_symbol = _pad_symbol(model, pad_symbol, end_symbol)
     batch = src.size(0)
     if src_mask is not None and src_mask.size(0) != batch:
         src_mask = src_mask.expand(batch, -1, -1)

@@ -50,9 +50,13 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", pe.unsqueeze(0), persistent=False)
 
     @checked
-    def forward(self, x: Float[Tensor, "batch seq {self.d_model}"]) -> Float[Tensor, "batch seq {self.d_model}"]:
-        validate_length(x.size(1), self.max_len, "positional encoding input")
-        return self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))
+    def forward(
+        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
+    ) -> Float[Tensor, "batch seq {self.d_model}"]:
+        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes one position)."""
+        end = offset + x.size(1)
+        validate_length(end, self.max_len, "positional encoding input")
+        return self.dropout(x + self.pe[:, offset:end].to(x.dtype))
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -65,6 +69,10 @@ class LearnedPositionalEncoding(nn.Module):
         self.pe = nn.Parameter(torch.randn(1, max_len, d_model) * 0.02)
 
     @checked
-    def forward(self, x: Float[Tensor, "batch seq {self.d_model}"]) -> Float[Tensor, "batch seq {self.d_model}"]:
-        validate_length(x.size(1), self.max_len, "positional encoding input")
-        return self.dropout(x + self.pe[:, : x.size(1)])
+    def forward(
+        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
+    ) -> Float[Tensor, "batch seq {self.d_model}"]:
+        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes one position)."""
+        end = offset + x.size(1)
+        validate_length(end, self.max_len, "positional encoding input")
+        return self.dropout(x + self.pe[:, offset:end])
