@@ -241,6 +241,31 @@ def _make_bar(total: int | None, desc: str, enabled: bool, initial: int = 0):
     return tqdm(total=total, desc=desc, disable=not enabled, initial=initial, dynamic_ncols=True, leave=True)
 
 
+def _batch_loss(batch: Batch, model: nn.Module, loss_compute: Callable, device: torch.device | str, amp: bool):
+    """Run the model on one batch (bf16 autocast on CUDA) and return ``loss_compute``'s (loss sum, loss node)."""
+    with autocast_context(device, amp):
+        out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # __call__: module hooks run
+        return loss_compute(out, batch.tgt_y, batch.ntokens)
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, clip_grad: float | None) -> None:
+    """Clip the global gradient norm, step the optimizer, clear the gradients, step the schedule."""
+    if clip_grad is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if scheduler is not None:
+        scheduler.step()
+
+
+def _postfix(loss_per_token: float, tokens: int, elapsed: float, optimizer: torch.optim.Optimizer | None) -> dict:
+    """The progress bar's loss, tokens/s and (when training) learning rate."""
+    postfix = {"loss": f"{loss_per_token:.3f}", "tok/s": f"{tokens / max(elapsed, 1e-9):.0f}"}
+    if optimizer is not None:
+        postfix["lr"] = f"{optimizer.param_groups[0]['lr']:.2e}"
+    return postfix
+
+
 def run_epoch(
     data_iter: Iterable[Batch],
     model: nn.Module,
@@ -276,38 +301,24 @@ def run_epoch(
     start = time.perf_counter()
     total_tokens = 0
     total_loss = 0.0
-    tokens = 0
-    n_accum = 0
     grad_context = contextlib.nullcontext() if training else torch.no_grad()
     bar = _make_bar(total, "train" if training else "eval", progress)
     with grad_context:
         for i, batch in enumerate(data_iter):
             batch = batch.to(device)
-            with autocast_context(device, amp):
-                out = model.forward(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-                loss, loss_node = loss_compute(out, batch.tgt_y, batch.ntokens)
+            loss, loss_node = _batch_loss(batch, model, loss_compute, device, amp)
             if training:
                 loss_node.backward()
                 train_state.step += 1
                 train_state.samples += batch.src.shape[0]
                 train_state.tokens += batch.ntokens
                 if (i + 1) % accum_iter == 0:
-                    if clip_grad is not None:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    n_accum += 1
+                    _optimizer_step(model, optimizer, scheduler, clip_grad)
                     train_state.accum_step += 1
-                    if scheduler is not None:
-                        scheduler.step()
             total_loss += float(loss)
             total_tokens += batch.ntokens
-            tokens += batch.ntokens
             elapsed = time.perf_counter() - start
-            postfix = {"loss": f"{float(loss) / max(batch.ntokens, 1):.3f}", "tok/s": f"{tokens / max(elapsed, 1e-9):.0f}"}
-            if optimizer is not None:
-                postfix["lr"] = f"{optimizer.param_groups[0]['lr']:.2e}"
-            bar.set_postfix(postfix, refresh=False)
+            bar.set_postfix(_postfix(float(loss) / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False)
             bar.update(1)
     if training:
         # gradients of a trailing partial accumulation are discarded, as in the tutorial
@@ -473,18 +484,11 @@ class Trainer:
         loss_sum, ntokens = 0.0, 0
         for _ in range(self.config.accum_iter):
             batch = next(self._batches).to(self.device)
-            with autocast_context(self.device, self.config.amp):
-                out = self.model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-                loss, loss_node = self.loss_compute(out, batch.tgt_y, batch.ntokens)
+            loss, loss_node = _batch_loss(batch, self.model, self.loss_compute, self.device, self.config.amp)
             loss_node.backward()
             loss_sum += float(loss)
             ntokens += batch.ntokens
-        if self.config.clip_grad is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scheduler is not None:
-            self.scheduler.step()
+        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)
         self.step += 1
         self.tokens += ntokens
         self.last_train_loss = loss_sum / max(ntokens, 1)
@@ -505,19 +509,12 @@ class Trainer:
             first = True
             while self.step < target:
                 check = cfg.checks == "always" or (cfg.checks == "first" and first)
-                with checks(check) if not check else contextlib.nullcontext():
+                with contextlib.nullcontext() if check else checks(False):
                     loss = self.train_step()
                 first = False
                 self.history.train_loss.append((self.step, loss))
                 elapsed = time.perf_counter() - start
-                bar.set_postfix(
-                    {
-                        "loss": f"{loss:.3f}",
-                        "tok/s": f"{(self.tokens - start_tokens) / max(elapsed, 1e-9):.0f}",
-                        "lr": f"{self.optimizer.param_groups[0]['lr']:.2e}",
-                    },
-                    refresh=False,
-                )
+                bar.set_postfix(_postfix(loss, self.tokens - start_tokens, elapsed, self.optimizer), refresh=False)
                 bar.update(1)
                 if cfg.eval_every and self.eval_batches is not None and self.step % cfg.eval_every == 0:
                     eval_loss = self.evaluate()
