@@ -35,3 +35,17 @@ def attention(q, k, v, allowed, scale=None, keep=None, dropout_p=0.0):
 
 def max_err(a, b):
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+def compiled_and_eager(f, inputs):
+    """Loss and input gradients of ``torch.compile(f, fullgraph=True)`` and of eager ``f`` on the same inputs:
+    ((compiled loss, compiled grads), (eager loss, eager grads))."""
+    torch._dynamo.reset()
+    results = []
+    for fn in (torch.compile(f, fullgraph=True), f):
+        for t in inputs:
+            t.grad = None
+        loss = fn(*inputs)
+        loss.backward()
+        results.append((loss.detach(), [t.grad.clone() for t in inputs]))
+    return results

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attention_reference import allowed_matrix, attention, max_err
+from attention_reference import allowed_matrix, attention, compiled_and_eager, max_err
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
 pytestmark = pytest.mark.gpu
@@ -50,7 +50,6 @@ def test_backward_is_deterministic():
 
 
 def test_torch_compile_fullgraph():
-    torch._dynamo.reset()
     q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
     mask = torch.rand(256, 256, device="cuda") > 0.2
 
@@ -58,14 +57,7 @@ def test_torch_compile_fullgraph():
         out, lse = flash_attention_with_lse(*x, mask=mask, causal=True, dropout_p=0.1, seed=1)
         return out.float().square().sum() + lse.masked_fill(lse.isinf(), 0.0).sum()
 
-    compiled = torch.compile(f, fullgraph=True)
-    loss = compiled(q, k, v)
-    loss.backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    expected = f(q, k, v)
-    expected.backward()
+    (loss, grads), (expected, expected_grads) = compiled_and_eager(f, (q, k, v))
     assert torch.allclose(loss, expected, rtol=1e-3)
-    for a, t in zip(grads, (q, k, v)):
-        assert torch.allclose(a.float(), t.grad.float(), atol=1e-2, rtol=1e-2)
+    for a, b in zip(grads, expected_grads):
+        assert torch.allclose(a.float(), b.float(), atol=1e-2, rtol=1e-2)
