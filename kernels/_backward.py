@@ -26,20 +26,49 @@ def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, 
 
 
 @triton.jit
-def _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
+def _probs(rows, cols, lse2, qi, kj, b, h, q_len, kv_end, qk_scale,
            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-           HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-           PRECISION: tl.constexpr):
-    """Recompute P (softmax probabilities, 0 where not allowed) and the dropout keep mask for one block."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-    allowed = allowed_block(b, h, offs_m, offs_n, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
-                            KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
-    p = tl.where(allowed, tl.exp2(s - lse2[:, None]), 0.0)
+           HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+           MASKED: tl.constexpr):
+    """Recompute P = exp2(rows @ cols^T * scale - lse2) for one block, 0 where not allowed (``MASKED=False``:
+    an interior block, where every score is allowed). Query-major (dQ): rows = q, cols = k, qi / kj / lse2
+    shaped [BLOCK_M, 1] / [1, BLOCK_N] / [BLOCK_M, 1]. Key-major (dK/dV): rows = k, cols = q, transposed shapes.
+    A padded query row has lse2 = +inf, so its P is 0 in both cases."""
+    s = tl.dot(rows, tl.trans(cols), input_precision=PRECISION) * qk_scale
+    p = tl.exp2(s - lse2)
+    if MASKED:
+        allowed = allowed_block(b, h, qi, kj, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
+                                KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
+        p = tl.where(allowed, p, 0.0)
+    return p
+
+
+@triton.jit
+def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
+               qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+               MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+               HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+    """Add one query block's contribution to dK and dV. Key-major tiles [BLOCK_N, BLOCK_M] (P transposed):
+    every dot has BLOCK_N rows, enough for Hopper's warp-group MMA (query-major tiles would give two of the
+    four dots only BLOCK_M rows)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = load_rows(q_base, offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
+    do = load_rows(do_base, offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
+    lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
+    p_t = _probs(k, q, lse2[None, :], offs_m[None, :], offs_n[:, None], b, h, q_len, kv_end, qk_scale,
+                 MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL, PRECISION, MASKED)
+    dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
     if DROPOUT:
-        keep = keep_block(seed, bh, offs_m, offs_n, q_len, k_len, dropout_p)
+        keep_t = keep_block(seed, bh, offs_m[None, :], offs_n[:, None], q_len, k_len, dropout_p)
+        p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)
+        dp_t = tl.where(keep_t, dp_t * inv_keep, 0.0)
     else:
-        keep = allowed
-    return p, keep
+        p_drop_t = p_t
+    dv += tl.dot(p_drop_t.to(do.dtype), do, input_precision=PRECISION)
+    ds_t = p_t * (dp_t - delta[None, :])
+    dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    return dk, dv
 
 
 @triton.jit
@@ -74,25 +103,26 @@ def _dkdv_kernel(
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
+    # Query blocks [lo, mask_end) need a per-element mask: they cross the causal diagonal, or this key block
+    # holds padding keys, or there is a mask tensor. The query blocks after them are interior.
+    mask_end = lo
+    if CAUSAL:  # the first query block that starts at or after this key block's last key
+        mask_end = tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M
+    if HAS_MASK or HAS_KMASK:
+        mask_end = hi
+    mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
-    for start_m in range(lo, hi, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = load_rows(q_base, offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
-        do = load_rows(do_base, offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
-        lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
-        p, keep = _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
-                         MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                         HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        if DROPOUT:
-            p_drop = tl.where(keep, p * inv_keep, 0.0)
-            dp = tl.where(keep, dp * inv_keep, 0.0)
-        else:
-            p_drop = p
-        dv += tl.dot(tl.trans(p_drop.to(do.dtype)), do, input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    for start_m in range(lo, mask_end, BLOCK_M):
+        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
+                            kv_end, qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+                            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, MASKED=True)
+    for start_m in range(mask_end, hi, BLOCK_M):
+        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
+                            kv_end, qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+                            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, MASKED=False)
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
@@ -100,6 +130,26 @@ def _dkdv_kernel(
              dk.to(DK.dtype.element_ty), mask=out_ok)
     tl.store(head_ptr(DV, b, h, s_dvb, s_dvh) + offs_n[:, None] * s_dvn + offs_d[None, :] * s_dvd,
              dv.to(DV.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
+             kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+             MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+             HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+             PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N])."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
+    v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
+    p = _probs(q, k, lse2[:, None], offs_m[:, None], offs_n[None, :], b, h, q_len, kv_end, qk_scale,
+               MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL, PRECISION, MASKED)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    if DROPOUT:
+        keep = keep_block(seed, bh, offs_m[:, None], offs_n[None, :], q_len, k_len, dropout_p)
+        dp = tl.where(keep, dp * inv_keep, 0.0)
+    ds = p * (dp - delta[:, None])
+    return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
 
 
 @triton.jit
@@ -135,19 +185,23 @@ def _dq_kernel(
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
+    # Interior key blocks [0, full_end) need no per-element mask (as in the forward kernel).
+    full_end = (kv_end // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        full_end = tl.minimum(full_end, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)
+    if HAS_MASK or HAS_KMASK:
+        full_end = 0
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
-        v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
-        p, keep = _probs(q, k, lse2, b, h, bh, offs_m, offs_n, q_len, k_len, kv_end, qk_scale, seed, dropout_p,
-                         MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                         HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        if DROPOUT:
-            dp = tl.where(keep, dp * inv_keep, 0.0)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    for start_n in range(0, full_end, BLOCK_N):
+        dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
+                      kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+                      MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=False)
+    for start_n in range(full_end, hi, BLOCK_N):
+        dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
+                      kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+                      MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=True)
 
     dq = dq * sm_scale
     tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + offs_m[:, None] * s_dqm + offs_d[None, :] * s_dqd,

@@ -10,6 +10,37 @@ from ._common import allowed_block, head_ptr, keep_block, key_end, load_rows, lo
 
 
 @triton.jit
+def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
+                  qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,
+                  MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                  HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+                  PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
+    rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
+    compare or select, and the running max is always finite."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    if MASKED:
+        allowed = allowed_block(b, h, offs_m[:, None], offs_n[None, :], q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
+                                KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = m_new
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if DROPOUT:
+        p = tl.where(keep_block(seed, bh, offs_m[:, None], offs_n[None, :], q_len, k_len, dropout_p), p, 0.0)
+    v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def _fwd_kernel(
     Q, K, V, O, LSE, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_om, s_od,
@@ -40,23 +71,23 @@ def _fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
     acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        allowed = allowed_block(b, h, offs_m, offs_n, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
-                                KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
-        s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if DROPOUT:
-            p = tl.where(keep_block(seed, bh, offs_m, offs_n, q_len, k_len, dropout_p), p, 0.0)
-        v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+    # Interior key blocks [0, full_end) need no per-element mask: every key is valid, the whole block lies below
+    # the causal diagonal, and there is no mask tensor. Only the blocks from full_end to hi pay for masking.
+    full_end = (kv_end // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        full_end = tl.minimum(full_end, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)
+    if HAS_MASK or HAS_KMASK:
+        full_end = 0
+    for start_n in range(0, full_end, BLOCK_N):
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
+                                      q_len, k_len, kv_end, qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,
+                                      MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=False)
+    for start_n in range(full_end, hi, BLOCK_N):
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
+                                      q_len, k_len, kv_end, qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,
+                                      MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=True)
 
     empty = l_i == 0.0  # no allowed key: output 0, logsumexp -inf
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]

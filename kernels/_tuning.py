@@ -23,7 +23,7 @@ def _configs(pairs):
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); the small last one always fits in shared memory.
-FWD_CONFIGS = _configs([(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)])
+FWD_CONFIGS = _configs([(128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)])
 DKDV_CONFIGS = _configs([(32, 128, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (16, 32, 4, 1)])
 DQ_CONFIGS = _configs([(128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 16, 4, 1)])
 TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "HEAD_DIM", "CAUSAL", "DROPOUT"]

@@ -145,6 +145,17 @@ def test_fully_masked_everything_gives_zeros_and_zero_grads(device):
         assert torch.equal(t.grad, torch.zeros_like(t))
 
 
+def test_very_negative_scores_with_padding_keys(device):
+    """Every allowed score near -220, so exp2(score - lse) is fine but exp2(0 - lse) overflows: a padding key
+    (read as zeros, score 0) that slipped past the mask in any kernel would turn gradients into inf or NaN."""
+    g = torch.Generator().manual_seed(3)
+    q = (8.0 + 0.1 * torch.randn(2, 2, 40, 16, generator=g)).to(device)
+    k = (-7.0 + 0.1 * torch.randn(2, 2, 50, 16, generator=g)).to(device)
+    v = torch.randn(2, 2, 50, 16, generator=g).to(device)
+    for kwargs in ({}, {"causal": True}):
+        run_and_compare(q, k, v, key_lengths=torch.tensor([37, 50], device=device), **kwargs)
+
+
 def test_scale_argument(device):
     q, k, v = (rand((1, 2, n, 32), torch.float32, device) for n in (33, 20, 20))
     run_and_compare(q, k, v, scale=0.5, causal=True)
