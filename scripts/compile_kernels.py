@@ -7,7 +7,7 @@ the shared memory each needs (an H100 block may use at most 227 KiB; the autotun
 
     python scripts/compile_kernels.py                   # every dtype, head_dim 40/128/256, every autotune
                                                         # config at 128 and 256, masks/causal/dropout all off
-                                                        # and all on (201 variants, 15 minutes on 2 cores)
+                                                        # and all on (213 variants, 30 minutes on 2 cores)
     python scripts/compile_kernels.py --every-flag-set  # instead: all 32 mask/causal/dropout combinations,
                                                         # every dtype, head_dim 40, first autotune config
     python scripts/compile_kernels.py --quick           # 3 kernels x fp16/fp32, all switches on (CI runs it)

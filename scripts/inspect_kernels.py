@@ -1,0 +1,158 @@
+"""What the compiler makes of the attention kernels for an H100, read from the compiled code (no GPU needed).
+
+Compiles each kernel for sm_90 as a real launch of the benchmark's shapes would specialise it (contiguous
+(batch, heads, len, head_dim) tensors: unit strides become constants, multiples of 16 are marked divisible,
+pointers are 16-byte aligned) and reports, per autotune config:
+
+* registers per thread and bytes spilled to local memory (``ptxas -v``; 255 registers is the ceiling),
+* shared memory (an H100 block may use at most 227 KiB),
+* how many of the kernel's dots became Hopper warp-group MMAs (``wgmma``) rather than Ampere-style ``mma``,
+* how many loads are asynchronous copies (``cp.async``, what the software pipeliner emits).
+
+These are necessary conditions for speed, not speed: only benchmarks/attention.py on a GPU measures that.
+
+    python scripts/inspect_kernels.py --markdown t.md       # bf16, head_dim 64 and 128, causal or not
+    python scripts/inspect_kernels.py --quick --json r.json # bf16 head_dim 64, first config (CI)
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.pop("TRITON_INTERPRET", None)  # the autotuned kernels are only built without the interpreter
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability  # noqa: E402
+
+from compile_kernels import signature  # noqa: E402
+from transformer.kernels import _backward, _forward, _tuning  # noqa: E402
+
+KERNELS = {"forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS),
+           "dk/dv": (_backward.dkdv_kernel, _tuning.DKDV_CONFIGS),
+           "dq": (_backward.dq_kernel, _tuning.DQ_CONFIGS)}
+LENGTH = 4096
+
+
+def launch_integers(heads: int, length: int, head_dim: int) -> dict:
+    """The integer arguments a launch on contiguous (4, heads, length, head_dim) tensors passes, no masks."""
+    values = dict(heads=heads, q_len=length, k_len=length, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0,
+                  Q_BUCKET=length, K_BUCKET=length)
+    for prefix in ("q", "k", "v", "o", "d", "dq", "dk", "dv"):
+        seq = "n" if prefix in ("k", "v", "dk", "dv") else "m"
+        values.update({f"s_{prefix}b": heads * length * head_dim, f"s_{prefix}h": length * head_dim,
+                       f"s_{prefix}{seq}": head_dim, f"s_{prefix}d": 1})
+    return values
+
+
+def specialise(fn, sig: dict, constexprs: dict, integers: dict):
+    """Triton's launch-time specialisation: integers equal to 1 become constants, multiples of 16 and pointers
+    get a divisibility-by-16 hint (triton.runtime.jit does the same from the argument values)."""
+    sig, constexprs, attrs = dict(sig), dict(constexprs), {}
+    for index, name in enumerate(fn.arg_names):
+        if sig[name] == "constexpr":
+            continue
+        if sig[name].startswith("*"):
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif integers.get(name) == 1:
+            sig[name], constexprs[name] = "constexpr", 1
+        elif name in integers and integers[name] % 16 == 0:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    return sig, constexprs, attrs
+
+
+def resources(compiled) -> dict:
+    """Registers, spills, shared memory and instruction mix of one compiled kernel. ptxas is the one Triton
+    itself runs for this architecture (3.9 needs the newer of the two its wheel ships)."""
+    arch = compiled.metadata.target.arch
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "kernel.ptx")
+        with open(ptx, "w") as handle:
+            handle.write(compiled.asm["ptx"])
+        report = subprocess.run([get_ptxas(arch).path, "-v", f"-arch={sm_arch_from_capability(arch)}",
+                                 ptx, "-o", os.path.join(tmp, "kernel.cubin")],
+                                capture_output=True, text=True, check=True).stderr
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    stores, loads = map(int, re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report).groups())
+    ttgir = compiled.asm["ttgir"]
+    wgmma = len(re.findall(r"= ttng\.warp_group_dot ", ttgir))
+    return dict(registers=registers, spill_bytes=stores + loads, shared_bytes=compiled.metadata.shared,
+                dots=wgmma + len(re.findall(r"= tt\.dot ", ttgir)), wgmma_dots=wgmma,
+                async_copies=len(re.findall(r"= ttg\.async_copy_global_to_local ", ttgir)))
+
+
+def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: int = 90) -> dict:
+    kernel, _ = KERNELS[name]
+    fn = kernel.fn if hasattr(kernel, "fn") else kernel
+    flags = dict(HAS_MASK=False, HAS_KMASK=False, HAS_KLEN=False, CAUSAL=causal, DROPOUT=False)
+    constexprs = dict(flags, HEAD_DIM=head_dim, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                      BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **config.kwargs)
+    heads = 2048 // head_dim  # the benchmark: 32 heads at head_dim 64, 16 at 128
+    sig, constexprs, attrs = specialise(fn, signature(fn, dtype, constexprs), constexprs,
+                                        launch_integers(heads, LENGTH, head_dim))
+    compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    row = dict(kernel=name, dtype=dtype, head_dim=head_dim, causal=causal, block_m=config.kwargs["BLOCK_M"],
+               block_n=config.kwargs["BLOCK_N"], num_warps=config.num_warps, num_stages=config.num_stages)
+    return dict(row, **resources(compiled))
+
+
+def rows(quick: bool):
+    for name, (_, configs) in KERNELS.items():
+        for head_dim in (64,) if quick else (64, 128):
+            for causal in (False,) if quick else (False, True):
+                for config in configs[:1] if quick else configs:
+                    yield inspect(name, "bf16", head_dim, causal, config)
+
+
+def markdown_table(results: list) -> str:
+    """One row per kernel, head_dim and config; registers and spills as "not causal / causal"."""
+    merged = {}
+    for row in results:
+        key = (row["kernel"], row["head_dim"], f"{row['block_m']}x{row['block_n']}", row["num_warps"],
+               row["num_stages"])
+        merged.setdefault(key, {})[row["causal"]] = row
+    lines = ["| kernel | head_dim | blocks | warps | stages | registers | spilled bytes | shared KiB | wgmma / dots |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, by_causal in merged.items():
+        variants = [by_causal[c] for c in (False, True) if c in by_causal]
+        both = lambda field: " / ".join(str(v[field]) for v in variants)  # noqa: E731
+        first = variants[0]
+        lines.append("| " + " | ".join(map(str, key)) + f" | {both('registers')} | {both('spill_bytes')} | "
+                     f"{first['shared_bytes'] // 1024} | {first['wgmma_dots']} / {first['dots']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="head_dim 64, not causal, first config only")
+    parser.add_argument("--json", help="write the rows here as JSON")
+    parser.add_argument("--markdown", help="write a table here (registers and spills: not causal / causal)")
+    args = parser.parse_args(argv)
+    print(f"triton {triton.__version__}, sm_90, bf16, length {LENGTH}, contiguous inputs, no masks")
+    header = ("kernel", "head_dim", "causal", "blocks", "warps", "stages", "regs", "spill B", "smem KiB",
+              "wgmma/dots", "cp.async")
+    print(" | ".join(header))
+    results = []
+    for row in rows(args.quick):
+        results.append(row)
+        print(" | ".join(map(str, (row["kernel"], row["head_dim"], row["causal"],
+                                   f"{row['block_m']}x{row['block_n']}", row["num_warps"], row["num_stages"],
+                                   row["registers"], row["spill_bytes"], row["shared_bytes"] // 1024,
+                                   f"{row['wgmma_dots']}/{row['dots']}", row["async_copies"]))), flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"triton": triton.__version__, "arch": "sm_90", "rows": results}, handle, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(markdown_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
