@@ -7,7 +7,8 @@ import triton.language as tl
 
 from . import _tuning
 from ._args import acc_dtype, dot_precision, mask_args, strides
-from ._common import allowed_block, head_ptr, keep_block, key_end, load_row_stats, load_rows, load_seed
+from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_row_stats, load_rows,
+                      load_seed)
 
 @triton.jit
 def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
@@ -178,19 +179,12 @@ def _dq_kernel(
     v_base = head_ptr(V, b, h, s_vb, s_vh)
 
     kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
-    hi = kv_end
-    if CAUSAL:
-        hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
+    full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
     seed = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
-    # Interior key blocks [0, full_end) need no per-element mask (as in the forward kernel).
-    full_end = (kv_end // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        full_end = tl.minimum(full_end, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)
-    if HAS_MASK or HAS_KMASK:
-        full_end = 0
+    # Interior key blocks [0, full_end) with no per-element mask, as in the forward kernel.
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
     for start_n in range(0, full_end, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,

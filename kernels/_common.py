@@ -60,6 +60,23 @@ def key_end(KLEN, b, k_len, HAS_KLEN: tl.constexpr):
 
 
 @triton.jit
+def key_blocks(kv_end, pid_m, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The keys query block ``pid_m`` visits, as (full_end, hi). Key blocks in [0, full_end) are interior: every
+    key valid, the whole block below the causal diagonal, no mask tensor, so they need no per-element mask.
+    Blocks in [full_end, hi) need it. Keys from hi on are never allowed (past the key length, or, causal, after
+    the block's last query), so those blocks are skipped."""
+    hi = kv_end
+    full_end = (kv_end // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
+        full_end = tl.minimum(full_end, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)
+    if HAS_MASK or HAS_KMASK:
+        full_end = 0
+    return full_end, hi
+
+
+@triton.jit
 def load_seed(SEED, DROPOUT: tl.constexpr):
     """The Philox seed (read from device memory, so a new seed never recompiles), or 0 without dropout."""
     seed = 0

@@ -6,7 +6,7 @@ import triton.language as tl
 
 from . import _tuning
 from ._args import acc_dtype, dot_precision, mask_args, strides
-from ._common import allowed_block, head_ptr, keep_block, key_end, load_rows, load_seed
+from ._common import allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed
 
 
 @triton.jit
@@ -62,22 +62,14 @@ def _fwd_kernel(
     v_base = head_ptr(V, b, h, s_vb, s_vh)
 
     kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
-    hi = kv_end
-    if CAUSAL:  # keys after the block's last query are never allowed: skip those blocks
-        hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
+    full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
     seed = load_seed(SEED, DROPOUT)
 
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
     acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
-    # Interior key blocks [0, full_end) need no per-element mask: every key is valid, the whole block lies below
-    # the causal diagonal, and there is no mask tensor. Only the blocks from full_end to hi pay for masking.
-    full_end = (kv_end // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        full_end = tl.minimum(full_end, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)
-    if HAS_MASK or HAS_KMASK:
-        full_end = 0
+    # Interior key blocks first, with no per-element mask; only the blocks from full_end to hi pay for masking.
     for start_n in range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
                                       q_len, k_len, kv_end, qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,

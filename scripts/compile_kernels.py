@@ -34,6 +34,16 @@ FLAGS = ("HAS_MASK", "HAS_KMASK", "HAS_KLEN", "CAUSAL", "DROPOUT")
 H100_SMEM_LIMIT = 227 * 1024
 
 
+KERNELS = {"forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS),
+           "dk/dv": (_backward.dkdv_kernel, _tuning.DKDV_CONFIGS),
+           "dq": (_backward.dq_kernel, _tuning.DQ_CONFIGS)}
+
+
+def jit_function(kernel):
+    """The @triton.jit function inside an autotuned kernel (or the kernel itself)."""
+    return kernel.fn if isinstance(kernel, Autotuner) else kernel
+
+
 def signature(fn, dtype: str, constexprs: dict) -> dict:
     """Triton signature of a kernel from its argument names (the naming convention of kernels/)."""
     sig = {}
@@ -57,12 +67,10 @@ def signature(fn, dtype: str, constexprs: dict) -> dict:
 
 def variants(every_flag_set: bool = False, quick: bool = False):
     """(kernel name, jit fn, dtype, head_dim, flags, triton.Config) to compile."""
-    kernels = [("forward", _forward.fwd_kernel, _tuning.FWD_CONFIGS), ("dk/dv", _backward.dkdv_kernel,
-               _tuning.DKDV_CONFIGS), ("dq", _backward.dq_kernel, _tuning.DQ_CONFIGS)]
     dtypes = ("fp16", "bf16", "fp32")
     flag_sets = list(itertools.product((False, True), repeat=len(FLAGS)))
-    for name, kernel, configs in kernels:
-        fn = kernel.fn if isinstance(kernel, Autotuner) else kernel
+    for name, (kernel, configs) in KERNELS.items():
+        fn = jit_function(kernel)
         for dtype, head_dim, flags in itertools.product(dtypes, (40, 128, 256), flag_sets):
             if quick:
                 if dtype != "bf16" and head_dim == 40 and all(flags):
@@ -73,6 +81,19 @@ def variants(every_flag_set: bool = False, quick: bool = False):
             elif flags.count(True) in (0, len(FLAGS)):
                 for config in configs if head_dim >= 128 else configs[:1]:
                     yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), config
+
+
+def compile_variant(fn, dtype: str, head_dim: int, flags: dict, config, target, specialise=None):
+    """``triton.compile`` one kernel variant: dtype, head_dim, the mask/causal/dropout switches, an autotune
+    config. ``specialise(sig, constexprs) -> (sig, constexprs, attrs)`` may add launch-time specialisation."""
+    constexprs = dict(flags, HEAD_DIM=head_dim, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                      BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **config.kwargs)
+    sig, attrs = signature(fn, dtype, constexprs), {}
+    if specialise is not None:
+        sig, constexprs, attrs = specialise(sig, constexprs)
+    source = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=target, options={"num_warps": config.num_warps,
+                                                          "num_stages": config.num_stages})
 
 
 def main(argv=None) -> int:
@@ -87,13 +108,9 @@ def main(argv=None) -> int:
     print(f"triton {triton.__version__}, target sm_{args.arch}", flush=True)
     failures, count, start, fits = 0, 0, time.perf_counter(), {}
     for name, fn, dtype, head_dim, flags, config in variants(args.every_flag_set, args.quick):
-        constexprs = dict(flags, HEAD_DIM=head_dim, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                          BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **config.kwargs)
-        source = triton.compiler.ASTSource(fn=fn, signature=signature(fn, dtype, constexprs), constexprs=constexprs)
-        options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
         count += 1
         try:
-            compiled = triton.compile(source, target=target, options=options)
+            compiled = compile_variant(fn, dtype, head_dim, flags, config, target)
         except Exception as error:  # report every failure, then fail at the end
             failures += 1
             on = [f for f, v in flags.items() if v]

@@ -29,12 +29,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability  # noqa: E402
 
-from compile_kernels import signature  # noqa: E402
-from transformer.kernels import _backward, _forward, _tuning  # noqa: E402
-
-KERNELS = {"forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS),
-           "dk/dv": (_backward.dkdv_kernel, _tuning.DKDV_CONFIGS),
-           "dq": (_backward.dq_kernel, _tuning.DQ_CONFIGS)}
+from compile_kernels import KERNELS, compile_variant, jit_function  # noqa: E402
 LENGTH = 4096
 
 
@@ -86,17 +81,11 @@ def resources(compiled) -> dict:
 
 
 def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: int = 90) -> dict:
-    kernel, _ = KERNELS[name]
-    fn = kernel.fn if hasattr(kernel, "fn") else kernel
+    fn = jit_function(KERNELS[name][0])
     flags = dict(HAS_MASK=False, HAS_KMASK=False, HAS_KLEN=False, CAUSAL=causal, DROPOUT=False)
-    constexprs = dict(flags, HEAD_DIM=head_dim, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                      BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **config.kwargs)
-    heads = 2048 // head_dim  # the benchmark: 32 heads at head_dim 64, 16 at 128
-    sig, constexprs, attrs = specialise(fn, signature(fn, dtype, constexprs), constexprs,
-                                        launch_integers(heads, LENGTH, head_dim))
-    compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                              target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    integers = launch_integers(2048 // head_dim, LENGTH, head_dim)  # the benchmark: 32 heads at 64, 16 at 128
+    compiled = compile_variant(fn, dtype, head_dim, flags, config, GPUTarget("cuda", arch, 32),
+                               lambda sig, constexprs: specialise(fn, sig, constexprs, integers))
     row = dict(kernel=name, dtype=dtype, head_dim=head_dim, causal=causal, block_m=config.kwargs["BLOCK_M"],
                block_n=config.kwargs["BLOCK_N"], num_warps=config.num_warps, num_stages=config.num_stages)
     return dict(row, **resources(compiled))
@@ -121,9 +110,9 @@ def markdown_table(results: list) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for key, by_causal in merged.items():
         variants = [by_causal[c] for c in (False, True) if c in by_causal]
-        both = lambda field: " / ".join(str(v[field]) for v in variants)  # noqa: E731
+        registers, spills = (" / ".join(str(v[field]) for v in variants) for field in ("registers", "spill_bytes"))
         first = variants[0]
-        lines.append("| " + " | ".join(map(str, key)) + f" | {both('registers')} | {both('spill_bytes')} | "
+        lines.append("| " + " | ".join(map(str, key)) + f" | {registers} | {spills} | "
                      f"{first['shared_bytes'] // 1024} | {first['wgmma_dots']} / {first['dots']} |")
     return "\n".join(lines) + "\n"
 
