@@ -5,6 +5,8 @@ Importing this package never touches a GPU driver; the kernels themselves are de
 launch, so ``TRITON_INTERPRET=1`` may be set any time before then. See docs/kernels.md.
 """
 
+import triton  # noqa: F401  (without Triton, fail here, before any op is registered with torch.library)
+
 from ._api import flash_attention, flash_attention_with_lse
 from ._validate import unsupported_reason
 

@@ -5,7 +5,8 @@ import math
 import torch
 
 from ._op import flash_attn_fwd, flash_attn_fwd_interpreted
-from ._validate import device_reason, validate
+from ._validate import device_reason
+from ._validate import validate as check_inputs
 
 
 def _seed_tensor(seed, device) -> torch.Tensor:
@@ -17,16 +18,17 @@ def _seed_tensor(seed, device) -> torch.Tensor:
 
 
 def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
-                             dropout_p=0.0, seed=None):
+                             dropout_p=0.0, seed=None, validate: bool = True):
     """Fused attention; returns (out, logsumexp). See :func:`flash_attention` and docs/kernels.md.
 
     The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled and masked scores
     before dropout; -inf for a query row with no allowed key. It is differentiable.
     """
-    validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
-    reason = device_reason(q)
-    if reason is not None:
-        raise RuntimeError(f"flash_attention cannot run here: {reason}")
+    if validate:
+        check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
+        reason = device_reason(q)
+        if reason is not None:
+            raise RuntimeError(f"flash_attention cannot run here: {reason}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     dropout_p = float(dropout_p)
     seed_t = _seed_tensor(seed, q.device) if dropout_p > 0.0 else None
@@ -35,7 +37,7 @@ def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=N
 
 
 def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
-                    dropout_p=0.0, seed=None) -> torch.Tensor:
+                    dropout_p=0.0, seed=None, validate: bool = True) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v with dropout on the probabilities, in one fused Triton kernel.
 
     q: (batch, heads, q_len, head_dim); k, v: (batch, heads, k_len, head_dim). Masks say True = may attend:
@@ -45,6 +47,8 @@ def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, caus
     A query row with no allowed key outputs 0 (and gets zero gradients). ``scale`` defaults to
     1/sqrt(head_dim). ``dropout_p`` drops probabilities with an in-kernel Philox generator keyed by ``seed``
     (None: drawn from torch's default CPU generator) and scales the kept ones by 1/(1-p).
+    ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
+    check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """
     return flash_attention_with_lse(q, k, v, mask=mask, key_mask=key_mask, key_lengths=key_lengths, causal=causal,
-                                    scale=scale, dropout_p=dropout_p, seed=seed)[0]
+                                    scale=scale, dropout_p=dropout_p, seed=seed, validate=validate)[0]

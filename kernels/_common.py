@@ -52,10 +52,12 @@ def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
 
 @triton.jit
 def key_end(KLEN, b, k_len, HAS_KLEN: tl.constexpr):
-    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len."""
+    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len. The length is
+    clamped in 64 bits before narrowing, so a huge int64 length (e.g. 2**32 + 3, or int64 max as "no limit")
+    means k_len, not its low 32 bits."""
     kv_end = k_len
     if HAS_KLEN:
-        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)
+        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)
     return kv_end
 
 

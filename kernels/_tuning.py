@@ -1,13 +1,46 @@
 """Launch configuration: autotuning on CUDA, one fixed configuration under TRITON_INTERPRET=1.
 
-Autotuning with more than one config touches the driver, which does not exist without a GPU.
+Autotuning with more than one config touches the driver, which does not exist without a GPU. The interpreter's
+block shape is 32 x 32 unless changed with :func:`interpret_blocks` (a context manager) or
+:func:`set_interpret_blocks`, so that tests can run the kernels' block-shape-dependent logic (BLOCK_M != BLOCK_N)
+on the CPU. It has no effect on CUDA, where the autotuner picks the blocks.
 """
 
+import contextlib
 import os
 
 import triton
 
-INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
+INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
+_interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)
+BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot needs at least 16 rows and columns
+
+
+def get_interpret_blocks() -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) that kernels launched under TRITON_INTERPRET=1 use now."""
+    return _interpret_blocks["BLOCK_M"], _interpret_blocks["BLOCK_N"]
+
+
+def set_interpret_blocks(block_m: int, block_n: int) -> tuple[int, int]:
+    """Use (BLOCK_M, BLOCK_N) for every later interpreted launch (forward, dK/dV and dQ kernels); returns the
+    previous shape. Each must be one of BLOCK_SIZES. Ignored on CUDA (autotuned there)."""
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value not in BLOCK_SIZES:
+            raise ValueError(f"{name} must be one of {BLOCK_SIZES}, got {value!r}")
+    previous = get_interpret_blocks()
+    _interpret_blocks.update(BLOCK_M=block_m, BLOCK_N=block_n)
+    return previous
+
+
+@contextlib.contextmanager
+def interpret_blocks(block_m: int, block_n: int):
+    """Context manager: interpreted launches inside it use (BLOCK_M, BLOCK_N); the previous shape comes back
+    on exit, also after an exception."""
+    previous = set_interpret_blocks(block_m, block_n)
+    try:
+        yield
+    finally:
+        set_interpret_blocks(*previous)
 
 
 def interpreting() -> bool:
@@ -37,8 +70,8 @@ def build(jit_fn, configs):
 
 
 def launch_kwargs(q_len: int, k_len: int) -> dict:
-    """Extra launch arguments: tuning buckets, plus the fixed blocks when interpreting."""
+    """Extra launch arguments: tuning buckets, plus the current interpreter blocks when interpreting."""
     extra = {"Q_BUCKET": triton.next_power_of_2(q_len), "K_BUCKET": triton.next_power_of_2(k_len)}
     if interpreting():
-        extra.update(INTERPRET_BLOCKS)
+        extra.update(_interpret_blocks)
     return extra

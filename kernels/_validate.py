@@ -110,10 +110,11 @@ def _old_interpreter_reason() -> str | None:
     return None
 
 
-def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0) -> str | None:
+def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
+                       scale=None) -> str | None:
     """None when the Triton path can run these inputs on this machine, else a sentence saying why not."""
     try:
-        validate(q, k, v, mask, key_mask, key_lengths, dropout_p)
+        validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
     except ValueError as error:
         return str(error)
     return device_reason(q)

@@ -1,5 +1,6 @@
 """The distribution ships kernels/ as transformer.kernels and installs no top-level `kernels` module."""
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -35,3 +36,33 @@ def test_wheel_contents(tmp_path):
     triton = [line for line in requires if "triton" in line]
     assert triton and all("extra ==" in line for line in triton), triton  # never a hard requirement
     assert any(line.startswith("Requires-Dist: torch") and "<" not in line for line in requires)
+
+
+WITHOUT_TRITON = r"""
+import sys, warnings
+sys.modules["triton"] = None  # as if Triton were not installed: `import triton` fails, find_spec finds nothing
+warnings.simplefilter("error")  # importing and using the package must not warn
+import torch, transformer as T
+from transformer.cli import main
+
+model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2)
+src = torch.randint(1, 11, (2, 5))
+model.generator(model(src, src, T.padding_mask(src, 0), T.target_mask(src, 0))).sum().backward()
+try:
+    with T.use_backend("triton"):
+        model(src, src, T.padding_mask(src, 0), T.target_mask(src, 0))
+except ValueError as error:
+    print("MODEL:", error)
+print("CLI:", main(["train", "copy", "--steps", "1", "--attention-backend", "triton", "--out", sys.argv[1]]))
+"""
+
+
+def test_without_triton_auto_works_silently_and_asking_for_triton_says_how_to_install(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", WITHOUT_TRITON, str(tmp_path / "run")], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    hint = 'Triton is not installed; install it with: pip install triton (or pip install "typed-transformer[triton]")'
+    assert out.stdout.splitlines() == [f"MODEL: attention backend 'triton' cannot run these inputs: {hint}", "CLI: 2"]
+    assert out.stderr.strip() == f"typed-transformer train: error: --attention-backend triton: {hint}"
+    assert not (tmp_path / "run").exists()

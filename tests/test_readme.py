@@ -1,11 +1,15 @@
-"""The README's tour runs as written, and the errors it shows are the errors raised."""
+"""The README's tour runs as written, its errors are the errors raised, and CI runs its two set-up commands."""
 
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+_spec = importlib.util.spec_from_file_location("readme_setup", README.parent / "scripts" / "readme_setup.py")
+readme_setup = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(readme_setup)
 
 
 def _tour_lines() -> list[str]:
@@ -42,3 +46,44 @@ def test_readme_tour_runs_and_its_errors_are_real(monkeypatch):
         i += 1
     assert expected_errors == 2
     assert namespace["log_probs"].shape == (1, 3, 11)
+
+
+# ---------------------------------------------------------------- the two set-up commands and CI
+
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_both_as_written():
+    commands = readme_setup.setup_commands(README.read_text())
+    assert commands["main"] == 'pip install "torch==2.13.0" && pip install -e ".[triton]" && typed-transformer train copy'
+    assert commands["tests"].endswith("python -m pytest -q") and ".[triton,dev]" in commands["tests"]
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "python scripts/readme_setup.py fresh-main-job" in ci
+    assert "$(python scripts/readme_setup.py print tests)" in ci and 'bash -o pipefail -ec "$test_command"' in ci
+
+
+def test_setup_section_with_a_third_or_multi_line_command_is_refused():
+    text = README.read_text()
+    section_end = text.index("## A tour")
+    extra = text[:section_end] + "```bash\npip install foo\n```\n\n" + text[section_end:]
+    with pytest.raises(ValueError, match="exactly two one-line bash commands"):
+        readme_setup.setup_commands(extra)
+    with pytest.raises(ValueError, match="no '## Set up' section"):
+        readme_setup.setup_commands(text.replace("## Set up", "## Install"))
+
+
+GOOD_RUN = """train: 100%|##########| 600/600
+  '1 2 3 4 5 6 7 8 9 10' -> '1 2 3 4 5 6 7 8 9 10'
+exact match on 500 held-out inputs: 100.0%
+"""
+
+
+@pytest.mark.parametrize("output, problem", [
+    (GOOD_RUN, None),
+    (GOOD_RUN.replace("100.0%", "97.4%"), "exact match 97.4% is below 99.0%"),
+    (GOOD_RUN.replace("exact match on", "matched"), "no line 'exact match on N held-out inputs: X%'"),
+    (GOOD_RUN.replace("-> '1 2 3 4 5 6 7 8 9 10'", "-> '1 2 3 4 5 6 7 8 9 9'"), "the demo decode"),
+    ("/venv/torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy\n" + GOOD_RUN,
+     "warnings in the output"),
+    ("W1123 10:05:48.295000 4851 torch/_library/triton.py:53] Triton not available\n" + GOOD_RUN, "warnings in the output"),
+])
+def test_main_job_output_check(output, problem):
+    found = readme_setup.check_main_job_output(output)
+    assert (found is None) if problem is None else (found is not None and found.startswith(problem))
