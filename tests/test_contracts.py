@@ -1,18 +1,25 @@
-"""The contract switch (function, context manager, environment variable) and torch.compile safety."""
+"""The contract switch (function, context manager, environment variable, per thread and task) and contracts under
+torch.compile (the same errors as eager, in one graph)."""
 
+import asyncio
 import os
+import random
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
+from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
 
 import transformer as T
 from transformer import TypeCheckError
-from transformer.contracts import Float, Tensor, checked
+from transformer.contracts import Bool, Float, Int, Shaped, Tensor, checked
 
 BAD_X = torch.randn(2, 5, 8)  # wrong d_model for a 16-wide layer norm
+BROADCASTS = torch.randn(2, 5, 1)  # breaks '*batch {self.features}' of a 16-wide layer norm, yet torch broadcasts it
 
 
 def test_checks_on_by_default():
@@ -21,21 +28,18 @@ def test_checks_on_by_default():
         T.LayerNorm(16)(BAD_X)
 
 
-def test_set_checks_turns_every_check_off():
+def test_set_checks_turns_every_contract_off():
     model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4)
     src = torch.randint(1, 11, (2, 4))
     mask = T.padding_mask(src, 0)
     T.set_checks(False)
     assert not T.checks_enabled()
-    # a float mask passes unchecked (and is no longer our business); an oversized id reaches nn.Embedding
-    model.encode(src, mask.float().bool())
-    bad = src.clone()
-    bad[0, 0] = 11
-    with pytest.raises(IndexError):
-        model.encode(bad, mask)
+    # a mask shaped (batch, src_len, 1) breaks the contract '#batch #src_len src_len' but broadcasts in torch:
+    # unchecked, it runs (and is no longer our business)
+    model.encode(src, mask.transpose(1, 2))
     T.set_checks(True)
-    with pytest.raises(ValueError, match="token id 11"):
-        model.encode(bad, mask)
+    with pytest.raises(TypeCheckError, match="argument 'src_mask' is bool\\[2,4,1\\]"):
+        model.encode(src, mask.transpose(1, 2))
 
 
 def test_checks_context_manager_restores_previous_state():
@@ -119,12 +123,13 @@ def test_compiled_training_step_backward():
     args = (src, tgt, T.padding_mask(src, 0), T.target_mask(tgt, 0))
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    compiled(*args).sum().backward()
+    w = torch.randn(2, 5, 16)  # random weights: a plain sum of the final LayerNorm's output has almost no gradient
+    (compiled(*args) * w).sum().backward()
     used = [p for p in model.parameters() if p.grad is not None]
     assert len(used) > 10
     grads = [p.grad.clone() for p in used]
     model.zero_grad()
-    model(*args).sum().backward()
+    (model(*args) * w).sum().backward()
     for g, p in zip(grads, used):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
 
@@ -173,3 +178,440 @@ def test_every_annotation_uses_the_dimension_vocabulary():
                     assert word in DIMENSIONS, f"{name}: dimension {word!r} ({dim!r}) is not in contracts.DIMENSIONS"
                     seen += 1
     assert seen > 50
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The switch: a process-wide default (set_checks, the environment variable) under a per-context override
+# (checks(...), a contextvars.ContextVar), so each thread and each asyncio task runs with its own setting.
+
+
+def _outcome(norm):
+    """'checked' when the contract refused BROADCASTS, 'ran' when it went through unchecked (torch broadcasts it)."""
+    try:
+        norm(BROADCASTS)
+    except TypeCheckError:
+        return "checked"
+    return "ran"
+
+
+def test_each_thread_sees_its_own_checks_setting():
+    norm = T.LayerNorm(16)
+    inside, leave = threading.Barrier(3), threading.Barrier(3)
+    seen = {}
+
+    def worker(name, enabled):
+        with T.checks(enabled):
+            inside.wait()  # every block has been entered: one shared setting would now be the last one set
+            seen[name] = (T.checks_enabled(), _outcome(norm))
+            leave.wait()
+        seen[name + ", after its block"] = T.checks_enabled()
+
+    threads = [threading.Thread(target=worker, args=args) for args in (("off", False), ("on", True))]
+    for thread in threads:
+        thread.start()
+    inside.wait()
+    seen["main, no block"] = (T.checks_enabled(), _outcome(norm))
+    leave.wait()
+    for thread in threads:
+        thread.join()
+    assert seen == {
+        "off": (False, "ran"),
+        "on": (True, "checked"),
+        "main, no block": (True, "checked"),
+        "off, after its block": True,
+        "on, after its block": True,
+    }
+
+
+def test_each_asyncio_task_sees_its_own_checks_setting():
+    norm = T.LayerNorm(16)
+    seen = {}
+
+    async def task(name, enabled, entered, other_entered):
+        with T.checks(enabled):
+            entered.set()
+            await other_entered.wait()  # the other task is inside its own block now, in the same thread
+            seen[name] = (T.checks_enabled(), _outcome(norm))
+            await asyncio.sleep(0)
+            seen[name + ", after a switch of task"] = T.checks_enabled()
+
+    async def report():
+        return T.checks_enabled()
+
+    async def main():
+        a, b = asyncio.Event(), asyncio.Event()
+        await asyncio.gather(task("off", False, a, b), task("on", True, b, a))
+        seen["main"] = T.checks_enabled()
+        with T.checks(False):
+            child = asyncio.create_task(report())  # a task copies the context it is created in
+        seen["child created in a checks(False) block"] = await child
+
+    asyncio.run(main())
+    assert seen == {
+        "off": (False, "ran"),
+        "on": (True, "checked"),
+        "off, after a switch of task": False,
+        "on, after a switch of task": True,
+        "main": True,
+        "child created in a checks(False) block": False,
+    }
+
+
+def test_set_checks_sets_the_default_and_a_checks_block_overrides_it():
+    try:
+        T.set_checks(False)
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(T.checks_enabled()))
+        thread.start()
+        thread.join()
+        assert seen == [False]  # a thread with no block of its own follows the process-wide default
+        with T.checks(True):
+            T.set_checks(False)
+            assert T.checks_enabled()  # the block's setting wins over the default
+            with T.checks(False):
+                assert not T.checks_enabled()
+            assert T.checks_enabled()  # the inner block restored the outer one's setting (its token)
+        assert not T.checks_enabled()  # outside every block: the default
+    finally:
+        T.set_checks(True)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Under torch.compile, `checked` reads the same annotations with its own checker (Dynamo traces it into the graph's
+# guards) and turns a violation into an operator that raises the eager error when the graph runs.
+
+
+def _error_lines(call):
+    """The lines of the TypeCheckError ``call`` raises (exactly that type, as eager raises)."""
+    with pytest.raises(TypeCheckError) as info:
+        call()
+    assert type(info.value) is TypeCheckError
+    return str(info.value).splitlines()
+
+
+COMPILED_NOTE = "(raised by a graph compiled with torch.compile"
+
+
+class _Widths:
+    d = 4
+
+    @checked
+    def project(
+        self, x: Float[Tensor, "b n {self.d}"], mask: Bool[Tensor, "#b #n n"] | None, keep: int = 4
+    ) -> Float[Tensor, "b n {self.d}"]:
+        return x[..., :keep]
+
+
+@checked
+def _batched(x: Float[Tensor, "*batch n"], y: Float[Tensor, "*#batch n"]) -> Float[Tensor, "*batch n"]:
+    return x
+
+
+@checked
+def _step(ys: Int[Tensor, "b steps"], scores: Float[Tensor, "b steps+1"], grow: bool) -> Int[Tensor, "b steps+1"]:
+    return torch.cat([ys, ys[:, :1]], 1) if grow else ys
+
+
+@checked
+def _pair(x: Float[Tensor, ""], v: Shaped[Tensor, "... 3"], trim: bool) -> tuple[Float[Tensor, ""], Shaped[Tensor, "... 3"]]:
+    return (x, v[..., :2]) if trim else (x, v)
+
+
+@checked
+def _sized(n: int, x: Float[Tensor, "2 {n}"], w: Float[Tensor, "_ #1 d"]) -> Float[Tensor, "d"]:
+    return w[0, 0]
+
+
+@checked
+def _either(x: Float[Tensor, "b n"] | Float[Tensor, "c b n"], y: Float[Tensor, "n c"]) -> Float[Tensor, "b n"]:
+    return x if x.dim() == 2 else x[0]
+
+
+def _random_call(rng):
+    """A call of one of the functions above, on data that is right most of the time and wrong in one way or another
+    (size, rank, dtype, broadcasting, a symbolic size, the return value) otherwise."""
+
+    def tensor(shape, kind):
+        wrong_dtype = rng.random() < 0.15
+        dtype = {"f": (torch.float32, torch.int64), "b": (torch.bool, torch.float32), "i": (torch.int64, torch.float32)}
+        return torch.zeros(shape, dtype=dtype[kind][wrong_dtype])
+
+    def off(n, values=(1, 2, 3)):
+        return rng.choice(values) if rng.random() < 0.2 else n
+
+    which = rng.randrange(6)
+    if which == 5:  # a union of two shapes: jaxtyping keeps what a failed alternative bound, not what the next binds
+        b, n, c = rng.choice([2, 3]), rng.choice([2, 3]), rng.choice([2, 3])
+        x = tensor((off(b), n) if rng.random() < 0.4 else (c, b, off(n)), "f")
+        y = tensor((off(n), off(c)), "f")
+        return lambda: _either(x, y)
+    if which == 0:
+        b, n = rng.choice([1, 2, 3]), rng.choice([1, 2, 3])
+        x = tensor((b, n, off(4)), "f")
+        mask = None if rng.random() < 0.2 else tensor((rng.choice([1, b, off(b)]), rng.choice([1, n]), off(n)), "b")
+        keep = off(4, (2, 3))
+        return lambda: _Widths().project(x, mask, keep=keep)
+    if which == 1:
+        batch = tuple(rng.choice([1, 2, 3]) for _ in range(rng.randrange(3)))
+        other = tuple(off(d) if rng.random() < 0.5 else 1 for d in batch)[rng.randrange(2):]
+        n = rng.choice([2, 3])
+        x, y = tensor((*batch, n), "f"), tensor((*other, off(n)), "f")
+        return lambda: _batched(x, y)
+    if which == 2:
+        b, steps = rng.choice([2, 3]), rng.choice([1, 2])
+        ys, scores, grow = tensor((b, steps), "i"), tensor((off(b), off(steps + 1)), "f"), rng.random() < 0.8
+        return lambda: _step(ys, scores, grow)
+    if which == 3:
+        x = tensor(() if rng.random() < 0.8 else (1,), "f")
+        v = tensor((*(rng.choice([1, 2]) for _ in range(rng.randrange(3))), off(3)), "f")
+        trim = rng.random() < 0.2
+        return lambda: _pair(x, v, trim)
+    n = rng.choice([2, 3])
+    x, w = tensor((off(2), off(n)), "f"), tensor((rng.choice([2, 3]), off(1), rng.choice([2, 3])), "f")
+    return lambda: _sized(n, x, w)
+
+
+def _first_line(call):
+    try:
+        call()
+    except TypeCheckError as error:
+        return str(error).splitlines()[0]
+    return None
+
+
+def test_compiled_checker_reads_every_annotation_as_jaxtyping_does(monkeypatch):
+    """The checker used while compiling, run here in plain Python ('as if compiling', where its violation operator
+    raises at once), gives the first line jaxtyping's eager check gives, on each of several hundred calls."""
+    rng = random.Random(0)
+    calls = [_random_call(rng) for _ in range(400)]
+    eager = [_first_line(call) for call in calls]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    compiled_way = [_first_line(call) for call in calls]
+    monkeypatch.undo()
+    mismatches = [(e, c) for e, c in zip(eager, compiled_way) if e != c]
+    assert not mismatches, mismatches[:3]
+    errors = [line for line in eager if line]
+    # the data reached each kind of violation
+    assert sum(line is None for line in eager) > 60
+    assert sum("the return value is" in line for line in errors) > 10
+    assert sum("torch.Size(" in line for line in errors) > 5  # '*batch' bound
+    assert sum("expected Bool" in line for line in errors) > 10
+    assert sum("is i64[" in line and "expected Float" in line for line in errors) > 10  # dtypes
+    assert sum("steps=" in line for line in errors) > 5
+    assert sum("_either: argument 'y'" in line for line in errors) > 5
+
+
+def test_every_contract_of_the_package_is_read_by_the_compiled_checker():
+    import importlib
+    import inspect
+    import pkgutil
+
+    import transformer
+
+    contracts = {}
+    for info in pkgutil.iter_modules(transformer.__path__):
+        module = importlib.import_module(f"transformer.{info.name}")
+        for _, obj in inspect.getmembers(module):
+            candidates = [getattr(obj, n) for n in vars(obj)] if inspect.isclass(obj) else [obj]
+            for fn in candidates:
+                if hasattr(fn, "_contract") and fn.__module__ == module.__name__:
+                    contracts[f"{module.__name__}.{fn.__qualname__}"] = fn._contract
+    assert len(contracts) > 20
+    assert {name: c.unsupported for name, c in contracts.items() if c.unsupported} == {}
+    arrays = sum(repr(c.checks).count("'array'") + repr(c.result).count("'array'") for c in contracts.values())
+    assert arrays > 60
+
+
+def _decode_inputs(model, b, s, t, seed):
+    g = torch.Generator().manual_seed(seed)
+    src, tgt = torch.randint(1, 11, (b, s), generator=g), torch.randint(1, 11, (b, t), generator=g)
+    with torch.no_grad():
+        memory = model.encode(src, T.padding_mask(src, 0))
+    return memory, T.padding_mask(src, 0), tgt, T.target_mask(tgt, 0)
+
+
+WRONG_DECODE = {  # (memory, src_mask, tgt, tgt_mask) -> a wrong call of EncoderDecoder.decode
+    "the target mask as source mask": lambda m, sm, t, tm: (m, tm, t, tm),
+    "a memory of the wrong d_model": lambda m, sm, t, tm: (m[..., :8], sm, t, tm),
+    "a float mask": lambda m, sm, t, tm: (m, sm.float(), t, tm),
+    "an inconsistent batch": lambda m, sm, t, tm: (m, sm, t[:-1], tm[:-1]),
+}
+
+
+@pytest.mark.parametrize("shapes", ["static", "dynamic", "automatic"])
+def test_compiled_decode_raises_the_eager_contract_error(shapes):
+    """fullgraph=True, so one graph and no break; each wrong call raises jaxtyping's TypeCheckError with eager's first
+    line, from the compiled graph; with dynamic shapes the same graph serves wrong calls of other sizes; valid calls
+    afterwards still match eager."""
+    model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4, dropout=0.0).eval()
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    dynamic = {"static": False, "dynamic": True, "automatic": None}[shapes]
+    compiled = torch.compile(model.decode, fullgraph=True, backend=counter, dynamic=dynamic)
+    with torch.no_grad():
+        valid = _decode_inputs(model, 3, 7, 5, seed=0)
+        torch.testing.assert_close(compiled(*valid), model.decode(*valid))
+        if shapes == "automatic":  # a second size: Dynamo recompiles with dynamic sizes
+            second = _decode_inputs(model, 4, 6, 3, seed=1)
+            torch.testing.assert_close(compiled(*second), model.decode(*second))
+        sizes = [(3, 7, 5)] if shapes == "static" else [(3, 7, 5), (5, 9, 6)]
+        lines = {}
+        for b, s, t in sizes:
+            inputs = _decode_inputs(model, b, s, t, seed=2)
+            for case, wrong in WRONG_DECODE.items():
+                args = wrong(*inputs)
+                eager = _error_lines(lambda: model.decode(*args))
+                frames = counter.frame_count
+                got = _error_lines(lambda: compiled(*args))
+                assert got[0] == eager[0], case
+                assert got[1].startswith(COMPILED_NOTE), case  # raised by the compiled graph, not an eager fallback
+                first_size = (b, s, t) == sizes[0]
+                assert counter.frame_count == frames + first_size, case  # one graph; other sizes reuse it
+                lines[b, case] = got[0]
+        expected = ("EncoderDecoder.decode: argument 'src_mask' is bool[{b},{t},{t}], expected Bool[Tensor, '#batch "
+                    "#tgt_len src_len'] | transformer.masks.AttentionMask | None with batch={b}, src_len={s}, tgt_len={t}")
+        for b, s, t in sizes:  # with dynamic sizes, the graph formats the sizes of the call it runs
+            assert lines[b, "the target mask as source mask"] == expected.format(b=b, s=s, t=t)
+        after = _decode_inputs(model, 2, 4, 3, seed=3)
+        torch.testing.assert_close(compiled(*after), model.decode(*after))
+
+
+def test_a_compiled_graph_follows_each_threads_switch():
+    """The switch is part of the compiled graph's guards: a call under checks(False) runs the unchecked graph, a call
+    in another thread (no block there: the default, on) raises, whichever ran first."""
+    model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4, dropout=0.0).eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model.decode, fullgraph=True, backend="aot_eager")
+    memory, src_mask, tgt, tgt_mask = _decode_inputs(model, 3, 7, 5, seed=0)
+    args = (memory, src_mask, tgt, tgt_mask[:, :, :1])  # (batch, tgt_len, 1): torch broadcasts it, the contract not
+    outcome = []
+
+    def other_thread():
+        with torch.no_grad():
+            try:
+                compiled(*args)
+                outcome.append("ran")
+            except TypeCheckError as error:
+                outcome.append(str(error).splitlines()[0])
+
+    with torch.no_grad():
+        with T.checks(False):
+            expected = model.decode(*args)
+            torch.testing.assert_close(compiled(*args), expected)
+            thread = threading.Thread(target=other_thread)
+            thread.start()
+            thread.join()
+            torch.testing.assert_close(compiled(*args), expected)  # still unchecked here
+        assert outcome == [_error_lines(lambda: model.decode(*args))[0]]
+        assert "argument 'tgt_mask' is bool[3,5,1]" in outcome[0]
+        assert _error_lines(lambda: compiled(*args))[0] == outcome[0]  # and checked here, now outside the block
+
+
+def test_a_checks_block_inside_a_compiled_function_governs_its_calls():
+    norm = T.LayerNorm(16)
+
+    def unchecked_inside(x):
+        with T.checks(False):
+            y = norm(x)
+        return y * 2
+
+    def checked_inside(x):
+        with T.checks(True):
+            return norm(x) * 2
+
+    torch._dynamo.reset()
+    quiet = torch.compile(unchecked_inside, fullgraph=True, backend="aot_eager")
+    strict = torch.compile(checked_inside, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(quiet(BROADCASTS), unchecked_inside(BROADCASTS))  # checks on outside, off inside
+    with T.checks(False):
+        assert _error_lines(lambda: strict(BROADCASTS))[0] == _error_lines(lambda: checked_inside(BROADCASTS))[0]
+
+
+def test_inductor_compiled_contract_error_reads_as_eager():
+    generator = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4, dropout=0.0).eval().generator
+    torch._dynamo.reset()
+    compiled = torch.compile(generator, fullgraph=True)  # the default backend, inductor
+    x = torch.randn(2, 3, 8)  # d_model 8 into a 16-wide generator: a fake-tensor error, if the contract were skipped
+    got, eager = _error_lines(lambda: compiled(x)), _error_lines(lambda: generator(x))
+    assert got[0] == eager[0] == (
+        "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}']"
+    )
+    assert got[1].startswith(COMPILED_NOTE)
+    ok = torch.randn(2, 3, 16)
+    torch.testing.assert_close(compiled(ok), generator(ok))
+
+
+class _Five(nn.Module):
+    @checked
+    def forward(self, x: Float[Tensor, "b 5"]) -> Float[Tensor, "b 5"]:
+        return x
+
+
+class _Four(nn.Module):
+    @checked
+    def forward(self, x: Float[Tensor, "b 4"]) -> Float[Tensor, "b 4"]:
+        return x
+
+
+class _Outer(nn.Module):
+    """Its own contract takes any width; the two inner ones do not, and both break on the same input."""
+
+    def __init__(self):
+        super().__init__()
+        self.second, self.first, self.lin = _Four(), _Five(), nn.Linear(3, 3)  # (registered in another order)
+
+    @checked
+    def forward(self, x: Float[Tensor, "b n"]) -> Float[Tensor, "b n"]:
+        y = self.lin(x)
+        a = self.first(x)  # eager stops here
+        b = self.second(x)
+        return y + 0 * a.sum() + 0 * b.sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_nested_violation_names_its_callers_and_the_first_one_is_raised(backend):
+    outer = _Outer()
+    torch._dynamo.reset()
+    compiled = torch.compile(outer, fullgraph=True, backend=backend)
+    x = torch.randn(2, 3)
+    eager = _error_lines(lambda: outer(x))[0]
+    assert eager == "_Outer.forward > _Five.forward: argument 'x' is f32[2,3], expected Float[Tensor, 'b 5'] with b=2"
+    assert _error_lines(lambda: compiled(x))[0] == eager
+
+
+def test_compiled_return_value_violation_reads_as_eager():
+    @checked
+    def shrink(x: Float[Tensor, "b n"]) -> Float[Tensor, "b n"]:
+        return x[:, :1] * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(shrink, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 3)
+    eager = _error_lines(lambda: shrink(x))[0]
+    assert eager.endswith(".shrink: the return value is f32[2,1], expected Float[Tensor, 'b n'] with b=2, n=3")
+    assert _error_lines(lambda: compiled(x))[0] == eager
+
+
+def test_compiled_violation_is_raised_even_when_nothing_uses_the_result():
+    norm = T.LayerNorm(16)
+
+    def step(x):
+        norm(x)  # the result is dropped: only the contract can stop this call
+        return x * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    assert _error_lines(lambda: compiled(BAD_X))[0] == _error_lines(lambda: step(BAD_X))[0]
+
+
+def test_contract_tables_are_constants_to_dynamo():
+    """The tables are marked as torch.compiler.assume_constant_result marks a function (without importing Dynamo at
+    import time), so Dynamo guards each contract once rather than every entry of its tables."""
+    from transformer import contracts_traced as contracts
+
+    def probe():
+        return 0
+
+    marked = torch.compiler.assume_constant_result(probe)
+    markers = {name: value for name, value in vars(marked).items() if name.startswith("_dynamo")}
+    assert markers and all(getattr(contracts._spec, name, None) == value for name, value in markers.items())

@@ -5,19 +5,20 @@ Every ``forward`` of the package is annotated with jaxtyping types such as
 beartype check the annotations with dimension names bound across all arguments and
 the return value of one call (``jaxtyping.jaxtyped``).
 
-Checks are on by default. Switch them off globally with :func:`set_checks`, locally
-with the :func:`checks` context manager, or for a whole process with the environment
-variable ``TYPED_TRANSFORMER_CHECKS=0`` (read at import). Off costs one boolean test
-per call.
+Checks are on by default. Switch them off for the whole process with :func:`set_checks`
+or the environment variable ``TYPED_TRANSFORMER_CHECKS=0`` (read at import), and for one
+thread or asyncio task with the :func:`checks` context manager (a ``contextvars.ContextVar``
+that overrides the process-wide default). Off costs one ContextVar lookup per call.
 
-Under ``torch.compile`` checks are skipped while tracing: jaxtyping misfires on the
-fake tensors Dynamo traces with (pytorch#122093, jaxtyping#196), and skipping them
-adds no graph break because ``torch.compiler.is_compiling()`` is constant-folded.
+Under ``torch.compile`` the same contracts hold: while Dynamo traces, ``checked`` hands the
+call to the checker of ``transformer.contracts_traced``, which raises the same
+``TypeCheckError`` (same first line) from the compiled graph. No graph break.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import re
@@ -28,6 +29,8 @@ import torch
 from beartype import beartype
 from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
 from torch import Tensor
+
+from .contracts_traced import Contract, call_traced, clean_expected
 
 __all__ = [
     "DIMENSIONS",
@@ -41,8 +44,9 @@ __all__ = [
     "checks",
     "checks_enabled",
     "set_checks",
-    "validate_token_ids",
     "validate_length",
+    "validate_nonempty",
+    "validate_token_ids",
 ]
 
 F = TypeVar("F", bound=Callable)
@@ -68,33 +72,70 @@ DIMENSIONS: dict[str, str] = {
     "steps": "decoding steps taken so far",
 }
 
+# ----------------------------------------------------------------------------------------------------------- the switch
+# A process-wide default (`set_checks`, the environment variable) and a per-context override (`checks(...)`, a
+# ContextVar, so threads and asyncio tasks each see their own). The override is read through `_SWITCH.override`, a
+# property whose getter is the ContextVar's own C `get` called with the instance as its default: one C call per
+# checked call in eager mode, and, under torch.compile, something Dynamo evaluates for real and guards on (it cannot
+# trace `ContextVar.get` itself), so a compiled graph is only reused under the setting it was traced with.
+
 _FALSE_WORDS = {"0", "false", "no", "off"}
-_enabled: bool = os.environ.get("TYPED_TRANSFORMER_CHECKS", "1").strip().lower() not in _FALSE_WORDS
+_default_enabled: bool = os.environ.get("TYPED_TRANSFORMER_CHECKS", "1").strip().lower() not in _FALSE_WORDS
+_override: contextvars.ContextVar[bool] = contextvars.ContextVar("typed_transformer_checks")
+# `checks(...)` blocks inside a function being compiled: Dynamo cannot trace ContextVar.set, so there the block
+# pushes its setting here, in traced code (empty whenever no trace is under way).
+_TRACE_OVERRIDES: list[bool] = []
+
+
+class _Switch:
+    """``_SWITCH.override`` is this context's ``checks(...)`` setting, or ``_SWITCH`` itself when none is set."""
+
+    __slots__ = ()
+    override = property(_override.get)
+
+
+_SWITCH = _Switch()
 
 
 def checks_enabled() -> bool:
-    """Whether contracts are checked right now (always False while torch.compile traces)."""
-    return _enabled and not torch.compiler.is_compiling()
+    """Whether contracts are checked right now, in this thread or task (under torch.compile too)."""
+    if _TRACE_OVERRIDES:
+        return _TRACE_OVERRIDES[-1]
+    value = _SWITCH.override
+    return _default_enabled if value is _SWITCH else value
 
 
 def set_checks(enabled: bool) -> None:
-    """Turn every contract check of the package on or off, process-wide."""
-    global _enabled
-    _enabled = bool(enabled)
+    """Turn every contract check of the package on or off: the process-wide default.
+
+    A ``with checks(...)`` block in progress keeps its own setting; every other thread and task follows the default.
+    """
+    global _default_enabled
+    _default_enabled = bool(enabled)
 
 
 @contextlib.contextmanager
 def checks(enabled: bool) -> Iterator[None]:
-    """Context manager: ``with checks(False): model(...)`` runs unchecked, then restores."""
-    global _enabled
-    previous = _enabled
-    _enabled = bool(enabled)
+    """Context manager: ``with checks(False): model(...)`` runs unchecked, then restores.
+
+    The setting belongs to the current thread or asyncio task (a ``contextvars.ContextVar``): other threads and tasks
+    keep theirs, and a task started inside the block inherits it.
+    """
+    if torch.compiler.is_compiling():  # a block inside the compiled function: this trace only
+        _TRACE_OVERRIDES.append(bool(enabled))
+        try:
+            yield
+        finally:
+            _TRACE_OVERRIDES.pop()
+        return
+    token = _override.set(bool(enabled))
     try:
         yield
     finally:
-        _enabled = previous
+        _override.reset(token)
 
 
+# ------------------------------------------------------------------------------------------------------ the decorator
 def checked(fn: F) -> F:
     """Check ``fn``'s jaxtyping annotations with beartype at every call while checks are on.
 
@@ -104,15 +145,27 @@ def checked(fn: F) -> F:
     ``jaxtyping.TypeCheckError`` naming the argument, the expected type, the actual
     shape and the sizes bound so far.
 
+    While torch.compile traces, the same annotations are checked by ``transformer.contracts_traced`` (read from the
+    annotations once, here), on the shapes Dynamo traces with; a violation becomes an operator in the graph that
+    raises the same ``TypeCheckError`` with the same first line when the graph runs. See docs/contracts.md.
+
     ``fn.unchecked`` is the bare function, for calls on the hot path whose shapes the calling
     function's own contract has just checked (e.g. ``MultiHeadedAttention.attend`` calling
     ``scaled_dot_product_attention``): the same guarantee without paying for it twice.
     """
     typed = jaxtyped(fn, typechecker=beartype)
+    contract = Contract(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if _enabled and not torch.compiler.is_compiling():
+        enabled = _SWITCH.override
+        if enabled is _SWITCH:
+            enabled = _default_enabled
+        if _TRACE_OVERRIDES:
+            enabled = _TRACE_OVERRIDES[-1]
+        if enabled:
+            if torch.compiler.is_compiling():
+                return call_traced(contract, fn, args, kwargs)
             try:
                 return typed(*args, **kwargs)
             except TypeCheckError as error:
@@ -120,6 +173,7 @@ def checked(fn: F) -> F:
         return fn(*args, **kwargs)
 
     wrapper.unchecked = fn  # for hot inner calls whose caller's contract already covers these shapes
+    wrapper._contract = contract  # the annotations as the compiled-mode checker reads them
     return wrapper  # type: ignore[return-value]
 
 
@@ -136,16 +190,20 @@ def _summary(message: str) -> str:
     subject = f"argument '{where.group(1)}'" if where else "the return value"
     actual = re.search(r"Actual value: (.*)", message)
     expected = re.search(r"Expected type: (.*?)\.?$", message, re.MULTILINE)
-    bound = message.split("axis annotation are as follows.")[-1].split() if "as follows." in message else []
+    bound = message.split("axis annotation are as follows.\n")[-1].splitlines() if "as follows." in message else []
     sizes = f" with {', '.join(bound)}" if bound else ""
     actual_text = re.sub(r"\(torch\)$", "", actual.group(1)) if actual else "?"
-    expected_text = expected.group(1).replace("jaxtyping.", "") if expected else "?"
+    expected_text = clean_expected(expected.group(1)) if expected else "?"
     return f"{subject} is {actual_text}, expected {expected_text}{sizes}"
 
 
 def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:
-    """Raise ValueError naming the first id outside ``[0, vocab)`` (never an index error or CUDA assert)."""
-    if not checks_enabled() or tokens.numel() == 0:
+    """Raise ValueError naming the first id outside ``[0, vocab)`` (never an index error or CUDA assert).
+
+    A guard, not a contract: it runs whether checks are on or off (see "What the switch covers" in
+    docs/contracts.md), except while torch.compile traces, where a data-dependent test would break the graph.
+    """
+    if tokens.numel() == 0 or torch.compiler.is_compiling():
         return
     bad = (tokens < 0) | (tokens >= vocab)
     if bool(bad.any()):
@@ -158,9 +216,21 @@ def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:
 
 
 def validate_length(length: int, max_len: int, name: str) -> None:
-    """Raise ValueError when a sequence is longer than the model's ``max_len``."""
+    """Raise ValueError when a sequence is longer than the model's ``max_len`` (a guard: always on)."""
     if length > max_len:
         raise ValueError(
             f"{name}: sequence length {length} exceeds max_len={max_len}; "
             f"build the model with max_len >= {length} or shorten the input"
         )
+
+
+def validate_nonempty(tokens: Tensor, name: str, dims: str = "batch seq", axis: int = -1) -> None:
+    """Raise ValueError when a sequence has length 0 (a guard: always on).
+
+    Attention over no keys and a LayerNorm over no positions have no meaning; without this the model would
+    return an empty tensor (or NaN downstream) instead of saying what is wrong. ``dims`` names the axes in
+    the message, e.g. ``"batch src_len"``; ``axis`` is the sequence axis.
+    """
+    if tokens.size(axis) == 0:
+        shape = ", ".join(f"{d}={n}" for d, n in zip(dims.split(), tokens.shape))
+        raise ValueError(f"{name} is an empty sequence: shape ({shape}); every sequence needs at least one position")
