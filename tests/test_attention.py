@@ -1,14 +1,9 @@
-"""The attention reference, its backends, and how a backend is chosen."""
-
-import importlib
-import logging
+"""The attention reference and its backends (how a backend is chosen: tests/test_backends.py)."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import transformer as T
-attention_module = importlib.import_module("transformer.attention")  # the package re-exports the function `attention`
 
 
 def _qkv(b=2, h=3, lq=5, lk=7, d=8, dtype=torch.float32):
@@ -102,71 +97,34 @@ def test_multi_head_attention_matches_torch_across_backends():
     mha = T.MultiHeadedAttention(4, 16, dropout=0.0).eval()
     x, m = torch.randn(2, 5, 16), torch.randn(2, 9, 16)
     mask = torch.rand(2, 1, 9) > 0.3
-    eager = mha(x, m, m, mask)
+    with T.use_backend("eager"):
+        eager = mha(x, m, m, mask)
     with T.use_backend("torch"):
         via_torch = mha(x, m, m, mask)
     torch.testing.assert_close(eager, via_torch, rtol=1e-5, atol=1e-5)
-
-
-def test_auto_uses_eager_on_cpu(monkeypatch):
-    chosen = []
-    monkeypatch.setattr(attention_module, "attention", _spy(attention_module.attention, chosen))
-    q, k, v = _qkv()
-    T.scaled_dot_product_attention(q, k, v, backend="auto")
-    assert chosen == ["eager"]
-
-
-def _spy(fn, log):
-    def wrapper(*args, **kwargs):
-        log.append("eager")
-        return fn(*args, **kwargs)
-    wrapper.unchecked = wrapper
-    return wrapper
-
-
-def test_precedence_argument_over_context_over_config(monkeypatch):
-    seen = []
-    real = F.scaled_dot_product_attention
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention",
-                        lambda *a, **kw: seen.append("torch") or real(*a, **kw))
-    monkeypatch.setattr(attention_module, "attention", _spy(attention_module.attention, seen))
-    mha = T.MultiHeadedAttention(2, 8, dropout=0.0, backend="torch").eval()
-    x = torch.randn(1, 3, 8)
-    mha(x, x, x)
-    with T.use_backend("eager"):
-        mha(x, x, x)
-        q, k, v = _qkv(d=4)
-        T.scaled_dot_product_attention(q, k, v, backend="torch")
-    mha(x, x, x)
-    assert seen == ["torch", "eager", "torch", "torch"]
-
-
-def test_unknown_backend_is_rejected():
-    q, k, v = _qkv()
-    with pytest.raises(ValueError, match="attention backend must be one of 'auto', 'eager', 'torch', 'triton'; got 'flash'"):
-        T.scaled_dot_product_attention(q, k, v, backend="flash")
-    with pytest.raises(ValueError, match="got 'cudnn'"):
-        with T.use_backend("cudnn"):
-            pass
-
-
-def test_explicit_triton_never_falls_back_silently(monkeypatch):
-    monkeypatch.setattr(attention_module, "_triton_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
-    q, k, v = _qkv()
-    with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"):
-        T.scaled_dot_product_attention(q, k, v, backend="triton")
-
-
-def test_auto_logs_why_it_falls_back(monkeypatch, caplog):
-    monkeypatch.setattr(attention_module, "_triton_reason", lambda *a: "head_dim 300 is above 256")
-    q, k, v = _qkv()
-    fake_cuda = type("FakeCuda", (), {"is_cuda": True})()
-    with caplog.at_level(logging.INFO, logger="transformer.attention"):
-        assert attention_module._resolve("auto", fake_cuda, k, v, None, 0.0) == "eager"
-    assert "falls back to eager: head_dim 300 is above 256" in caplog.text
 
 
 def test_dropout_p_is_validated():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.0"):
         T.scaled_dot_product_attention(q, k, v, dropout_p=1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_given_scale_replaces_one_over_sqrt_d_k(backend):
+    q, k, v = _qkv(d=16)
+    mask = _mask()
+    out = T.scaled_dot_product_attention(q, k, v, mask, scale=0.37, backend=backend)
+    # softmax(Q K^T * 0.37) = softmax((Q * 0.37 * 4) K^T / sqrt(16)): the reference with a rescaled query
+    torch.testing.assert_close(out.double(), _reference(q * 0.37 * 4, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+def test_values_may_be_wider_than_keys_except_on_the_kernel():
+    q, k = _qkv(d=16)[:2]
+    v = torch.randn(2, 3, 7, 32)
+    for backend in ("eager", "torch"):
+        out = T.scaled_dot_product_attention(q, k, v, backend=backend)
+        torch.testing.assert_close(out.double(), _reference(q, k, v, torch.ones(1, 1, 5, 7, dtype=torch.bool)),
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: v head_dim"):
+        T.scaled_dot_product_attention(q, k, v, backend="triton")

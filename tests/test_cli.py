@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+import transformer as T
 from transformer.cli import main
 
 
@@ -38,19 +39,17 @@ def test_train_saves_a_checkpoint_and_reports(trained, capsys):
 
 
 def test_decode_runs_attention_on_the_requested_backend(trained, capsys, monkeypatch):
-    import importlib
-
-    attention_module = importlib.import_module("transformer.attention")  # the package re-exports a function of that name
+    from transformer import backends
 
     assert main(["decode", "--checkpoint", str(trained), "1 2 3 4 5"]) == 0
     default = capsys.readouterr().out
     calls = []
-    sdpa = attention_module.F.scaled_dot_product_attention
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
-    assert main(["decode", "--checkpoint", str(trained), "--attention-backend", "torch", "1 2 3 4 5"]) == 0
-    assert calls, "--attention-backend torch did not reach F.scaled_dot_product_attention"
+    reference = backends.attention.unchecked
+    monkeypatch.setattr(backends.attention, "unchecked", lambda *a, **k: calls.append(1) or reference(*a, **k))
+    assert main(["decode", "--checkpoint", str(trained), "--attention-backend", "eager", "1 2 3 4 5"]) == 0
+    assert calls, "--attention-backend eager did not reach the eager reference"
     assert capsys.readouterr().out == default
-    assert attention_module._override is None  # the override ends with the command
+    assert T.current_backend() is None  # the choice ends with the command
 
 
 def test_train_prints_progress_results_and_decodes(tmp_path, capsys):
@@ -63,12 +62,15 @@ def test_train_prints_progress_results_and_decodes(tmp_path, capsys):
     assert "step 2: train loss" in captured.out  # periodic evaluation
 
 
-def test_resume_continues_from_the_saved_step(trained, tmp_path, capsys):
+@pytest.mark.parametrize("backend", [[], ["--attention-backend", "eager"]], ids=["same-backend", "another-backend"])
+def test_resume_continues_from_the_saved_step(trained, tmp_path, capsys, backend):
+    """Trained with 'auto'; resuming on another backend works too (the backend is not the model's identity)."""
     import shutil
 
     out = tmp_path / "copy"
     shutil.copytree(trained, out)
-    code = main(["train", "copy", "--steps", "45", "--out", str(out), "--resume", "--no-progress", "--eval-examples", "5", "--seed", "1"])
+    code = main(["train", "copy", "--steps", "45", "--out", str(out), "--resume", "--no-progress", "--eval-examples", "5",
+                 "--seed", "1", *backend])
     assert code == 0
     out_text = capsys.readouterr().out
     assert f"resumed from {out} at step 40" in out_text and "trained 45 steps" in out_text
@@ -116,4 +118,4 @@ def test_console_entry_points_report_errors_without_traceback(tmp_path):
     assert result.returncode == 2
     assert "typed-transformer decode: error: no checkpoint at" in result.stderr and "Traceback" not in result.stderr
     result = subprocess.run([sys.executable, "-m", "transformer.cli", "--help"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "{train,decode}" in result.stdout
+    assert result.returncode == 0 and "{train,decode,generate,consolidate}" in result.stdout  # every sub-command

@@ -1,5 +1,6 @@
 """Batch masks, label smoothing (finite, equal to cross-entropy up to a constant), Noam rate, loss, run_epoch, Trainer."""
 
+import copy
 import math
 
 import pytest
@@ -9,18 +10,9 @@ from torch import nn
 
 import transformer as T
 from transformer.tasks import CopyTask, data_gen
-from transformer.training import (
-    Batch,
-    LabelSmoothing,
-    NoamSchedule,
-    SimpleLossCompute,
-    Trainer,
-    TrainerConfig,
-    TrainState,
-    label_smoothing_entropy,
-    rate,
-    run_epoch,
-)
+from transformer.batching import Batch
+from transformer.trainer import Trainer, TrainerConfig, TrainState, run_epoch
+from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, label_smoothing_entropy, rate
 
 
 # ---------------------------------------------------------------- Batch
@@ -30,15 +22,16 @@ def test_batch_shifts_target_and_counts_tokens():
     b = Batch(src, tgt, pad=0)
     assert torch.equal(b.tgt, tgt[:, :-1]) and torch.equal(b.tgt_y, tgt[:, 1:])
     assert b.ntokens == 2 + 4
-    assert b.src_mask.shape == (2, 1, 4) and b.src_mask.dtype == torch.bool
-    assert b.src_mask[0, 0].tolist() == [True, True, True, False]
+    assert isinstance(b.src_mask, T.AttentionMask) and b.src_mask.key_lengths.tolist() == [3, 4]  # padding at the end
+    assert b.src_mask.to_dense(1, 4)[:, 0].tolist() == [[True, True, True, False], [True] * 4]
 
 
 def test_batch_masks_padded_query_rows_unlike_the_tutorial():
     tgt = torch.tensor([[1, 4, 5, 0, 0, 0]])
     b = Batch(tgt.clone(), tgt, pad=0)
-    m = b.tgt_mask[0]
-    assert m.shape == (5, 5)
+    assert b.tgt_mask.causal and b.tgt_mask.query_lengths.tolist() == [3]  # structured: the kernel skips work
+    m = b.tgt_mask.to_dense(5, 5)[0]
+    assert m.shape == (5, 5) and torch.equal(m, Batch.make_std_mask(tgt[:, :-1], 0)[0])
     # real rows: causal over real keys
     assert m[2].tolist() == [True, True, True, False, False]
     # padded rows (positions 3, 4 of the decoder input) attend to nothing (the tutorial's rows attend)
@@ -49,7 +42,7 @@ def test_batch_masks_padded_query_rows_unlike_the_tutorial():
 
 def test_batch_default_pad_is_the_tutorials_2_and_rejects_bad_shapes():
     src = torch.tensor([[3, 2, 2]])
-    assert Batch(src).src_mask[0, 0].tolist() == [True, False, False]
+    assert Batch(src).src_mask.to_dense(1, 3)[0, 0].tolist() == [True, False, False]
     assert Batch(src).tgt is None
     with pytest.raises(ValueError, match="at least 2 tokens"):
         Batch(src, torch.tensor([[1]]))
@@ -136,12 +129,21 @@ def test_rate_is_the_noam_schedule():
 
 
 def test_simple_loss_compute_normalises_and_survives_zero_tokens():
+    """(loss_sum, loss_node) = (NLL summed over non-padding labels, that sum / norm), the NLL written out here;
+    the node carries the gradient of the normalised loss. norm 0 (all padding) gives 0, not NaN."""
     gen = T.Generator(8, 5)
     compute = SimpleLossCompute(gen, LabelSmoothing(5, 0, 0.0))
     x = torch.randn(2, 3, 8)
     y = torch.tensor([[1, 2, 0], [3, 4, 0]])
+    log_p = torch.log_softmax(x @ gen.proj.weight.T + gen.proj.bias, -1)
+    nll = -log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1)[y != 0].sum()
     total, node = compute(x, y, 4)
-    assert node.item() == pytest.approx(total.item() / 4)
+    assert total.item() == pytest.approx(nll.item(), rel=1e-6)
+    assert node.item() == pytest.approx(nll.item() / 4, rel=1e-6)
+    assert not total.requires_grad and node.requires_grad
+    (grad,) = torch.autograd.grad(node, gen.proj.bias)
+    (expected,) = torch.autograd.grad(nll / 4, gen.proj.bias)
+    torch.testing.assert_close(grad, expected)
     total0, node0 = compute(x, torch.zeros(2, 3, dtype=torch.long), 0)
     assert total0.item() == 0.0 and node0.item() == 0.0
 
@@ -199,8 +201,186 @@ def test_trainer_accumulates_gradients_and_evaluates_periodically():
             yield b
 
     trainer.make_batches = counting
+    weights = [p.detach().clone() for p in model.parameters()]
     trainer.train(on_eval=lambda step, loss: calls.append(step))
     assert trainer.step == 6 and len(batches_seen) == 18
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))  # lr 0: not one weight moved
+    assert all(p.grad is None for p in model.parameters())  # ... though gradients were computed and cleared
     assert calls == [2, 4, 6] and len(trainer.history.eval_loss) == 3
     with pytest.raises(ValueError, match="accum_iter"):
         TrainerConfig(accum_iter=0)
+
+
+# ---------------------------------------------------------------- accumulation and clipping, against SGD by hand
+#
+# The parameters after run_epoch / Trainer are compared with an explicit computation: each batch's gradient of
+# (NLL summed over non-padding labels) / ntokens, taken with torch.autograd.grad on a copy of the model, summed
+# over a group of batches, clipped by hand, and applied as p - lr * g. Batches have different token counts, so
+# a loss normalised by anything but ntokens gives other gradients. Models are float64 so that the differences
+# looked for (>= 1e-4) are far above rounding (LabelSmoothing computes in float32: ~1e-8).
+
+V = 11
+
+
+def _float64_model(seed=0):
+    torch.manual_seed(seed)
+    return T.make_model(V, V, N=1, d_model=16, d_ff=32, h=2, dropout=0.0).double()
+
+
+def _padded_batches(n, seed=1, batch_size=3):
+    """n copy-task-like batches (pad 0) whose rows end in padding of random length: ntokens differs per batch."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        src = torch.randint(1, V, (batch_size, 7), generator=g)
+        tgt = torch.randint(1, V, (batch_size, 7), generator=g)
+        tgt[:, 0] = 1
+        for row in range(batch_size):
+            cut = int(torch.randint(3, 8, (1,), generator=g))
+            src[row, cut:] = 0
+            tgt[row, cut:] = 0
+        batches.append(Batch(src, tgt, pad=0))
+    assert len({b.ntokens for b in batches}) > 1 or n == 1
+    return batches
+
+
+def _batch_gradient(model, batch):
+    """d/dparams of sum_{labels != pad} -log p(label) / ntokens, written out (no SimpleLossCompute, no LabelSmoothing)."""
+    log_p = model.generator(model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask))
+    labels = batch.tgt_y
+    nll = -log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)[labels != 0].sum()
+    return torch.autograd.grad(nll / batch.ntokens, list(model.parameters()))
+
+
+def _group_gradient(model, batches):
+    return [sum(gs) for gs in zip(*(_batch_gradient(model, b) for b in batches))]
+
+
+def _global_norm(grads):
+    return math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+
+
+def _sgd_by_hand(model, grads, lr, clip=None):
+    """p <- p - lr * g, with g scaled by min(1, clip / ||g||) (global norm over every parameter) when clip is given."""
+    scale = 1.0 if clip is None else min(1.0, clip / _global_norm(grads))
+    with torch.no_grad():
+        for p, g in zip(model.parameters(), grads):
+            p -= lr * scale * g
+
+
+def _assert_same_weights(model, reference):
+    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def _compute(model):
+    return SimpleLossCompute(model.generator, LabelSmoothing(V, 0, 0.0))
+
+
+def test_run_epoch_accumulates_full_groups_and_discards_a_trailing_partial_group():
+    """7 batches, accum_iter 3: optimizer steps after batches 3 and 6, each with the *sum* of its group's
+    gradients and the learning rate the schedule gives at that step (the scheduler steps once per optimizer
+    step, after it). The 7th batch is a trailing partial group: documented in run_epoch as discarded (as in
+    the tutorial), so it moves nothing, and its gradient is cleared, not carried into the next epoch."""
+    model = _float64_model()
+    reference = copy.deepcopy(model)
+    batches = _padded_batches(7)
+    lr = 0.5
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))  # lr, then lr / 2, ...
+    _, state = run_epoch(iter(batches), model, _compute(model), opt, sched, mode="train", accum_iter=3)
+    assert (state.step, state.accum_step, state.samples) == (7, 2, 21)
+    assert state.tokens == sum(b.ntokens for b in batches)
+    assert sched.last_epoch == 2
+    _sgd_by_hand(reference, _group_gradient(reference, batches[0:3]), lr)
+    _sgd_by_hand(reference, _group_gradient(reference, batches[3:6]), lr / 2)
+    _assert_same_weights(model, reference)
+    # the discarded batch would have moved the weights visibly, and its gradient is gone
+    assert max(float(g.abs().max()) for g in _batch_gradient(reference, batches[6])) * lr / 3 > 1e-4
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+    # the next epoch starts from clean gradients: one step on its own 3 batches only
+    more = _padded_batches(3, seed=2)
+    run_epoch(iter(more), model, _compute(model), opt, sched, mode="train", accum_iter=3)
+    _sgd_by_hand(reference, _group_gradient(reference, more), lr / 3)
+    _assert_same_weights(model, reference)
+
+
+def test_run_epoch_with_accum_iter_one_steps_on_every_batch():
+    model = _float64_model(1)
+    reference = copy.deepcopy(model)
+    batches = _padded_batches(3, seed=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    _, state = run_epoch(iter(batches), model, _compute(model), opt, mode="train", accum_iter=1)
+    assert (state.step, state.accum_step) == (3, 3)
+    for b in batches:
+        _sgd_by_hand(reference, _batch_gradient(reference, b), 0.3)
+    _assert_same_weights(model, reference)
+
+
+@pytest.mark.parametrize("clip_factor", [0.05, 0.5, 20.0], ids=["clipped-hard", "clipped", "not-clipped"])
+def test_run_epoch_clips_the_global_gradient_norm(clip_factor):
+    """clip_grad bounds the norm of the accumulated gradient taken over *all* parameters together: the
+    update is g * clip / ||g|| when ||g|| > clip (its global norm is then clip), and g itself otherwise."""
+    model = _float64_model(2)
+    reference = copy.deepcopy(model)
+    batches = _padded_batches(2, seed=4)
+    grads = _group_gradient(reference, batches)
+    norm = _global_norm(grads)
+    clip = clip_factor * norm
+    lr = 1.0
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    run_epoch(iter(batches), model, _compute(model), opt, mode="train", accum_iter=2, clip_grad=clip)
+    update = [(b - a.detach()) / lr for a, b in zip(model.parameters(), before)]
+    assert _global_norm(update) == pytest.approx(min(clip, norm), rel=1e-6)
+    _sgd_by_hand(reference, grads, lr, clip)
+    _assert_same_weights(model, reference)
+    if clip_factor < 1:
+        # per-parameter clipping would differ: some parameter's own norm is below clip, another's above
+        norms = [float(g.norm()) for g in grads]
+        assert min(norms) < clip < max(norms) or clip < min(norms)
+
+
+def _fixed_batches(batches):
+    """A Trainer data source that ignores the generator and yields these batches in order."""
+    return lambda generator: iter(batches)
+
+
+@pytest.mark.parametrize("accum_iter", [1, 3])
+def test_trainer_steps_on_the_sum_of_accum_iter_gradients(accum_iter):
+    """Trainer.train_step: one optimizer step per accum_iter batches, with their summed gradients; its loss is
+    the NLL summed over those batches divided by their total token count."""
+    model = _float64_model(3)
+    reference = copy.deepcopy(model)
+    batches = _padded_batches(2 * accum_iter, seed=5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.4)
+    trainer = Trainer(model, opt, _fixed_batches(batches), criterion=LabelSmoothing(V, 0, 0.0),
+                      config=TrainerConfig(steps=2, accum_iter=accum_iter, clip_grad=None))
+    loss = trainer.train()
+    assert trainer.step == 2 and trainer.tokens == sum(b.ntokens for b in batches)
+    first, second = batches[:accum_iter], batches[accum_iter:]
+    _sgd_by_hand(reference, _group_gradient(reference, first), 0.4)
+    with torch.no_grad():  # the loss of step 2 is measured at the weights after step 1
+        nll = sum(float(-reference.generator(reference(b.src, b.tgt, b.src_mask, b.tgt_mask))
+                        .gather(-1, b.tgt_y.unsqueeze(-1)).squeeze(-1)[b.tgt_y != 0].sum()) for b in second)
+    assert loss == pytest.approx(nll / sum(b.ntokens for b in second), rel=1e-6)
+    _sgd_by_hand(reference, _group_gradient(reference, second), 0.4)
+    _assert_same_weights(model, reference)
+
+
+@pytest.mark.parametrize("clip_factor", [0.1, 20.0], ids=["clipped", "not-clipped"])
+def test_trainer_clips_the_global_gradient_norm(clip_factor):
+    model = _float64_model(4)
+    reference = copy.deepcopy(model)
+    batches = _padded_batches(2, seed=6)
+    grads = _group_gradient(reference, batches)
+    clip = clip_factor * _global_norm(grads)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    trainer = Trainer(model, opt, _fixed_batches(batches), criterion=LabelSmoothing(V, 0, 0.0),
+                      config=TrainerConfig(steps=1, accum_iter=2, clip_grad=clip))
+    trainer.train()
+    update = [b - a.detach() for a, b in zip(model.parameters(), before)]
+    assert _global_norm(update) == pytest.approx(min(clip, _global_norm(grads)), rel=1e-6)
+    _sgd_by_hand(reference, grads, 1.0, clip)
+    _assert_same_weights(model, reference)

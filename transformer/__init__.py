@@ -5,28 +5,24 @@ The names follow the Annotated Transformer; every ``forward`` is a checked tenso
 (see :mod:`transformer.attention`).
 """
 
-from .attention import MultiHeadedAttention, attention, scaled_dot_product_attention, use_backend
+from .attention import MultiHeadedAttention, attention, current_backend, scaled_dot_product_attention, use_backend
+from .cache import DecoderCache, KVCache, LayerCache
 from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from .config import TransformerConfig
 from .contracts import TypeCheckError, checks, checks_enabled, set_checks
 from .decoder import Decoder, DecoderLayer
-from .decoding import BeamResult, DecoderCache, beam_search, greedy_decode, greedy_step, next_token_log_probs
-from .embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
+from .decoding import BeamResult, beam_search, greedy_decode, greedy_step, next_token_log_probs, sample_decode
+from .embeddings import EmbeddingStack, Embeddings, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
-from .masks import padding_mask, subsequent_mask, target_mask
-from .model import EncoderDecoder, Generator, build_model, make_model
-from .training import (
-    Batch,
-    LabelSmoothing,
-    NoamSchedule,
-    SimpleLossCompute,
-    Trainer,
-    TrainerConfig,
-    TrainState,
-    rate,
-    run_epoch,
-)
+from .lm import LMCache, LMNextTokens, TransformerLM, build_lm  # the decoder-only language model (docs/lm.md)
+from .lm_config import LMConfig
+from .lm_generate import beam_generate, generate
+from .masks import AttentionMask, padding_mask, subsequent_mask, target_mask
+from .model import EncoderDecoder, Generator, NextTokens, build_model, make_model
+from .batching import Batch
+from .trainer import Trainer, TrainerConfig, TrainState, run_epoch
+from .training import LabelSmoothing, NoamSchedule, SimpleLossCompute, rate
 
 __version__ = "0.1.0"
 
@@ -42,6 +38,7 @@ __all__ = [
     "MultiHeadedAttention",
     "PositionwiseFeedForward",
     "Embeddings",
+    "EmbeddingStack",
     "PositionalEncoding",
     "LearnedPositionalEncoding",
     "Generator",
@@ -51,6 +48,8 @@ __all__ = [
     "attention",
     "scaled_dot_product_attention",
     "use_backend",
+    "current_backend",
+    "AttentionMask",
     "subsequent_mask",
     "padding_mask",
     "target_mask",
@@ -73,12 +72,17 @@ __all__ += [
     "greedy_decode",
     "greedy_step",
     "next_token_log_probs",
+    "sample_decode",
     "beam_search",
     "BeamResult",
+    "NextTokens",
     "DecoderCache",
+    "LayerCache",
+    "KVCache",
     "save_checkpoint",
     "load_checkpoint",
     "Checkpoint",
     "CheckpointError",
     "ConfigMismatchError",
 ]
+__all__ += ["TransformerLM", "LMConfig", "LMCache", "LMNextTokens", "build_lm", "generate", "beam_generate"]

@@ -2,11 +2,17 @@
 
 A checkpoint is a directory::
 
-    config.json               the model's TransformerConfig (TransformerConfig.to_json)
+    config.json               the model's kind and architecture (config.architecture(): no run-time fields)
     model.safetensors         the weights (safetensors.torch.save_model: tied weights stored once)
     state.safetensors         training-state tensors: optimizer moments, RNG states (optional)
     state.json                the rest of the training state as JSON; tensors appear as {"__tensor__": key}
+    tokenizer.json ...        assets saved with the model, e.g. its tokenizer (optional)
     meta.json                 format version, user metadata (task, vocabulary...) and a SHA-256 per file
+
+``config.json`` names the model's kind (``MODEL_KINDS``): ``"encoder_decoder"`` (a
+:class:`~transformer.config.TransformerConfig`, built by :func:`~transformer.model.build_model`) or ``"lm"`` (an
+:class:`~transformer.lm_config.LMConfig`, built by :func:`~transformer.lm.build_lm`). A ``config.json`` without a
+kind, as written before there were two, is an encoder-decoder.
 
 ``save_checkpoint`` writes everything into a fresh temporary directory beside the target, fsyncs
 it, then swaps it in with two ``rename`` calls; the previous checkpoint is renamed aside first and
@@ -34,12 +40,37 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from .config import TransformerConfig
-
-__all__ = ["Checkpoint", "CheckpointError", "ConfigMismatchError", "save_checkpoint", "load_checkpoint", "FORMAT_VERSION"]
+__all__ = ["Checkpoint", "CheckpointError", "ConfigMismatchError", "save_checkpoint", "load_checkpoint", "FORMAT_VERSION",
+           "MODEL_KINDS", "read_config", "model_kind", "encode_state", "decode_state"]
 
 FORMAT_VERSION = 1
 _CONFIG, _MODEL, _STATE_T, _STATE_J, _META = "config.json", "model.safetensors", "state.safetensors", "state.json", "meta.json"
+
+
+#: The kinds of model a checkpoint may hold: kind -> (config class, builder), as "module:name" (imported on use).
+MODEL_KINDS: dict[str, tuple[str, str]] = {
+    "encoder_decoder": ("transformer.config:TransformerConfig", "transformer.model:build_model"),
+    "lm": ("transformer.lm_config:LMConfig", "transformer.lm:build_lm"),
+}
+_DEFAULT_KIND = "encoder_decoder"  # config.json files written before there were kinds
+_RESERVED = {_CONFIG, _MODEL, _STATE_T, _STATE_J, _META}
+
+
+def _load(reference: str):
+    import importlib
+
+    module, name = reference.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def model_kind(config: object) -> str:
+    """The kind (a key of ``MODEL_KINDS``) whose config class ``config`` is; ValueError for any other object."""
+    for kind, (config_class, _) in MODEL_KINDS.items():
+        if type(config) is _load(config_class):
+            return kind
+    known = ", ".join(f"{kind} ({ref.split(':')[1]})" for kind, (ref, _) in MODEL_KINDS.items())
+    raise ValueError(f"model.config must be the config of a known model kind ({known}), got {type(config).__name__} "
+                     "(build models with make_model or build_lm)")
 
 
 class CheckpointError(ValueError):
@@ -57,45 +88,60 @@ class ConfigMismatchError(CheckpointError):
 
 @dataclass
 class Checkpoint:
-    """What ``load_checkpoint`` returns."""
+    """What ``load_checkpoint`` returns (and ``read_sharded_checkpoint``, with ``model`` None: its weights are in
+    shards)."""
 
     path: str
-    config: TransformerConfig
-    model: nn.Module
+    config: Any  # TransformerConfig or LMConfig (see ``kind``)
+    model: nn.Module | None
     trainer_state: dict[str, Any] | None
     metadata: dict[str, Any] = field(default_factory=dict)
+    kind: str = _DEFAULT_KIND
+    assets: list[str] = field(default_factory=list)
+
+    def asset(self, name: str) -> str:
+        """The path of asset ``name`` (checked against its SHA-256 when the checkpoint was loaded)."""
+        if name not in self.assets:
+            raise CheckpointError(f"checkpoint {self.path} holds no {name} (assets: {', '.join(self.assets) or 'none'})")
+        return os.path.join(self.path, name)
 
 
 # ---------------------------------------------------------------------------- JSON + tensors codec
-def _encode(obj: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
+def encode_state(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> Any:
+    """``obj`` (tensors and JSON values in dicts, lists and tuples: a training state) as a JSON value in which each
+    tensor is ``{"__tensor__": key}``, the tensor itself put in ``tensors[key]`` (for ``safetensors``); tuples and
+    dicts with non-string keys are tagged (``__tuple__``, ``__items__``) so that :func:`decode_state` gives them
+    back. ``path`` prefixes the keys. Anything else raises ``TypeError`` naming where it is."""
     if isinstance(obj, torch.Tensor):
         key = path or "root"
         tensors[key] = obj.detach().cpu().contiguous()
         return {"__tensor__": key}
     if isinstance(obj, dict):
         if all(isinstance(k, str) for k in obj) and "__tensor__" not in obj and "__tuple__" not in obj and "__items__" not in obj:
-            return {k: _encode(v, tensors, f"{path}.{k}") for k, v in obj.items()}
-        return {"__items__": [[_encode(k, tensors, f"{path}.k{i}"), _encode(v, tensors, f"{path}.{k}")] for i, (k, v) in enumerate(obj.items())]}
+            return {k: encode_state(v, tensors, f"{path}.{k}") for k, v in obj.items()}
+        return {"__items__": [[encode_state(k, tensors, f"{path}.k{i}"), encode_state(v, tensors, f"{path}.{k}")] for i, (k, v) in enumerate(obj.items())]}
     if isinstance(obj, tuple):
-        return {"__tuple__": [_encode(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]}
+        return {"__tuple__": [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]}
     if isinstance(obj, list):
-        return [_encode(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
+        return [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise TypeError(f"cannot store a {type(obj).__name__} at {path or 'root'} in a checkpoint (only tensors and JSON values)")
 
 
-def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+def decode_state(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The inverse of :func:`encode_state`: the JSON value ``obj`` with its tensor references looked up in
+    ``tensors`` and its tuples and non-string-keyed dicts restored."""
     if isinstance(obj, dict):
         if set(obj) == {"__tensor__"}:
             return tensors[obj["__tensor__"]]
         if set(obj) == {"__tuple__"}:
-            return tuple(_decode(v, tensors) for v in obj["__tuple__"])
+            return tuple(decode_state(v, tensors) for v in obj["__tuple__"])
         if set(obj) == {"__items__"}:
-            return {_decode(k, tensors): _decode(v, tensors) for k, v in obj["__items__"]}
-        return {k: _decode(v, tensors) for k, v in obj.items()}
+            return {decode_state(k, tensors): decode_state(v, tensors) for k, v in obj["__items__"]}
+        return {k: decode_state(v, tensors) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_decode(v, tensors) for v in obj]
+        return [decode_state(v, tensors) for v in obj]
     return obj
 
 
@@ -124,15 +170,27 @@ def save_checkpoint(
     *,
     trainer_state: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    assets: dict[str, bytes | str] | None = None,
 ) -> str:
     """Atomically write ``model`` (its ``config`` and weights) and optional training state to directory ``path``.
 
-    Returns the path. The previous checkpoint at ``path``, if any, survives any interruption.
+    ``assets`` maps file names to contents (bytes, or str written as UTF-8), e.g. ``{"tokenizer.json": ...}``: they
+    are written beside the weights and covered by the SHA-256 manifest. A model's own ``checkpoint_assets``
+    attribute (the same mapping) is saved too, so whatever saves the model (a Trainer, a distributed strategy) keeps
+    its tokenizer with it. Returns the path. The previous checkpoint at
+    ``path``, if any, survives any interruption.
     """
     path = os.path.abspath(os.fspath(path))
     config = getattr(model, "config", None)
-    if not isinstance(config, TransformerConfig):
-        raise ValueError("save_checkpoint: model.config must be a TransformerConfig (build models with make_model)")
+    try:
+        kind = model_kind(config)
+    except ValueError as error:
+        raise ValueError(f"save_checkpoint: {error}") from None
+    assets = {**getattr(model, "checkpoint_assets", {}), **(assets or {})}
+    for name in assets:
+        if name in _RESERVED or os.path.basename(name) != name or name.startswith("."):
+            raise ValueError(f"save_checkpoint: asset name {name!r} must be a plain file name other than "
+                             f"{', '.join(sorted(_RESERVED))}")
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -140,12 +198,16 @@ def save_checkpoint(
     tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + ".tmp-", dir=parent)
     try:
         with open(os.path.join(tmp, _CONFIG), "w") as f:
-            f.write(config.to_json(indent=2, sort_keys=True))
+            json.dump({"kind": kind, **config.architecture()}, f, indent=2, sort_keys=True)
         save_model(model, os.path.join(tmp, _MODEL))
         files = [_CONFIG, _MODEL]
+        for name, content in sorted(assets.items()):
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(content.encode("utf-8") if isinstance(content, str) else content)
+            files.append(name)
         if trainer_state is not None:
             tensors: dict[str, torch.Tensor] = {}
-            encoded = _encode(trainer_state, tensors, "")
+            encoded = encode_state(trainer_state, tensors, "")
             save_file(tensors, os.path.join(tmp, _STATE_T))
             with open(os.path.join(tmp, _STATE_J), "w") as f:
                 json.dump(encoded, f)
@@ -199,16 +261,24 @@ def _resolve(path: str) -> str:
     raise CheckpointError(f"no checkpoint at {path} (expected a directory with {_META}, {_CONFIG} and {_MODEL})")
 
 
-def read_config(path: str | os.PathLike) -> TransformerConfig:
-    """The TransformerConfig stored in checkpoint ``path`` (validated)."""
+def read_config(path: str | os.PathLike, *, with_kind: bool = False):
+    """The config stored in checkpoint ``path`` (validated): a TransformerConfig or an LMConfig, by the kind
+    ``config.json`` names; ``(kind, config)`` with ``with_kind``."""
     path = _resolve(os.path.abspath(os.fspath(path)))
     try:
         with open(os.path.join(path, _CONFIG)) as f:
-            return TransformerConfig.from_json(f.read())
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        kind = data.pop("kind", _DEFAULT_KIND)
+        if kind not in MODEL_KINDS:
+            raise ValueError(f"unknown model kind {kind!r}; known kinds: {', '.join(MODEL_KINDS)}")
+        config = _load(MODEL_KINDS[kind][0]).from_dict(data)
     except FileNotFoundError as error:
         raise CheckpointError(f"checkpoint {path} is incomplete: {_CONFIG} is missing") from error
     except (json.JSONDecodeError, ValueError, TypeError) as error:
         raise CheckpointError(f"checkpoint {path} has a corrupt {_CONFIG}: {error}") from error
+    return (kind, config) if with_kind else config
 
 
 def load_checkpoint(
@@ -220,12 +290,10 @@ def load_checkpoint(
 ) -> Checkpoint:
     """Load checkpoint ``path`` into ``model`` (or into a new model built from the stored config).
 
-    Raises :class:`ConfigMismatchError` naming every mismatched field when ``model.config``
-    differs from the stored config, and :class:`CheckpointError` when files are missing, do not
-    match their recorded SHA-256, or cannot be parsed.
+    Raises :class:`ConfigMismatchError` naming every mismatched field when ``model.config``'s architecture
+    differs from the stored one (run-time fields such as ``attention_backend`` may differ), and :class:`CheckpointError` when files are missing, do not
+    match their recorded SHA-256, or cannot be parsed, or when ``model`` is of another kind than the stored one.
     """
-    from .model import build_model
-
     path = _resolve(os.path.abspath(os.fspath(path)))
     try:
         with open(os.path.join(path, _META)) as f:
@@ -242,14 +310,17 @@ def load_checkpoint(
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
         if _sha256(file) != digest:
             raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its recorded SHA-256")
-    config = read_config(path)
+    kind, config = read_config(path, with_kind=True)
     if model is None:
-        model = build_model(config)
+        model = _load(MODEL_KINDS[kind][1])(config)
     else:
-        own = getattr(model, "config", None)
-        if not isinstance(own, TransformerConfig):
-            raise ValueError("load_checkpoint: model.config must be a TransformerConfig")
-        diff = own.differences(config)
+        try:
+            own_kind = model_kind(getattr(model, "config", None))
+        except ValueError as error:
+            raise ValueError(f"load_checkpoint: {error}") from None
+        if own_kind != kind:
+            raise CheckpointError(f"checkpoint {path} holds a model of kind {kind!r}; the model given is of kind {own_kind!r}")
+        diff = model.config.differences(config, architecture_only=True)
         if diff:
             raise ConfigMismatchError(diff, path)
     try:
@@ -262,7 +333,9 @@ def load_checkpoint(
         try:
             tensors = load_file(os.path.join(path, _STATE_T))
             with open(os.path.join(path, _STATE_J)) as f:
-                trainer_state = _decode(json.load(f), tensors)
+                trainer_state = decode_state(json.load(f), tensors)
         except (SafetensorError, json.JSONDecodeError, KeyError, OSError) as error:
             raise CheckpointError(f"checkpoint {path}: cannot read the training state: {error}") from error
-    return Checkpoint(path=path, config=config, model=model, trainer_state=trainer_state, metadata=meta.get("metadata", {}))
+    assets = sorted(name for name in meta["sha256"] if name not in _RESERVED)
+    return Checkpoint(path=path, config=config, model=model, trainer_state=trainer_state, metadata=meta.get("metadata", {}),
+                      kind=kind, assets=assets)

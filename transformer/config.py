@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 NormPlacement = Literal["pre", "post"]
 PositionalKind = Literal["sinusoidal", "learned"]
@@ -24,6 +24,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "tie_weights": get_args(TieWeights),
     "attention_backend": get_args(AttentionBackend),
 }
+#: Fields that choose how the model runs, not what it computes: they are not part of a model's identity, so a
+#: checkpoint neither stores nor compares them (train with one backend, resume or decode with another).
+RUNTIME_FIELDS: tuple[str, ...] = ("attention_backend",)
 _POSITIVE_INTS = ("src_vocab", "tgt_vocab", "n_encoder_layers", "n_decoder_layers", "d_model", "d_ff", "n_heads", "max_len")
 
 
@@ -31,8 +34,48 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+class ConfigRecord:
+    """What every config of the package does besides validating itself: validated copies, JSON, and the
+    comparisons checkpoints make (``TransformerConfig``, ``LMConfig``). Subclasses are frozen dataclasses."""
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def to_json(self, **dumps_kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **dumps_kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        return cls.from_dict(json.loads(text))
+
+    def differences(self, other: Self, *, architecture_only: bool = False) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ: ``{name: (self_value, other_value)}`` (without ``RUNTIME_FIELDS`` when
+        ``architecture_only``: what decides whether two models compute the same function from the same weights)."""
+        return {
+            f.name: (getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(other, f.name) and not (architecture_only and f.name in RUNTIME_FIELDS)
+        }
+
+    def architecture(self) -> dict[str, Any]:
+        """The fields that define the model's function (``to_dict`` without ``RUNTIME_FIELDS``): a checkpoint's identity."""
+        return {name: value for name, value in self.to_dict().items() if name not in RUNTIME_FIELDS}
+
+
 @dataclass(frozen=True, kw_only=True)
-class TransformerConfig:
+class TransformerConfig(ConfigRecord):
     """Every hyper-parameter of the encoder-decoder Transformer (paper section 3, Table 3 "base").
 
     Attributes:
@@ -53,7 +96,9 @@ class TransformerConfig:
         tie_weights: ``"none"``; ``"target"`` shares the target embedding with the generator;
             ``"all"`` also shares the source embedding (section 3.4; needs equal vocabularies).
         pad_id: the padding token id, used for padding masks; None when there is no padding token.
-        attention_backend: ``"auto"``, ``"eager"``, ``"torch"`` or ``"triton"`` (see ``transformer.attention``).
+        attention_backend: the model's default attention backend, ``"auto"``, ``"eager"``, ``"torch"`` or
+            ``"triton"`` (see ``transformer.backends``). A run-time choice (``RUNTIME_FIELDS``), not architecture:
+            ``use_backend`` overrides it, and checkpoints neither store nor compare it.
     """
 
     src_vocab: int
@@ -120,33 +165,3 @@ class TransformerConfig:
     def d_k(self) -> int:
         """Width of one attention head (d_k = d_v = d_model / h)."""
         return self.d_model // self.n_heads
-
-    def replace(self, **changes: Any) -> TransformerConfig:
-        """A copy with some fields changed, validated again."""
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown TransformerConfig field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
-        return cls(**data)
-
-    def to_json(self, **dumps_kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **dumps_kwargs)
-
-    @classmethod
-    def from_json(cls, text: str) -> TransformerConfig:
-        return cls.from_dict(json.loads(text))
-
-    def differences(self, other: TransformerConfig) -> dict[str, tuple[Any, Any]]:
-        """Fields whose values differ: ``{name: (self_value, other_value)}``."""
-        return {
-            f.name: (getattr(self, f.name), getattr(other, f.name))
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(other, f.name)
-        }

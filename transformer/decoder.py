@@ -5,9 +5,11 @@ from __future__ import annotations
 from torch import nn
 
 from .attention import MultiHeadedAttention
+from .cache import DecoderCache, LayerCache
 from .config import NormPlacement
 from .contracts import Bool, Float, Tensor, checked
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
+from .masks import AttentionMask
 
 __all__ = ["DecoderLayer", "Decoder"]
 
@@ -15,7 +17,9 @@ __all__ = ["DecoderLayer", "Decoder"]
 class DecoderLayer(nn.Module):
     """One decoder layer: masked self-attention, attention over the encoder memory, then the FFN (3.1).
 
-    ``src_mask`` must cover the memory: shape (batch, 1 or tgt_len, src_len).
+    ``src_mask`` must cover the memory: shape (batch, 1 or tgt_len, src_len), or an AttentionMask.
+    With ``cache`` (incremental decoding), ``x`` holds only the new positions, which attend to every cached
+    one and, among themselves, causally (``tgt_mask``, built by :class:`Decoder`).
     """
 
     def __init__(
@@ -40,12 +44,14 @@ class DecoderLayer(nn.Module):
         self,
         x: Float[Tensor, "batch tgt_len {self.size}"],
         memory: Float[Tensor, "batch src_len {self.size}"],
-        src_mask: Bool[Tensor, "#batch #tgt_len src_len"] | None,
-        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | None,
+        src_mask: Bool[Tensor, "#batch #tgt_len src_len"] | AttentionMask | None,
+        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
+        cache: LayerCache | None = None,
     ) -> Float[Tensor, "batch tgt_len {self.size}"]:
         m = memory
-        x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
-        x = self.sublayer[1](x, lambda x: self.src_attn(x, m, m, src_mask))
+        self_cache, src_cache = (None, None) if cache is None else (cache.self_attn, cache.src_attn)
+        x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, cache=self_cache))
+        x = self.sublayer[1](x, lambda x: self.src_attn(x, m, m, src_mask, cache=src_cache))
         return self.sublayer[2](x, self.feed_forward)
 
 
@@ -58,14 +64,34 @@ class Decoder(nn.Module):
         self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)
         self.size = layer.size
 
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding with this stack."""
+        return DecoderCache(len(self.layers))
+
     @checked
     def forward(
         self,
         x: Float[Tensor, "batch tgt_len {self.size}"],
         memory: Float[Tensor, "batch src_len {self.size}"],
-        src_mask: Bool[Tensor, "#batch #tgt_len src_len"] | None,
-        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | None,
+        src_mask: Bool[Tensor, "#batch #tgt_len src_len"] | AttentionMask | None,
+        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
+        cache: DecoderCache | None = None,
     ) -> Float[Tensor, "batch tgt_len {self.size}"]:
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)
+        """With ``cache``, ``x`` holds the positions after the cached ones and ``tgt_mask`` must be None: they
+        attend to every cached position and causally among themselves. More than one new position at a time is
+        taken only into an empty cache (a prompt), where causal is the whole rule."""
+        if cache is not None:
+            tgt_mask = self._cached_mask(x.size(1), cache, tgt_mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i])
         return self.norm(x)
+
+    def _cached_mask(self, new: int, cache: DecoderCache, tgt_mask: object) -> AttentionMask | None:
+        if len(cache.layers) != len(self.layers):
+            raise ValueError(f"Decoder: the cache has {len(cache.layers)} layers, the decoder {len(self.layers)}")
+        if tgt_mask is not None:
+            raise ValueError("Decoder: with a cache, pass tgt_mask=None (new positions attend to every cached one)")
+        if new > 1 and cache.length > 0:
+            raise ValueError(f"Decoder: {new} new positions after {cache.length} cached ones; after the first call "
+                             "a cache takes one position at a time")
+        return AttentionMask(causal=True) if new > 1 else None

@@ -1,36 +1,44 @@
-"""Decoding: greedy (exact length), incremental decoding with a key/value cache, beam search.
+"""Decoding as search over one step function: greedy (exact length), sampling, beam search.
 
-Every decoder here grows a target ``ys`` one token per step, starting from ``start_symbol``.
-That is a contract: :func:`greedy_step` takes ``ys`` of shape (batch, steps) and returns (batch, steps+1),
-checked by jaxtyping (``"batch steps+1"``) while checks are on and by an explicit ValueError always.
-The result of :func:`greedy_decode` and :func:`beam_search` has exactly ``max_len`` columns
-(start symbol included, as in the Annotated Transformer): with an ``end_symbol``, positions after
-a row's end symbol are filled with ``pad_symbol``, never cut.
+A step function ``steps(ys) -> log_probs`` gives the log-probabilities (batch, vocab) of the token after the
+tokens ``ys`` (batch, t), and ``steps.reorder(index)`` keeps the batch rows ``index``. The model supplies it
+(:meth:`EncoderDecoder.next_tokens`, with the modules' own key/value cache, or a full recompute with
+``use_cache=False``); this module only searches.
 
-Incremental decoding (``use_cache=True``, the default) keeps, for every decoder layer, the
-self-attention keys and values of the positions already decoded and the encoder memory projected
-once by the cross-attention's ``k_proj``/``v_proj`` (:class:`DecoderCache`), so each step runs the
-decoder on one new position. Its tokens equal the full-recompute path's (``use_cache=False``,
-which re-decodes the whole prefix each step, as the tutorial does).
+Every search grows ``ys`` one token per step from ``start_symbol``. The result has exactly ``max_len``
+columns (start symbol included, as in the Annotated Transformer): with an ``end_symbol``, positions after a
+row's end symbol hold ``pad_symbol``, never cut. :func:`greedy_step` states the one-token-per-step contract:
+``(batch, steps) -> (batch, steps+1)``, checked by jaxtyping while checks are on and by a ValueError always.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from .contracts import Bool, Float, Int, Tensor, checked
-from .embeddings import LearnedPositionalEncoding, PositionalEncoding
-from .masks import subsequent_mask
+from .cache import DecoderCache
+from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
+from .masks import AttentionMask
 
-__all__ = ["DecoderCache", "greedy_decode", "greedy_step", "next_token_log_probs", "beam_search", "BeamResult"]
+__all__ = ["StepFunction", "greedy_decode", "greedy_step", "next_token_log_probs", "sample_decode", "beam_search",
+           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler", "seeded_generator"]
 
 
+class StepFunction(Protocol):
+    """What the searches need from a model: next-token log-probabilities, and following reordered rows."""
+
+    def __call__(self, ys: Tensor) -> Tensor: ...
+
+    def reorder(self, index: Tensor) -> None: ...
+
+
+# ---------------------------------------------------------------------------- validation
 def _model_max_len(model: nn.Module) -> int | None:
-    config = getattr(model, "config", None)
-    return getattr(config, "max_len", None)
+    return getattr(getattr(model, "config", None), "max_len", None)
 
 
 def _validate_max_len(model: nn.Module, max_len: object) -> int:
@@ -62,112 +70,98 @@ def _pad_symbol(model: nn.Module, pad_symbol: int | None, end_symbol: int | None
     return pad_symbol
 
 
-class DecoderCache:
-    """Per-layer key/value cache for incremental decoding of one batch of sources.
+@dataclass(frozen=True)
+class _Request:
+    """The validated arguments every search of an encoder-decoder shares."""
 
-    ``self_k[i]``/``self_v[i]``: (batch, heads, t, d_k) keys and values of the ``t`` target
-    positions decoded so far by layer ``i``'s self-attention; ``memory_k[i]``/``memory_v[i]``:
-    (batch, heads, src_len, d_k), the encoder memory projected once by layer ``i``'s
-    cross-attention. ``length`` is ``t``.
-    """
-
-    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor | None) -> None:
-        layers = model.decoder.layers
-        self.self_k: list[Tensor | None] = [None] * len(layers)
-        self.self_v: list[Tensor | None] = [None] * len(layers)
-        self.memory_k = [layer.src_attn.split_heads(layer.src_attn.k_proj(memory)) for layer in layers]
-        self.memory_v = [layer.src_attn.split_heads(layer.src_attn.v_proj(memory)) for layer in layers]
-        self.src_mask = src_mask
-        self.length = 0
-        self.batch = memory.size(0)
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` (beam search: follow the surviving hypotheses; may repeat rows)."""
-        pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
-        self.self_k = [pick(t) for t in self.self_k]
-        self.self_v = [pick(t) for t in self.self_v]
-        self.memory_k = [pick(t) for t in self.memory_k]
-        self.memory_v = [pick(t) for t in self.memory_v]
-        if self.src_mask is not None and self.src_mask.size(0) != 1:
-            self.src_mask = self.src_mask.index_select(0, index)
-        self.batch = index.numel()
+    max_len: int
+    start: int
+    end: int | None
+    pad: int
 
 
-def _embed_last(model: nn.Module, ys: Tensor) -> Tensor:
-    """Target embedding (with positional encoding) of the last position of ``ys`` only: (batch, 1, d_model)."""
-    embed = model.tgt_embed
-    pos = ys.size(1) - 1
-    if isinstance(embed, nn.Sequential) and len(embed) == 2 and isinstance(embed[1], (PositionalEncoding, LearnedPositionalEncoding)):
-        return embed[1](embed[0](ys[:, pos:]), offset=pos)
-    return embed(ys)[:, pos:]  # unknown embedding module: embed the prefix, keep the last position
+def _validate(model: nn.Module, who: str, src: Tensor, max_len: object, start_symbol: int, end_symbol: int | None,
+              pad_symbol: int | None) -> _Request:
+    validate_nonempty(src, f"{who}: argument 'src'", "batch src_len")
+    _validate_max_len(model, max_len)
+    _validate_symbol(model, "start_symbol", start_symbol)
+    _validate_symbol(model, "end_symbol", end_symbol)
+    return _Request(max_len, start_symbol, end_symbol, _pad_symbol(model, pad_symbol, end_symbol))
 
 
-def _layer_step(layer: nn.Module, i: int, x: Tensor, cache: DecoderCache) -> Tensor:
-    def self_attn(y: Tensor) -> Tensor:
-        a = layer.self_attn
-        q, k, v = a.split_heads(a.q_proj(y)), a.split_heads(a.k_proj(y)), a.split_heads(a.v_proj(y))
-        if cache.self_k[i] is not None:
-            k = torch.cat([cache.self_k[i], k], dim=2)
-            v = torch.cat([cache.self_v[i], v], dim=2)
-        cache.self_k[i], cache.self_v[i] = k, v
-        return a.attend(q, k, v, None)  # the newest position may attend to every cached one
-
-    def src_attn(y: Tensor) -> Tensor:
-        a = layer.src_attn
-        return a.attend(a.split_heads(a.q_proj(y)), cache.memory_k[i], cache.memory_v[i], cache.src_mask)
-
-    x = layer.sublayer[0](x, self_attn)
-    x = layer.sublayer[1](x, src_attn)
-    return layer.sublayer[2](x, layer.feed_forward)
+def _full_batch_mask(src_mask: Tensor | AttentionMask | None, batch: int) -> Tensor | AttentionMask | None:
+    """A dense source mask with a broadcast batch of 1 is expanded, so steps can reorder its rows."""
+    if isinstance(src_mask, Tensor) and src_mask.size(0) != batch:
+        return src_mask.expand(batch, -1, -1)
+    return src_mask
 
 
+# ---------------------------------------------------------------------------- the step, as a contract
 @checked
 def next_token_log_probs(
     model: nn.Module,
     memory: Float[Tensor, "batch src_len d_model"],
-    src_mask: Bool[Tensor, "batch 1 src_len"] | None,
+    src_mask: Bool[Tensor, "batch 1 src_len"] | AttentionMask | None,
     ys: Int[Tensor, "batch steps"],
     cache: DecoderCache | None = None,
 ) -> Float[Tensor, "batch vocab"]:
-    """Log-probabilities of the token after ``ys`` (the generator applied to the last position).
-
-    Without a cache the whole prefix is decoded again under a causal mask. With a cache that
-    holds ``t - 1`` positions, only the last token is run through the decoder and the cache grows
-    by one position.
-    """
-    if cache is None:
-        out = model.decode(memory, src_mask, ys, subsequent_mask(ys.size(1), device=ys.device))
-        return model.generator(out[:, -1])
-    if cache.length != ys.size(1) - 1:
-        raise ValueError(f"DecoderCache holds {cache.length} positions but ys has {ys.size(1)}; expected {ys.size(1) - 1}")
-    x = _embed_last(model, ys)
-    for i, layer in enumerate(model.decoder.layers):
-        x = _layer_step(layer, i, x, cache)
-    cache.length += 1
-    return model.generator(model.decoder.norm(x)[:, -1])
+    """Log-probabilities of the token after ``ys``: :meth:`EncoderDecoder.next_token_log_probs`."""
+    return model.next_token_log_probs(memory, src_mask, ys, cache)
 
 
 @checked
 def greedy_step(
     model: nn.Module,
     memory: Float[Tensor, "batch src_len d_model"],
-    src_mask: Bool[Tensor, "batch 1 src_len"] | None,
+    src_mask: Bool[Tensor, "batch 1 src_len"] | AttentionMask | None,
     ys: Int[Tensor, "batch steps"],
     cache: DecoderCache | None = None,
 ) -> Int[Tensor, "batch steps+1"]:
     """One greedy decoding step: ``ys`` (batch, steps) -> (batch, steps+1), the most probable next token appended."""
-    next_word = next_token_log_probs(model, memory, src_mask, ys, cache).argmax(dim=-1)
-    out = torch.cat([ys, next_word.unsqueeze(1).to(ys.dtype)], dim=1)
+    next_word = model.next_token_log_probs(memory, src_mask, ys, cache).argmax(dim=-1)
+    return _append(ys, next_word)
+
+
+def _append(ys: Tensor, token: Tensor) -> Tensor:
+    out = torch.cat([ys, token.unsqueeze(1).to(ys.dtype)], dim=1)
     if out.size(1) != ys.size(1) + 1:  # the invariant, also when checks are off
         raise ValueError(f"greedy_step must add exactly one token: {ys.size(1)} -> {out.size(1)}")
     return out
+
+
+# ---------------------------------------------------------------------------- greedy and sampling
+def search(steps: StepFunction, ys: Tensor, max_len: int, end_symbol: int | None, pad_symbol: int,
+           pick: Callable[[Tensor], Tensor]) -> Tensor:
+    """Grow ``ys`` (batch, t) to ``max_len`` columns, appending ``pick(log_probs)`` each step.
+
+    After a row emits ``end_symbol``, its later positions hold ``pad_symbol``; once every row has ended the rest
+    is padding and no step runs.
+    """
+    batch = ys.size(0)
+    finished = torch.zeros(batch, dtype=torch.bool, device=ys.device)
+    while ys.size(1) < max_len:
+        if end_symbol is not None and bool(finished.all()):
+            rest = torch.full((batch, max_len - ys.size(1)), pad_symbol, dtype=ys.dtype, device=ys.device)
+            ys = torch.cat([ys, rest], dim=1)
+            break
+        ys = _append(ys, pick(steps(ys)))
+        if end_symbol is not None:
+            ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])
+            finished |= ys[:, -1] == end_symbol
+    if ys.size(1) != max_len:  # the exact-length promise, also when checks are off
+        raise ValueError(f"decoding produced {ys.size(1)} tokens instead of max_len={max_len}")
+    return ys
+
+
+def _start(src: Tensor, start_symbol: int) -> Tensor:
+    return torch.full((src.size(0), 1), start_symbol, dtype=src.dtype, device=src.device)
 
 
 @checked
 def greedy_decode(
     model: nn.Module,
     src: Int[Tensor, "batch src_len"],
-    src_mask: Bool[Tensor, "#batch 1 src_len"] | None,
+    src_mask: Bool[Tensor, "#batch 1 src_len"] | AttentionMask | None,
     max_len: int,
     start_symbol: int,
     end_symbol: int | None = None,
@@ -182,32 +176,86 @@ def greedy_decode(
     or ``end_symbol`` when the config has no pad id), and decoding stops early once every row has
     ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout).
     """
-    _validate_max_len(model, max_len)
-    _validate_symbol(model, "start_symbol", start_symbol)
-    _validate_symbol(model, "end_symbol", end_symbol)
-    pad_symbol = _pad_symbol(model, pad_symbol, end_symbol)
-    batch = src.size(0)
-    if src_mask is not None and src_mask.size(0) != batch:
-        src_mask = src_mask.expand(batch, -1, -1)
+    request = _validate(model, "greedy_decode", src, max_len, start_symbol, end_symbol, pad_symbol)
+    return _encode_and_search(model, src, src_mask, request, lambda log_probs: log_probs.argmax(dim=-1), use_cache)
+
+
+def _encode_and_search(model: nn.Module, src: Tensor, src_mask: Tensor | AttentionMask | None, request: _Request,
+                       pick: Callable[[Tensor], Tensor], use_cache: bool) -> Tensor:
+    """Encode ``src`` once, then :func:`search` with ``pick`` choosing each next token (greedy and sampling)."""
+    src_mask = _full_batch_mask(src_mask, src.size(0))
     with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        cache = DecoderCache(model, memory, src_mask) if use_cache else None
-        ys = torch.full((batch, 1), start_symbol, dtype=src.dtype, device=src.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-        while ys.size(1) < max_len:
-            if end_symbol is not None and bool(finished.all()):
-                rest = torch.full((batch, max_len - ys.size(1)), pad_symbol, dtype=ys.dtype, device=ys.device)
-                ys = torch.cat([ys, rest], dim=1)
-                break
-            ys = greedy_step(model, memory, src_mask, ys, cache)
-            if end_symbol is not None:
-                ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])
-                finished |= ys[:, -1] == end_symbol
-    if ys.size(1) != max_len:  # the exact-length promise, also when checks are off
-        raise ValueError(f"greedy_decode produced {ys.size(1)} tokens instead of max_len={max_len}")
-    return ys
+        steps = model.next_tokens(model.encode(src, src_mask), src_mask, use_cache=use_cache)
+        return search(steps, _start(src, request.start), request.max_len, request.end, request.pad, pick)
 
 
+def sampler(temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator):
+    """``pick(log_probs)``: a token drawn from softmax(log_probs / temperature), cut to the top k and the top-p nucleus
+    (the ``pick`` of :func:`search`; :func:`sample_decode` and the language model's ``generate`` use it)."""
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0):
+        raise ValueError(f"temperature must be a positive float, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+    def pick(log_probs: Tensor) -> Tensor:
+        logits = log_probs.float() / temperature
+        if top_k is not None and top_k < logits.size(-1):
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if top_p is not None and top_p < 1.0:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            cumulative = sorted_logits.softmax(-1).cumsum(-1)
+            drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        probs = logits.softmax(-1)
+        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(log_probs.device)
+
+    return pick
+
+
+def seeded_generator(seed: int | torch.Generator | None) -> torch.Generator:
+    """The draws' source: ``seed`` itself (a generator), a generator seeded with it (an int), or one seeded from
+    torch's default generator (None)."""
+    generator = seed if isinstance(seed, torch.Generator) else torch.Generator()
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        generator.manual_seed(seed)
+    elif seed is None:
+        generator.manual_seed(int(torch.randint(0, 2**62, (1,))))
+    elif not isinstance(seed, torch.Generator):
+        raise ValueError(f"seed must be an int, a torch.Generator or None, got {seed!r}")
+    return generator
+
+
+@checked
+def sample_decode(
+    model: nn.Module,
+    src: Int[Tensor, "batch src_len"],
+    src_mask: Bool[Tensor, "#batch 1 src_len"] | AttentionMask | None,
+    max_len: int,
+    start_symbol: int,
+    end_symbol: int | None = None,
+    pad_symbol: int | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Int[Tensor, "batch {max_len}"]:
+    """Sampling: each token is drawn from softmax(log_probs / ``temperature``), restricted to the ``top_k`` most
+    probable tokens and to the smallest set whose probability reaches ``top_p`` (nucleus sampling, Holtzman et
+    al. 2020), then renormalised. The draws come from a ``torch.Generator`` seeded by ``seed`` (an int, a generator,
+    or None: torch's default seed), so a seed reproduces the output. Length and padding as :func:`greedy_decode`.
+    """
+    request = _validate(model, "sample_decode", src, max_len, start_symbol, end_symbol, pad_symbol)
+    pick = sampler(temperature, top_k, top_p, seeded_generator(seed))
+    return _encode_and_search(model, src, src_mask, request, pick, use_cache)
+
+
+# ---------------------------------------------------------------------------- beam search
 @dataclass
 class BeamResult:
     """Beam search output: ``tokens`` (batch, max_len) padded after the end symbol; ``scores`` (batch,)
@@ -222,11 +270,55 @@ def _length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def beam_search_steps(steps: StepFunction, ys: Tensor, max_len: int, end_symbol: int | None, beam_size: int,
+                      length_penalty: float) -> tuple[list[int], float]:
+    """Beam search for one sequence from ``ys`` (1, t): the best hypothesis's tokens and its normalised score.
+
+    Keeps ``beam_size`` live hypotheses. A hypothesis that emits ``end_symbol`` is finished and scored
+    ``log P(Y) / ((5 + |Y|) / 6) ** length_penalty`` (|Y| counts generated tokens, end symbol included); the
+    search stops when ``beam_size`` hypotheses have finished or ``max_len`` tokens are reached, after which live
+    hypotheses compete with the same normalisation.
+    """
+    live = torch.zeros(1, dtype=torch.float32, device=ys.device)
+    finished: list[tuple[float, list[int]]] = []  # (normalised score, tokens)
+    prefix = ys.size(1) - 1  # the start symbol is not a generated token
+    while ys.size(1) < max_len:
+        logp = steps(ys).float()
+        vocab = logp.size(-1)
+        candidates = (live.unsqueeze(1) + logp).view(-1)
+        top_scores, top_index = candidates.topk(min(2 * beam_size, candidates.numel()))
+        keep_rows, keep_tokens, keep_scores = [], [], []
+        for s, index in zip(top_scores.tolist(), top_index.tolist()):
+            row, token = divmod(index, vocab)
+            if end_symbol is not None and token == end_symbol:
+                tokens = ys[row].tolist() + [token]
+                finished.append((s / _length_penalty(len(tokens) - 1 - prefix, length_penalty), tokens))
+            else:
+                keep_rows.append(row)
+                keep_tokens.append(token)
+                keep_scores.append(s)
+            if len(keep_rows) == beam_size:
+                break
+        if not keep_rows or (len(finished) >= beam_size and ys.size(1) + 1 < max_len):
+            break  # stop early; on the step that reaches max_len the live hypotheses still compete below
+        rows = torch.tensor(keep_rows, device=ys.device)
+        new = torch.tensor(keep_tokens, dtype=ys.dtype, device=ys.device).unsqueeze(1)
+        ys = torch.cat([ys.index_select(0, rows), new], dim=1)
+        live = torch.tensor(keep_scores, dtype=torch.float32, device=ys.device)
+        steps.reorder(rows)
+    else:
+        for row in range(ys.size(0)):
+            tokens = ys[row].tolist()
+            finished.append((float(live[row]) / _length_penalty(len(tokens) - 1 - prefix, length_penalty), tokens))
+    score, tokens = max(finished, key=lambda item: item[0])
+    return tokens, score
+
+
 @checked
 def beam_search(
     model: nn.Module,
     src: Int[Tensor, "batch src_len"],
-    src_mask: Bool[Tensor, "#batch 1 src_len"] | None,
+    src_mask: Bool[Tensor, "#batch 1 src_len"] | AttentionMask | None,
     max_len: int,
     start_symbol: int,
     end_symbol: int | None = None,
@@ -238,67 +330,26 @@ def beam_search(
 ) -> BeamResult:
     """Beam search with a GNMT length penalty; ``beam_size=1`` gives exactly ``greedy_decode``'s tokens.
 
-    Each source is searched separately, keeping ``beam_size`` live hypotheses. A hypothesis that
-    emits ``end_symbol`` is finished and scored ``log P(Y) / ((5 + |Y|) / 6) ** length_penalty``
-    (|Y| counts generated tokens, end symbol included); the search of a source stops when
-    ``beam_size`` hypotheses have finished or ``max_len`` tokens are reached, after which live
-    hypotheses compete with the same normalisation. Output is (batch, max_len), padded like greedy.
+    Each source is searched separately (:func:`beam_search_steps`). Output is (batch, max_len), padded like greedy.
     """
-    _validate_max_len(model, max_len)
+    request = _validate(model, "beam_search", src, max_len, start_symbol, end_symbol, pad_symbol)
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
     if length_penalty < 0:
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
-    _validate_symbol(model, "start_symbol", start_symbol)
-    _validate_symbol(model, "end_symbol", end_symbol)
-    pad_symbol = _pad_symbol(model, pad_symbol, end_symbol)
     batch = src.size(0)
-    if src_mask is not None and src_mask.size(0) != batch:
-        src_mask = src_mask.expand(batch, -1, -1)
-    out = torch.full((batch, max_len), pad_symbol, dtype=src.dtype, device=src.device)
+    src_mask = _full_batch_mask(src_mask, batch)
+    out = torch.full((batch, max_len), request.pad, dtype=src.dtype, device=src.device)
     scores = torch.zeros(batch, dtype=torch.float32)
     with torch.no_grad():
-        memory_all = model.encode(src, src_mask)
+        memory = model.encode(src, src_mask)
         for b in range(batch):
-            memory = memory_all[b : b + 1]
-            mask = None if src_mask is None else src_mask[b : b + 1]
-            cache = DecoderCache(model, memory, mask) if use_cache else None
-            ys = torch.full((1, 1), start_symbol, dtype=src.dtype, device=src.device)
-            live = torch.zeros(1, dtype=torch.float32, device=src.device)
-            finished: list[tuple[float, float, list[int]]] = []  # (normalised score, raw, tokens)
-            while ys.size(1) < max_len:
-                n = ys.size(0)
-                mem = memory.expand(n, -1, -1)
-                m = None if mask is None else mask.expand(n, -1, -1)
-                logp = next_token_log_probs(model, mem, m, ys, cache).float()
-                vocab = logp.size(-1)
-                candidates = (live.unsqueeze(1) + logp).view(-1)
-                top_scores, top_index = candidates.topk(min(2 * beam_size, candidates.numel()))
-                keep_rows, keep_tokens, keep_scores = [], [], []
-                for s, index in zip(top_scores.tolist(), top_index.tolist()):
-                    row, token = divmod(index, vocab)
-                    if end_symbol is not None and token == end_symbol:
-                        tokens = ys[row].tolist() + [token]
-                        finished.append((s / _length_penalty(len(tokens) - 1, length_penalty), s, tokens))
-                    else:
-                        keep_rows.append(row)
-                        keep_tokens.append(token)
-                        keep_scores.append(s)
-                    if len(keep_rows) == beam_size:
-                        break
-                if len(finished) >= beam_size or not keep_rows:
-                    break
-                rows = torch.tensor(keep_rows, device=src.device)
-                ys = torch.cat([ys.index_select(0, rows), torch.tensor(keep_tokens, dtype=ys.dtype, device=ys.device).unsqueeze(1)], dim=1)
-                live = torch.tensor(keep_scores, dtype=torch.float32, device=src.device)
-                if cache is not None:
-                    cache.reorder(rows)
-            else:
-                for row in range(ys.size(0)):
-                    tokens = ys[row].tolist()
-                    s = float(live[row])
-                    finished.append((s / _length_penalty(len(tokens) - 1, length_penalty), s, tokens))
-            best = max(finished, key=lambda item: item[0])
-            out[b, : len(best[2])] = torch.tensor(best[2], dtype=out.dtype)
-            scores[b] = best[0]
+            row = torch.tensor([b], device=src.device)
+            mask = None if src_mask is None else (src_mask.index_select(row) if isinstance(src_mask, AttentionMask)
+                                                  else src_mask.index_select(0, row))
+            steps = model.next_tokens(memory[b : b + 1], mask, use_cache=use_cache)
+            tokens, score = beam_search_steps(steps, _start(src[b : b + 1], start_symbol), max_len, end_symbol,
+                                              beam_size, length_penalty)
+            out[b, : len(tokens)] = torch.tensor(tokens, dtype=out.dtype)
+            scores[b] = score
     return BeamResult(tokens=out, scores=scores)

@@ -9,7 +9,7 @@ from torch import nn
 
 from .contracts import Float, Int, Tensor, checked, validate_length, validate_token_ids
 
-__all__ = ["Embeddings", "PositionalEncoding", "LearnedPositionalEncoding"]
+__all__ = ["Embeddings", "PositionalEncoding", "LearnedPositionalEncoding", "EmbeddingStack"]
 
 
 class Embeddings(nn.Module):
@@ -29,19 +29,39 @@ class Embeddings(nn.Module):
         return self.lut(x) * math.sqrt(self.d_model)
 
 
-class PositionalEncoding(nn.Module):
+class _PositionTable(nn.Module):
+    """Adds row ``offset + i`` of a (1, max_len, d_model) table to position ``i`` of the input, then dropout.
+
+    Subclasses define the table (``self.pe``). Sequences reaching past ``max_len`` raise ValueError.
+    """
+
+    def __init__(self, d_model: int, dropout: float, max_len: int) -> None:
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.dropout = nn.Dropout(p=dropout)
+
+    @checked
+    def forward(
+        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
+    ) -> Float[Tensor, "batch seq {self.d_model}"]:
+        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes the new positions)."""
+        if offset < 0:
+            raise ValueError(f"positional encoding: offset must be >= 0, got offset={offset}")
+        end = offset + x.size(1)
+        validate_length(end, self.max_len, "positional encoding input")
+        return self.dropout(x + self.pe[:, offset:end].to(x.dtype))
+
+
+class PositionalEncoding(_PositionTable):
     """Sinusoidal positional encoding added to the embeddings, then dropout (section 3.5).
 
     ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))``.
-    Sequences longer than ``max_len`` raise ValueError.
     """
 
     def __init__(self, d_model: int, dropout: float, max_len: int = 5000) -> None:
-        super().__init__()
         if d_model % 2 != 0:
             raise ValueError(f"sinusoidal PositionalEncoding needs an even d_model, got d_model={d_model}")
-        self.d_model, self.max_len = d_model, max_len
-        self.dropout = nn.Dropout(p=dropout)
+        super().__init__(d_model, dropout, max_len)
         position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
         div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
         pe = torch.zeros(max_len, d_model)
@@ -49,30 +69,22 @@ class PositionalEncoding(nn.Module):
         pe[:, 1::2] = torch.cos(position * div_term)
         self.register_buffer("pe", pe.unsqueeze(0), persistent=False)
 
-    @checked
-    def forward(
-        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
-    ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes one position)."""
-        end = offset + x.size(1)
-        validate_length(end, self.max_len, "positional encoding input")
-        return self.dropout(x + self.pe[:, offset:end].to(x.dtype))
 
-
-class LearnedPositionalEncoding(nn.Module):
+class LearnedPositionalEncoding(_PositionTable):
     """Learned position embeddings, the paper's alternative to sinusoids (section 3.5, Table 3 row E)."""
 
     def __init__(self, d_model: int, dropout: float, max_len: int = 5000) -> None:
-        super().__init__()
-        self.d_model, self.max_len = d_model, max_len
-        self.dropout = nn.Dropout(p=dropout)
+        super().__init__(d_model, dropout, max_len)
         self.pe = nn.Parameter(torch.randn(1, max_len, d_model) * 0.02)
 
-    @checked
-    def forward(
-        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
-    ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes one position)."""
-        end = offset + x.size(1)
-        validate_length(end, self.max_len, "positional encoding input")
-        return self.dropout(x + self.pe[:, offset:end])
+
+class EmbeddingStack(nn.Sequential):
+    """``nn.Sequential(Embeddings(d_model, vocab), PositionalEncoding(...))`` as the Annotated Transformer builds
+    it, plus a position ``offset`` handed to the positional encoding (incremental decoding embeds only the new
+    positions). Indexing, parameter names and checkpoints are those of the plain ``nn.Sequential``.
+    """
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:  # the parts' own contracts check the shapes
+        for module in self:
+            x = module(x, offset=offset) if isinstance(module, _PositionTable) else module(x)
+        return x

@@ -8,6 +8,7 @@ from .attention import MultiHeadedAttention
 from .config import NormPlacement
 from .contracts import Bool, Float, Tensor, checked
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
+from .masks import AttentionMask
 
 __all__ = ["EncoderLayer", "Encoder"]
 
@@ -32,7 +33,7 @@ class EncoderLayer(nn.Module):
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | None
+        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayer[1](x, self.feed_forward)
@@ -49,7 +50,7 @@ class Encoder(nn.Module):
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | None
+        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
         for layer in self.layers:
             x = layer(x, mask)

@@ -9,14 +9,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadedAttention
+from .cache import DecoderCache
 from .config import TransformerConfig
-from .contracts import Bool, Float, Int, Tensor, checked
+from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
 from .decoder import Decoder, DecoderLayer
-from .embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
+from .embeddings import EmbeddingStack, Embeddings, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
 from .layers import PositionwiseFeedForward
+from .masks import AttentionMask, subsequent_mask
 
-__all__ = ["EncoderDecoder", "Generator", "make_model"]
+__all__ = ["EncoderDecoder", "Generator", "NextTokens", "make_model", "build_model"]
 
 
 class Generator(nn.Module):
@@ -38,7 +40,12 @@ class EncoderDecoder(nn.Module):
     ``forward`` returns the decoder's hidden states; apply ``generator`` for log-probabilities,
     as the Annotated Transformer does. Masks are boolean, True = may attend:
     ``src_mask`` (batch, 1, src_len) from :func:`transformer.masks.padding_mask`,
-    ``tgt_mask`` (batch, tgt_len, tgt_len) from :func:`transformer.masks.target_mask`.
+    ``tgt_mask`` (batch, tgt_len, tgt_len) from :func:`transformer.masks.target_mask`,
+    or the same as :class:`~transformer.masks.AttentionMask` (``AttentionMask.padding``, ``AttentionMask.target``,
+    what :class:`~transformer.batching.Batch` builds), which lets the attention backends skip work.
+
+    A plain ``nn.Sequential`` embedding (the tutorial's ``nn.Sequential(Embeddings(...), c(position))``) becomes
+    an :class:`~transformer.embeddings.EmbeddingStack` over the same modules, so it can take a position offset.
     """
 
     def __init__(
@@ -53,8 +60,8 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
-        self.src_embed = src_embed
-        self.tgt_embed = tgt_embed
+        self.src_embed = EmbeddingStack(*src_embed) if type(src_embed) is nn.Sequential else src_embed
+        self.tgt_embed = EmbeddingStack(*tgt_embed) if type(tgt_embed) is nn.Sequential else tgt_embed
         self.generator = generator
         self.config = config
         self.d_model = encoder.size
@@ -64,27 +71,94 @@ class EncoderDecoder(nn.Module):
         self,
         src: Int[Tensor, "batch src_len"],
         tgt: Int[Tensor, "batch tgt_len"],
-        src_mask: Bool[Tensor, "#batch 1 src_len"] | None,
-        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | None,
+        src_mask: Bool[Tensor, "#batch 1 src_len"] | AttentionMask | None,
+        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch tgt_len {self.d_model}"]:
         """Take in and process masked source and target sequences."""
         return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
     @checked
     def encode(
-        self, src: Int[Tensor, "batch src_len"], src_mask: Bool[Tensor, "#batch #src_len src_len"] | None
+        self, src: Int[Tensor, "batch src_len"], src_mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.d_model}"]:
+        validate_nonempty(src, "EncoderDecoder.encode: argument 'src'", "batch src_len")
         return self.encoder(self.src_embed(src), src_mask)
 
     @checked
     def decode(
         self,
         memory: Float[Tensor, "batch src_len {self.d_model}"],
-        src_mask: Bool[Tensor, "#batch #tgt_len src_len"] | None,
+        src_mask: Bool[Tensor, "#batch #tgt_len src_len"] | AttentionMask | None,
         tgt: Int[Tensor, "batch tgt_len"],
-        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | None,
+        tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
+        *,
+        cache: DecoderCache | None = None,
     ) -> Float[Tensor, "batch tgt_len {self.d_model}"]:
-        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
+        """Decode ``tgt`` against ``memory``. With ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
+        positions after the ``cache.length`` already decoded, and ``tgt_mask`` is None (see :class:`Decoder`)."""
+        validate_nonempty(tgt, "EncoderDecoder.decode: argument 'tgt'", "batch tgt_len")
+        validate_nonempty(memory, "EncoderDecoder.decode: argument 'memory'", "batch src_len d_model", axis=1)
+        offset = 0 if cache is None else cache.length
+        return self.decoder(self.tgt_embed(tgt, offset=offset), memory, src_mask, tgt_mask, cache)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for :meth:`decode` one position at a time."""
+        return self.decoder.new_cache()
+
+    @checked
+    def next_token_log_probs(
+        self,
+        memory: Float[Tensor, "batch src_len {self.d_model}"],
+        src_mask: Bool[Tensor, "#batch 1 src_len"] | AttentionMask | None,
+        ys: Int[Tensor, "batch steps"],
+        cache: DecoderCache | None = None,
+    ) -> Float[Tensor, "batch vocab"]:
+        """Log-probabilities of the token after ``ys`` (the generator on the last position).
+
+        Without a cache the whole prefix is decoded again under a causal mask (as the tutorial does). With a
+        cache holding ``steps - 1`` positions only the last token runs through the decoder, and the cache grows
+        by one position; both give the same result.
+        """
+        if cache is None:
+            out = self.decode(memory, src_mask, ys, subsequent_mask(ys.size(1), device=ys.device))
+        else:
+            if cache.length != ys.size(1) - 1:
+                raise ValueError(f"DecoderCache holds {cache.length} positions but ys has {ys.size(1)}; "
+                                 f"expected {ys.size(1) - 1}")
+            out = self.decode(memory, src_mask, ys[:, -1:], None, cache=cache)
+        return self.generator(out[:, -1])
+
+    def next_tokens(
+        self, memory: Tensor, src_mask: Tensor | AttentionMask | None, *, use_cache: bool = True
+    ) -> NextTokens:
+        """The step function of decoding over ``memory``: see :class:`NextTokens`."""
+        return NextTokens(self, memory, src_mask, use_cache=use_cache)
+
+
+class NextTokens:
+    """One decoding step of an :class:`EncoderDecoder` over a fixed memory: ``steps(ys)`` gives the log-probabilities
+    of the token after ``ys`` (batch, steps), shape (batch, tgt_vocab), via
+    :meth:`EncoderDecoder.next_token_log_probs`, with a key/value cache when ``use_cache`` (the default).
+    :meth:`reorder` follows beam search's surviving hypotheses.
+    """
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | AttentionMask | None,
+                 *, use_cache: bool = True) -> None:
+        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.cache = model.new_cache() if use_cache else None
+
+    def __call__(self, ys: Tensor) -> Tensor:
+        return self.model.next_token_log_probs(self.memory, self.src_mask, ys, self.cache)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (rows may repeat): memory, source mask and cache follow."""
+        self.memory = self.memory.index_select(0, index)
+        if isinstance(self.src_mask, AttentionMask):
+            self.src_mask = self.src_mask.index_select(index)
+        elif self.src_mask is not None and self.src_mask.size(0) != 1:
+            self.src_mask = self.src_mask.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
 
 
 def _positional(config: TransformerConfig) -> nn.Module:
@@ -101,8 +175,8 @@ def build_model(config: TransformerConfig) -> EncoderDecoder:
     model = EncoderDecoder(
         Encoder(EncoderLayer(config.d_model, c(attn), c(ff), config.dropout, placement, eps), config.n_encoder_layers),
         Decoder(DecoderLayer(config.d_model, c(attn), c(attn), c(ff), config.dropout, placement, eps), config.n_decoder_layers),
-        nn.Sequential(Embeddings(config.d_model, config.src_vocab), _positional(config)),
-        nn.Sequential(Embeddings(config.d_model, config.tgt_vocab), _positional(config)),
+        EmbeddingStack(Embeddings(config.d_model, config.src_vocab), _positional(config)),
+        EmbeddingStack(Embeddings(config.d_model, config.tgt_vocab), _positional(config)),
         Generator(config.d_model, config.tgt_vocab),
         config,
     )

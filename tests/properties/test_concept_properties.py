@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer as T
+from transformer.training import LabelSmoothing
 
 SETTINGS = settings(max_examples=25, deadline=None)
 F64 = torch.float64
@@ -262,12 +263,11 @@ def _smoothed(size: int, target: torch.Tensor, s: float, padding_idx: int, style
 @given(st.integers(0, 2**31 - 1), st.sampled_from((0.0, 0.1, 0.4)), st.sampled_from(("torch", "annotated")),
        st.integers(3, 9))
 def test_label_smoothing_is_a_kl_divergence_to_a_probability_distribution(seed, s, style, size):
-    training = pytest.importorskip("transformer.training")
     padding_idx = 0
     target = torch.randint(1, size, (6,), generator=torch.Generator().manual_seed(seed))
     q = _smoothed(size, target, s, padding_idx, style)
     torch.testing.assert_close(q.sum(-1), torch.ones(6, dtype=F64), rtol=0, atol=1e-12)  # the mass is 1
-    crit = training.LabelSmoothing(size, padding_idx, s, style=style)
+    crit = LabelSmoothing(size, padding_idx, s, style=style)
     # zero exactly at q (log 0 entries are never weighted) ...
     log_q = torch.where(q > 0, q.log(), torch.full_like(q, -1e9))
     assert abs(crit(log_q, target).item()) < 1e-5

@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer as T
-
-decoding = pytest.importorskip("transformer.decoding")
+from transformer import decoding
 
 SETTINGS = settings(max_examples=15, deadline=None)
 MODEL_MAX_LEN = 9
@@ -30,27 +29,41 @@ def model():
 
 @SETTINGS
 @given(batch=st.integers(1, 3), src_len=st.integers(1, 5), max_len=st.integers(1, MODEL_MAX_LEN),
-       use_cache=st.booleans(), end=st.sampled_from([None, 2, 3]))
-def test_greedy_decode_yields_exactly_the_requested_length(model, batch, src_len, max_len, use_cache, end):
+       use_cache=st.booleans(), end_step=st.one_of(st.none(), st.integers(1, MODEL_MAX_LEN - 1)))
+def test_greedy_decode_yields_exactly_the_requested_length(model, batch, src_len, max_len, use_cache, end_step):
+    """Exactly max_len tokens, and the right ones: the first max_len tokens of the longest decode (the start
+    symbol counts as the first); with an end symbol, that decode up to its first end symbol, then padding.
+    The end symbol is the token row 0 emits at ``end_step`` of the longest decode, so when end_step < max_len
+    row 0 certainly ends (asserted)."""
     src = torch.randint(1, 7, (batch, src_len))
-    ys = decoding.greedy_decode(model, src, T.padding_mask(src, 0), max_len, 1, end, use_cache=use_cache)
+    mask = T.padding_mask(src, 0)
+    longest = decoding.greedy_decode(model, src, mask, MODEL_MAX_LEN, 1, use_cache=False).tolist()
+    end = None if end_step is None else longest[0][end_step]
+    ys = decoding.greedy_decode(model, src, mask, max_len, 1, end, use_cache=use_cache)
     assert ys.shape == (batch, max_len) and ys.dtype == src.dtype
-    assert (ys[:, 0] == 1).all()  # the start symbol counts as the first token
+    for row, full in zip(ys.tolist(), longest):
+        first = full.index(end, 1) if end is not None and end in full[1 : max_len] else max_len - 1
+        assert row == full[: first + 1] + [0] * (max_len - 1 - first)  # pad id 0 (the config's) after the end
+    if end_step is not None and end_step < max_len:
+        assert end in ys[0, 1:].tolist()
 
 
 @SETTINGS
 @given(batch=st.integers(1, 3), steps=st.integers(1, MODEL_MAX_LEN - 1), use_cache=st.booleans())
 def test_each_decoding_step_extends_by_exactly_one(model, batch, steps, use_cache):
+    """Each greedy_step keeps the prefix and appends one token: the most probable next token, recomputed here
+    with model.decode and model.generator; the steps are greedy_decode's (with or without its cache)."""
     src = torch.randint(1, 7, (batch, 4))
     src_mask = T.padding_mask(src, 0)
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        cache = decoding.DecoderCache(model, memory, src_mask) if use_cache else None
         ys = torch.ones(batch, 1, dtype=torch.long)
         for t in range(1, steps + 1):
-            longer = decoding.greedy_step(model, memory, src_mask, ys, cache)
+            longer = decoding.greedy_step(model, memory, src_mask, ys)
             assert longer.shape == (batch, t + 1)
             assert torch.equal(longer[:, :t], ys)  # the prefix is kept
+            log_p = model.generator(model.decode(memory, src_mask, ys, T.subsequent_mask(t))[:, -1])
+            assert torch.equal(longer[:, t], log_p.argmax(-1))  # ... and the one token added is the argmax
             ys = longer
     # the steps are greedy_decode's steps
     assert torch.equal(ys, decoding.greedy_decode(model, src, src_mask, steps + 1, 1, use_cache=use_cache))

@@ -69,8 +69,12 @@ def test_multi_head_attention_rejects_a_key_of_another_width():
 @given(st.lists(st.sampled_from(PRIMES), min_size=5, max_size=5, unique=True))
 def test_attention_accepts_every_consistent_shape(sizes):
     batch, q_len, k_len, d_k, d_v = sizes
-    out, p = T.attention(torch.randn(batch, q_len, d_k), torch.randn(batch, k_len, d_k), torch.randn(batch, k_len, d_v))
+    q, k, v = (torch.randn(batch, n, d, dtype=torch.float64) for n, d in ((q_len, d_k), (k_len, d_k), (k_len, d_v)))
+    out, p = T.attention(q, k, v)
     assert out.shape == (batch, q_len, d_v) and p.shape == (batch, q_len, k_len)
+    # accepted, and computed: softmax(Q K^T / sqrt(d_k)) V
+    torch.testing.assert_close(p, torch.softmax(q @ k.transpose(-1, -2) / d_k**0.5, -1), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, p @ v, rtol=1e-12, atol=1e-12)
     with pytest.raises(TypeCheckError):  # and any other key width is refused
         T.attention(torch.randn(batch, q_len, d_k), torch.randn(batch, k_len, d_k + 1), torch.randn(batch, k_len, d_v))
 

@@ -8,7 +8,8 @@ import torch
 
 from ..config import TransformerConfig
 from ..model import make_model
-from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
+from ..trainer import Trainer, TrainerConfig
+from ..training import LabelSmoothing, NoamSchedule
 from .base import Task
 
 __all__ = ["make_trainer"]

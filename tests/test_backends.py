@@ -1,0 +1,171 @@
+"""How the attention backend is chosen: a run-time choice (argument > use_backend > module default > auto),
+per thread and per asyncio task, never part of a checkpoint's identity; auto's pick per device; the kernel's
+inputs validated once per call."""
+
+import asyncio
+import logging
+import threading
+
+import pytest
+import torch
+
+import transformer as T
+from transformer import backends
+from transformer.checkpoint import load_checkpoint, save_checkpoint
+
+
+def _qkv(b=2, h=3, lq=5, lk=7, d=16):
+    return torch.randn(b, h, lq, d), torch.randn(b, h, lk, d), torch.randn(b, h, lk, d)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records which backend computed each attention: 'eager' (the reference), 'torch' (F.sdpa), 'triton'."""
+    seen: list[str] = []
+    real_sdpa, real_ref = backends.F.scaled_dot_product_attention, backends.attention.unchecked
+
+    def sdpa(*args, **kwargs):
+        seen.append("torch")
+        return real_sdpa(*args, **kwargs)
+
+    def ref(*args, **kwargs):
+        seen.append("eager")
+        return real_ref(*args, **kwargs)
+
+    monkeypatch.setattr(backends.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(backends.attention, "unchecked", ref)
+    from transformer import kernels
+
+    real_flash = kernels.flash_attention
+
+    def flash(*args, **kwargs):
+        seen.append("triton")
+        return real_flash(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "flash_attention", flash)
+    return seen
+
+
+def test_precedence_argument_over_context_over_module_default(spy):
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0, backend="eager").eval()
+    x = torch.randn(1, 3, 32)
+    mha(x, x, x)  # the module's default
+    with T.use_backend("torch"):
+        mha(x, x, x)  # the context beats the module
+        with T.use_backend("triton"):
+            mha(x, x, x)  # the innermost context wins
+        q, k, v = _qkv()
+        T.scaled_dot_product_attention(q, k, v, backend="eager")  # the argument beats the context
+        assert T.current_backend() == "torch"
+    mha(x, x, x)
+    assert T.current_backend() is None
+    assert spy == ["eager", "torch", "triton", "eager", "eager"]
+
+
+def test_auto_picks_torch_on_the_cpu(spy):
+    q, k, v = _qkv()
+    T.scaled_dot_product_attention(q, k, v, backend="auto")
+    T.MultiHeadedAttention(2, 32, dropout=0.0).eval()(torch.randn(1, 3, 32), torch.randn(1, 4, 32), torch.randn(1, 4, 32))
+    assert spy == ["torch", "torch"]
+
+
+def test_auto_picks_the_reference_for_float64_which_supports_double_backward(spy):
+    q, k, v = (t.double().requires_grad_(True) for t in _qkv(lq=3, lk=4, d=4))
+    assert torch.autograd.gradgradcheck(lambda *x: T.scaled_dot_product_attention(*x, backend="auto"), (q, k, v))
+    assert set(spy) == {"eager"}
+
+
+def test_auto_on_cuda_takes_triton_when_the_kernel_can_else_torch_and_says_why(monkeypatch, caplog):
+    q, k, v = _qkv()
+    fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.bfloat16})()
+    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)
+    assert backends.resolve_backend("auto", fake_cuda, k, v, None, 0.0) == "triton"
+    monkeypatch.setattr(backends, "_triton_reason", lambda *a: "head_dim 300 is above 256")
+    with caplog.at_level(logging.INFO, logger="transformer.backends"):
+        assert backends.resolve_backend("auto", fake_cuda, k, v, None, 0.0) == "torch"
+    assert "does not use triton here: head_dim 300 is above 256" in caplog.text
+
+
+def test_a_named_backend_never_falls_back(monkeypatch):
+    monkeypatch.setattr(backends, "_triton_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"):
+        T.scaled_dot_product_attention(q, k, v, backend="triton")
+    with pytest.raises(ValueError, match="attention backend must be one of 'auto', 'eager', 'torch', 'triton'; got 'flash'"):
+        T.scaled_dot_product_attention(q, k, v, backend="flash")
+    with pytest.raises(ValueError, match="got 'cudnn'"), T.use_backend("cudnn"):
+        pass
+
+
+def test_threads_keep_their_own_backend(spy):
+    """Two threads inside different use_backend blocks, interleaved by a barrier, each see their own choice."""
+    barrier = threading.Barrier(2)
+    results: dict[str, list[str | None]] = {}
+
+    def worker(name):
+        seen = []
+        with T.use_backend(name):
+            for _ in range(3):
+                barrier.wait()
+                seen.append(T.current_backend())
+        results[name] = seen + [T.current_backend()]
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in ("eager", "torch")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"eager": ["eager"] * 3 + [None], "torch": ["torch"] * 3 + [None]}
+    assert T.current_backend() is None
+
+
+def test_asyncio_tasks_keep_their_own_backend(spy):
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0, backend="auto").eval()
+    x = torch.randn(1, 3, 32)
+    order = []
+
+    async def task(name):
+        with T.use_backend(name):
+            for _ in range(2):
+                await asyncio.sleep(0)  # let the other task run inside its own block
+                order.append((name, T.current_backend()))
+                mha(x, x, x)
+
+    async def main():
+        await asyncio.gather(task("eager"), task("torch"))
+
+    asyncio.run(main())
+    assert order == [("eager", "eager"), ("torch", "torch")] * 2
+    assert spy == ["eager", "torch"] * 2
+
+
+def test_triton_inputs_are_validated_once_per_attention(monkeypatch):
+    from transformer.kernels import _api, _validate
+
+    calls = []
+    real = _validate.validate
+    counting = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+    monkeypatch.setattr(_validate, "validate", counting)  # what unsupported_reason runs
+    monkeypatch.setattr(_api, "check_inputs", counting)  # what flash_attention runs unless told not to
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0, backend="triton").eval()
+    x = torch.randn(2, 5, 32)
+    out = mha(x, x, x, T.AttentionMask(causal=True))
+    with T.use_backend("eager"):
+        torch.testing.assert_close(out, mha(x, x, x, T.AttentionMask(causal=True)), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 1
+
+
+def test_the_backend_is_not_part_of_a_checkpoint(tmp_path):
+    trained = T.make_model(11, 11, N=1, d_model=32, d_ff=32, h=2, attention_backend="eager")
+    save_checkpoint(tmp_path / "ckpt", trained)
+    stored = (tmp_path / "ckpt" / "config.json").read_text()
+    assert "attention_backend" not in stored
+    for backend in ("torch", "triton", "auto"):
+        other = T.make_model(11, 11, N=1, d_model=32, d_ff=32, h=2, attention_backend=backend)
+        ckpt = load_checkpoint(tmp_path / "ckpt", model=other)  # no ConfigMismatchError
+        assert ckpt.model is other and other.config.attention_backend == backend
+        assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), other.state_dict().values()))
+    with pytest.raises(T.ConfigMismatchError, match="d_ff"):
+        load_checkpoint(tmp_path / "ckpt", model=T.make_model(11, 11, N=1, d_model=32, d_ff=64, h=2))
+    assert T.TransformerConfig(src_vocab=3, tgt_vocab=3, attention_backend="torch").differences(
+        T.TransformerConfig(src_vocab=3, tgt_vocab=3), architecture_only=True) == {}

@@ -1,0 +1,230 @@
+"""Scaled dot-product attention (section 3.2.1): the semantic reference and the backends that compute it.
+
+:func:`attention` is the reference: softmax(Q K^T / sqrt(d_k)) V with a boolean mask (True = may attend),
+dropout on the probabilities, and rows whose every key is masked giving zeros (forward) and zero gradients
+(backward), never NaN. The backends compute the same function:
+
+* ``"eager"``: that reference in plain PyTorch (the only one that returns the probabilities);
+* ``"torch"``: ``torch.nn.functional.scaled_dot_product_attention`` (``is_causal`` when the mask is only causal);
+* ``"triton"``: our fused kernel (``transformer.kernels``) on CUDA tensors, or CPU tensors under
+  ``TRITON_INTERPRET=1``; it takes the causal flag, key lengths and key masks without a dense mask;
+* ``"auto"``: the fastest correct backend for the device and inputs: triton on CUDA when the kernel takes the
+  inputs, else torch (measured in docs/benchmarks.md, "Attention backends"); eager for float64 inputs (what
+  gradcheck, double backward and forward-mode AD use: SDPA's fused CPU kernel has no double backward) and
+  where torch < 2.5 (whose fused attention returns NaN on fully masked rows).
+
+Choosing one is a run-time decision, never part of a model's identity. From strongest to weakest: the
+``backend=`` argument of :func:`scaled_dot_product_attention`; the innermost :func:`use_backend` block (a
+context variable, so threads and asyncio tasks each keep their own); the module's default
+(``TransformerConfig.attention_backend``); ``"auto"``. A backend asked for by name never falls back: it raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib.util
+import logging
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import AttentionBackend
+from .contracts import Bool, Float, Tensor, checked
+from .masks import AttentionMask
+
+__all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "resolve_backend",
+           "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
+
+logger = logging.getLogger(__name__)
+BACKENDS: tuple[str, ...] = ("auto", "eager", "torch", "triton")
+TRITON_INSTALL_HINT = 'pip install triton (or pip install "typed-transformer[triton]")'
+_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("typed_transformer_attention_backend",
+                                                                      default=None)
+_TORCH_ZEROES_EMPTY_ROWS = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
+
+def _check_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"attention backend must be one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
+    return name
+
+
+@contextlib.contextmanager
+def use_backend(name: AttentionBackend) -> Iterator[None]:
+    """Run every attention inside the block on backend ``name``, whatever the modules' defaults say.
+
+    The choice lives in a context variable: other threads and asyncio tasks keep their own.
+    """
+    token = _backend.set(_check_backend(name))
+    try:
+        yield
+    finally:
+        _backend.reset(token)
+
+
+@torch._dynamo.assume_constant_result
+def current_backend() -> str | None:
+    """The backend of the innermost :func:`use_backend` block, or None outside one.
+
+    torch.compile reads it once, while tracing (Dynamo cannot trace a context variable): a compiled model keeps
+    the backend it was traced with; call ``torch._dynamo.reset()`` to trace again under another choice.
+    """
+    return _backend.get()
+
+
+def triton_missing_reason() -> str | None:
+    """Why the Triton backend cannot even be loaded here (Triton not installed), or None."""
+    if importlib.util.find_spec("triton") is None:
+        return f"Triton is not installed; install it with: {TRITON_INSTALL_HINT}"
+    return None
+
+
+@checked
+def attention(
+    query: Float[Tensor, "*batch q_len d_k"],
+    key: Float[Tensor, "*batch k_len d_k"],
+    value: Float[Tensor, "*batch k_len d_v"],
+    mask: Bool[Tensor, "*#batch #q_len k_len"] | None = None,
+    dropout: nn.Module | None = None,
+    scale: float | None = None,
+) -> tuple[Float[Tensor, "*batch q_len d_v"], Float[Tensor, "*batch q_len k_len"]]:
+    """Compute 'Scaled Dot Product Attention' (section 3.2.1); returns (output, probabilities).
+
+    The scores are ``Q K^T / sqrt(d_k)``, or ``Q K^T * scale`` when ``scale`` is given (a temperature).
+    Masked scores are filled with the dtype's most negative finite value (not -1e9, which fp16
+    cannot hold), and the probabilities are multiplied by the mask afterwards, so a fully
+    masked row becomes all zeros with zero gradient instead of the uniform average (or NaN).
+    """
+    if scale is None:
+        scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
+    else:
+        scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    p_attn = scores.softmax(dim=-1)
+    if mask is not None:
+        p_attn = p_attn * mask
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return torch.matmul(p_attn, value), p_attn
+
+
+# ---------------------------------------------------------------------------- masks per backend
+def dense_heads_mask(mask: Tensor | AttentionMask | None, q_len: int, k_len: int) -> Tensor | None:
+    """A 4-D dense mask broadcastable to (batch, heads, q_len, k_len) (eager and the general torch path)."""
+    if isinstance(mask, AttentionMask):
+        mask = mask.to_dense(q_len, k_len)
+        return None if mask is None else mask.unsqueeze(1)
+    return mask
+
+
+def _kernel_masks(mask: Tensor | AttentionMask | None) -> dict:
+    """The fused kernel's own mask arguments: the structured parts as they are, a dense mask as a 4-D tensor."""
+    if not isinstance(mask, AttentionMask):
+        return {"mask": mask}
+    dense = None if mask.dense is None else mask.dense.unsqueeze(1)
+    return {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": mask.causal}
+
+
+def _zero_padded_queries(out: Tensor, mask: Tensor | AttentionMask | None) -> Tensor:
+    """Rows past ``query_lengths`` attend nothing: output 0 (and gradient 0), as the dense mask would give."""
+    if isinstance(mask, AttentionMask) and mask.query_lengths is not None:
+        valid = torch.arange(out.size(-2), device=out.device) < mask.query_lengths[:, None]
+        return out * valid[:, None, :, None].to(out.dtype)
+    return out
+
+
+def _triton_reason(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
+                   scale: float | None = None) -> str | None:
+    missing = triton_missing_reason()
+    if missing is not None:
+        return missing
+    try:
+        from . import kernels
+    except ImportError as error:  # triton installed but broken
+        return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
+    parts = _kernel_masks(mask)
+    parts.pop("causal", None)
+    return kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
+
+
+def resolve_backend(requested: str | None, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None,
+                    dropout_p: float, scale: float | None = None) -> str:
+    """The backend that runs these inputs: ``requested`` (checked: a named backend never falls back) or auto's pick.
+
+    The triton backend's inputs are validated here, once per call; the kernel is then called without a second check.
+    """
+    name = _check_backend(requested or "auto")
+    if name == "triton":
+        reason = _triton_reason(q, k, v, mask, dropout_p, scale)
+        if reason is not None:
+            raise ValueError(f"attention backend 'triton' cannot run these inputs: {reason}")
+    if name != "auto":
+        return name
+    if q.dtype == torch.float64:  # verification (gradcheck, double backward, forward-mode AD): only the reference
+        return "eager"            # supports every autograd mode; SDPA's fused CPU kernel has no double backward
+    if q.is_cuda:
+        reason = _triton_reason(q, k, v, mask, dropout_p, scale)
+        if reason is None:
+            return "triton"
+        logger.info("attention backend 'auto' does not use triton here: %s", reason)
+    return "torch" if _TORCH_ZEROES_EMPTY_ROWS else "eager"
+
+
+def _torch_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
+                scale: float | None) -> Tensor:
+    """F.scaled_dot_product_attention with the most structured mask it takes: none, is_causal, or a boolean."""
+    if isinstance(mask, AttentionMask):
+        if mask.is_empty():
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+        if mask.causal and not mask.tensors():
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        if mask.key_only():  # one (batch, 1, 1, k_len) row for every query and head
+            mask = mask.to_dense(1, k.size(-2)).unsqueeze(1)
+        else:
+            mask = dense_heads_mask(mask, q.size(-2), k.size(-2))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
+def run_backend(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None,
+                dropout_p: float, scale: float | None = None) -> Tensor:
+    """Attention on backend ``name`` (already resolved), inputs already checked; ``scale`` None is 1/sqrt(d_k)."""
+    if name == "triton":
+        from . import kernels
+
+        out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **_kernel_masks(mask))
+        return _zero_padded_queries(out, mask)
+    if name == "torch":
+        return _torch_sdpa(q, k, v, mask, dropout_p, scale)
+    dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
+    return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout, scale)[0]
+
+
+@checked
+def scaled_dot_product_attention(
+    query: Float[Tensor, "batch heads q_len d_k"],
+    key: Float[Tensor, "batch heads k_len d_k"],
+    value: Float[Tensor, "batch heads k_len d_v"],
+    mask: Bool[Tensor, "#batch #heads #q_len k_len"] | AttentionMask | None = None,
+    *,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> Float[Tensor, "batch heads q_len d_v"]:
+    """Attention on the chosen backend: ``backend`` argument > :func:`use_backend` > ``"auto"``.
+
+    ``mask`` is a dense boolean (True = may attend) or an :class:`~transformer.masks.AttentionMask`, whose
+    dense part (if any) has no heads axis. ``dropout_p`` is applied to the attention probabilities; pass 0.0
+    in evaluation. ``scale`` multiplies the scores (default 1/sqrt(d_k)). The fused kernel needs d_v = d_k.
+    """
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if isinstance(mask, AttentionMask):
+        mask.check_fits(query.size(0), query.size(-2), key.size(-2))
+    name = resolve_backend(backend if backend is not None else current_backend(), query, key, value, mask, dropout_p,
+                           scale)
+    return run_backend(name, query, key, value, mask, dropout_p, scale)

@@ -1,0 +1,92 @@
+"""Key/value caches for incremental decoding: what each attention has already computed.
+
+Decoding one token at a time, a decoder layer's self-attention needs the keys and values of every earlier
+position, and its cross-attention the projected encoder memory. :class:`KVCache` holds them for one attention
+(``MultiHeadedAttention(..., cache=...)`` fills and reads it); :class:`DecoderCache` holds one pair per decoder
+layer and is what ``EncoderDecoder.decode(..., cache=...)`` and the language model take. Both can be reordered
+along the batch for beam search. Outputs computed with a cache equal those recomputed from scratch
+(``tests/test_decoding.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .contracts import Float, Tensor, checked
+
+__all__ = ["KVCache", "LayerCache", "DecoderCache"]
+
+
+class KVCache:
+    """Keys and values of one attention, (batch, heads, steps, d_k) each.
+
+    ``static=False`` (self-attention): every call appends the new positions' keys and values.
+    ``static=True`` (cross-attention over a fixed memory): the first call stores them, later calls reuse them.
+    """
+
+    def __init__(self, *, static: bool = False) -> None:
+        self.static = static
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Positions held (``steps``)."""
+        return 0 if self.keys is None else self.keys.size(2)
+
+    @property
+    def filled(self) -> bool:
+        """A static cache that holds its memory already."""
+        return self.static and self.keys is not None
+
+    @checked
+    def extend(
+        self, k: Float[Tensor, "batch heads k_len d_k"], v: Float[Tensor, "batch heads k_len d_k"]
+    ) -> tuple[Float[Tensor, "batch heads steps d_k"], Float[Tensor, "batch heads steps d_k"]]:
+        """Append the new positions (or, static, store the memory once); return every key and value held."""
+        if self.filled:
+            raise ValueError("KVCache: a static (cross-attention) cache is filled once; read keys and values instead")
+        if self.keys is not None:
+            if self.keys.shape[:2] != k.shape[:2] or self.keys.size(3) != k.size(3):
+                raise ValueError(f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
+                                 f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)")
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search follows its surviving hypotheses; rows may repeat)."""
+        if self.keys is not None:
+            self.keys = self.keys.index_select(0, index.to(self.keys.device))
+            self.values = self.values.index_select(0, index.to(self.values.device))
+
+
+class LayerCache:
+    """One decoder layer's caches: its masked self-attention and its attention over the encoder memory."""
+
+    def __init__(self) -> None:
+        self.self_attn = KVCache()
+        self.src_attn = KVCache(static=True)
+
+    def reorder(self, index: Tensor) -> None:
+        self.self_attn.reorder(index)
+        self.src_attn.reorder(index)
+
+
+class DecoderCache:
+    """The caches of a whole decoder stack: one :class:`LayerCache` per layer; ``length`` positions decoded so far."""
+
+    def __init__(self, n_layers: int) -> None:
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+            raise ValueError(f"DecoderCache: n_layers must be a positive int, got {n_layers!r}")
+        self.layers = [LayerCache() for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far (the offset of the next position)."""
+        return self.layers[0].self_attn.length
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` in every layer (rows may repeat)."""
+        for layer in self.layers:
+            layer.reorder(index)

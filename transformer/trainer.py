@@ -1,0 +1,392 @@
+"""The training loop (section 5): ``run_epoch`` as in the Annotated Transformer, and a step-counted ``Trainer``.
+
+``run_epoch`` adds gradient clipping, bf16 autocast on CUDA and a tqdm progress bar to the tutorial's loop.
+``Trainer`` puts a step-counted loop, periodic evaluation and exact-resume checkpoints
+(:mod:`transformer.checkpoint`) on top; the same loop runs under torchrun with DDP or FSDP2 when given a strategy
+(:mod:`transformer.distributed`). Both take any batch with ``inputs()``, ``labels``, ``ntokens``,
+``len()`` and ``to()`` (:class:`~transformer.batching.Batch`): the model runs as ``model(*batch.inputs())``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from .batching import Batch
+from .contracts import Tensor, checks
+from .distributed import SingleProcess, Strategy
+from .training import SimpleLossCompute
+
+__all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "autocast_context"]
+
+
+@dataclass
+class TrainState:
+    """Track the number of steps, examples and tokens processed (the tutorial's TrainState)."""
+
+    step: int = 0  # steps in the current epoch
+    accum_step: int = 0  # number of gradient accumulation (optimizer) steps
+    samples: int = 0  # examples used
+    tokens: int = 0  # tokens processed
+
+
+def autocast_context(device: torch.device | str, enabled: bool = True) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (when ``enabled``); a no-op context on every other device."""
+    device = torch.device(device)
+    if enabled and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _make_bar(total: int | None, desc: str, enabled: bool, initial: int = 0):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, initial=initial, dynamic_ncols=True, leave=True)
+
+
+def _batch_loss(batch: Batch, model: nn.Module, loss_compute: Callable, device: torch.device | str, amp: bool):
+    """Run the model on one batch (bf16 autocast on CUDA) and return ``loss_compute``'s (loss sum, loss node)."""
+    with autocast_context(device, amp):
+        out = model(*batch.inputs())  # __call__: module hooks run
+        return loss_compute(out, batch.labels, batch.ntokens)
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, clip_grad: float | None) -> None:
+    """Clip the global gradient norm, step the optimizer, clear the gradients, step the schedule."""
+    if clip_grad is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if scheduler is not None:
+        scheduler.step()
+
+
+def _postfix(loss_per_token: float, tokens: int, elapsed: float, optimizer: torch.optim.Optimizer | None) -> dict:
+    """The progress bar's loss, tokens/s and (when training) learning rate."""
+    postfix = {"loss": f"{loss_per_token:.3f}", "tok/s": f"{tokens / max(elapsed, 1e-9):.0f}"}
+    if optimizer is not None:
+        postfix["lr"] = f"{optimizer.param_groups[0]['lr']:.2e}"
+    return postfix
+
+
+def run_epoch(
+    data_iter: Iterable[Batch],
+    model: nn.Module,
+    loss_compute: Callable[[Tensor, Tensor, Any], tuple[Tensor, Tensor]],
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    mode: Literal["train", "train+log", "eval"] = "train",
+    accum_iter: int = 1,
+    train_state: TrainState | None = None,
+    *,
+    clip_grad: float | None = None,
+    device: torch.device | str | None = None,
+    amp: bool = True,
+    progress: bool = False,
+    total: int | None = None,
+) -> tuple[float, TrainState]:
+    """Train (or evaluate) over one pass of ``data_iter``; returns (loss per token, train_state).
+
+    As the tutorial's: the model runs on each ``Batch``, ``loss_compute(out, tgt_y, ntokens)``
+    gives the loss, and in a training mode the gradients of ``accum_iter`` batches are accumulated
+    before each optimizer and scheduler step. Additions: ``clip_grad`` (max global grad norm),
+    bf16 autocast when ``device`` is CUDA (``amp``), and a tqdm bar with loss, tokens/s and lr.
+    Evaluation runs under ``torch.no_grad``.
+    """
+    if accum_iter < 1:
+        raise ValueError(f"run_epoch: accum_iter must be >= 1, got {accum_iter}")
+    training = mode.startswith("train")
+    if training and optimizer is None:
+        raise ValueError("run_epoch: a training mode needs an optimizer")
+    train_state = train_state if train_state is not None else TrainState()
+    if device is None:
+        device = next(model.parameters()).device
+    start = time.perf_counter()
+    total_tokens = 0
+    total_loss = 0.0
+    grad_context = contextlib.nullcontext() if training else torch.no_grad()
+    bar = _make_bar(total, "train" if training else "eval", progress)
+    with grad_context:
+        for i, batch in enumerate(data_iter):
+            batch = batch.to(device)
+            loss, loss_node = _batch_loss(batch, model, loss_compute, device, amp)
+            if training:
+                loss_node.backward()
+                train_state.step += 1
+                train_state.samples += len(batch)
+                train_state.tokens += batch.ntokens
+                if (i + 1) % accum_iter == 0:
+                    _optimizer_step(model, optimizer, scheduler, clip_grad)
+                    train_state.accum_step += 1
+            total_loss += float(loss)
+            total_tokens += batch.ntokens
+            elapsed = time.perf_counter() - start
+            bar.set_postfix(_postfix(float(loss) / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False)
+            bar.update(1)
+    if training:
+        # gradients of a trailing partial accumulation are discarded, as in the tutorial
+        optimizer.zero_grad(set_to_none=True)
+    bar.close()
+    return total_loss / max(total_tokens, 1), train_state
+
+
+@dataclass
+class TrainerConfig:
+    """Settings of :class:`Trainer`.
+
+    steps: optimizer steps to train for in total (a resumed run continues up to it).
+    accum_iter: batches per optimizer step (gradient accumulation).
+    clip_grad: max global gradient norm, or None.
+    eval_every: evaluate every this many optimizer steps (0: only at the end).
+    checkpoint_every: save every this many steps into ``out_dir`` (0: only at the end, if out_dir).
+    amp: bf16 autocast on CUDA.
+    progress: show a tqdm bar (loss, tokens/s, learning rate).
+    checks: "always" (the default, like the rest of the package) checks every contract at every
+        step; "first" checks the first step of a ``train`` call and runs the rest unchecked (for
+        fixed-shape data: on a tiny CPU model the checks cost about a quarter of a step); "never".
+    out_dir: where ``train`` saves checkpoints (None: nowhere).
+    """
+
+    steps: int = 1000
+    accum_iter: int = 1
+    clip_grad: float | None = 1.0
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    amp: bool = True
+    progress: bool = False
+    checks: Literal["always", "first", "never"] = "always"
+    out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"TrainerConfig: steps must be >= 0, got {self.steps}")
+        if self.accum_iter < 1:
+            raise ValueError(f"TrainerConfig: accum_iter must be >= 1, got {self.accum_iter}")
+        if self.checks not in ("always", "first", "never"):
+            raise ValueError(f"TrainerConfig: checks must be 'always', 'first' or 'never', got {self.checks!r}")
+        if self.clip_grad is not None and self.clip_grad <= 0:
+            raise ValueError(f"TrainerConfig: clip_grad must be positive or None, got {self.clip_grad}")
+
+
+@dataclass
+class _History:
+    train_loss: list[tuple[int, float]] = field(default_factory=list)
+    eval_loss: list[tuple[int, float]] = field(default_factory=list)
+
+
+class Trainer:
+    """A small step-counted training loop on top of ``run_epoch``'s arithmetic.
+
+    ``batches(generator)`` returns an endless iterator of :class:`Batch` drawing its randomness
+    from the given ``torch.Generator`` only; the trainer owns that generator and saves its state
+    in checkpoints, together with the torch and Python RNG states, the optimizer and scheduler,
+    so that ``train`` after ``Trainer.resume`` continues exactly where the saved run stopped.
+
+    ``eval_batches()`` returns a fresh finite iterable of evaluation batches (or None).
+
+    ``strategy`` (see :mod:`transformer.distributed`; or :meth:`distribute` later) runs the same loop on several
+    processes: each rank reads its share of every batch (``batches`` may take a ``shard`` keyword), gradients and
+    losses are those of the global batch, evaluation is split between the ranks and reduced, checkpoints are written
+    once (DDP) or sharded (FSDP), the progress bar shows on rank 0 only.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batches: Callable[[torch.Generator], Iterator[Batch]],
+        *,
+        criterion: nn.Module,
+        scheduler: Any = None,
+        eval_batches: Callable[[], Iterable[Batch]] | None = None,
+        config: TrainerConfig | None = None,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+        metadata: dict[str, Any] | None = None,
+        strategy: Strategy | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.criterion = criterion
+        self.config = config or TrainerConfig()
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.model.to(self.device)
+        self.loss_compute = SimpleLossCompute(model.generator, criterion)
+        self.make_batches = batches
+        self.eval_batches = eval_batches
+        self.metadata = dict(metadata or {})
+        self.data_generator = torch.Generator().manual_seed(seed)
+        self._batches: Iterator[Batch] | None = None
+        self.step = 0
+        self.tokens = 0
+        self.history = _History()
+        self.last_train_loss = float("nan")
+        self.strategy: Strategy = SingleProcess(device=self.device)
+        self.train_model: nn.Module = model  # what training steps call: the model, or its DDP wrapper
+        if strategy is not None:
+            self.distribute(strategy)
+
+    def distribute(self, strategy: Strategy) -> None:
+        """Train under ``strategy`` from now on: wraps (DDP) or shards (FSDP) the model and points the optimizer at
+        the sharded parameters. Call it before training (the optimizer must not have stepped)."""
+        if self.step or self._batches is not None:
+            raise ValueError("Trainer.distribute: call it before training starts")
+        if strategy.device != self.device:
+            raise ValueError(f"Trainer.distribute: the trainer is on {self.device} but the strategy on {strategy.device}")
+        self.strategy = strategy
+        self.train_model = strategy.prepare(self.model, self.optimizer)
+
+    # ------------------------------------------------------------------ state for checkpoints
+    def state(self) -> dict[str, Any]:
+        """Everything besides the weights that an exact resume needs (tensors and JSON values).
+
+        Under torchrun every rank must call it (the ranks' RNG states are gathered under ``"ranks"``)."""
+        state = {
+            "step": self.step,
+            "tokens": self.tokens,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": [s for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+            "python_rng": _python_rng_to_json(random.getstate()),
+            "data_rng": self.data_generator.get_state(),
+            "history": {"train_loss": self.history.train_loss, "eval_loss": self.history.eval_loss},
+            "last_train_loss": self.last_train_loss,
+        }
+        state.update(self.strategy.rank_states(state))
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.tokens = int(state["tokens"])
+        if "optimizer" in state:  # a sharded (FSDP) checkpoint's optimizer state was loaded with the weights
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        rng = self.strategy.own_rank_state(state)  # this rank's RNG states
+        torch.set_rng_state(rng["torch_rng"])
+        if torch.cuda.is_available() and rng.get("cuda_rng"):
+            torch.cuda.set_rng_state_all(rng["cuda_rng"])
+        random.setstate(_python_rng_from_json(rng["python_rng"]))
+        self.data_generator.set_state(rng["data_rng"])
+        history = state.get("history") or {}
+        self.history = _History(
+            [tuple(x) for x in history.get("train_loss", [])], [tuple(x) for x in history.get("eval_loss", [])]
+        )
+        self.last_train_loss = float(state.get("last_train_loss", float("nan")))
+        self._batches = None
+
+    def save(self, path: str) -> str:
+        """Write an atomic checkpoint (see :func:`transformer.checkpoint.save_checkpoint`; under FSDP a sharded one,
+        see :mod:`transformer.distributed`). Under torchrun every rank calls it."""
+        return self.strategy.save(path, self.model, self.optimizer, self.state(), self.metadata)
+
+    def resume(self, path: str) -> None:
+        """Load weights and training state from ``path`` (the model's config must match)."""
+        trainer_state = self.strategy.load(path, self.model, self.optimizer, self.device)
+        if trainer_state is None:
+            raise ValueError(f"checkpoint {path} holds no training state to resume from")
+        self.load_state(trainer_state)
+
+    # ------------------------------------------------------------------ the loop
+    def evaluate(self) -> float:
+        """Loss per token on ``eval_batches()`` (model in eval mode, no gradients); under torchrun the batches are
+        split between the ranks and the sums reduced, so every rank gets the loss of the whole set."""
+        if self.eval_batches is None:
+            raise ValueError("Trainer.evaluate: no eval_batches were given")
+        was_training = self.model.training
+        self.model.eval()
+        total_loss, total_tokens = 0.0, 0
+        try:
+            with torch.no_grad():
+                for batch, counted in self.strategy.eval_share(self.eval_batches()):
+                    batch = batch.to(self.device)
+                    loss, _ = _batch_loss(batch, self.model, self.loss_compute, self.device, self.config.amp)
+                    if counted:
+                        total_loss += float(loss)
+                        total_tokens += batch.ntokens
+        finally:
+            self.model.train(was_training)
+        total_loss, total_tokens = self.strategy.all_reduce_sum([total_loss, total_tokens])
+        return total_loss / max(total_tokens, 1)
+
+    def train_step(self) -> float:
+        """One optimizer step over ``accum_iter`` batches; returns the loss per token."""
+        if self._batches is None:
+            self._batches = self.strategy.batches(self.make_batches, self.data_generator)
+        self.model.train()
+        group = []
+        for _ in range(self.config.accum_iter):
+            group.append(next(self._batches))
+        # under torchrun each rank's loss per token is weighted by its share of all the ranks' tokens (1.0 alone)
+        weights = self.strategy.token_weights([batch.ntokens for batch in group])
+        loss_sum, ntokens = 0.0, 0
+        for i, (batch, weight) in enumerate(zip(group, weights)):
+            batch = batch.to(self.device)
+            with self.strategy.no_sync(self.train_model, last=i == len(group) - 1):  # gradients synced once a step
+                loss, loss_node = _batch_loss(batch, self.train_model, self.loss_compute, self.device, self.config.amp)
+                (loss_node if weight == 1.0 else loss_node * weight).backward()
+            loss_sum += float(loss)
+            ntokens += batch.ntokens
+        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)
+        loss_sum, ntokens = self.strategy.all_reduce_sum([loss_sum, ntokens])  # the global batch's loss and tokens
+        ntokens = int(ntokens)
+        self.step += 1
+        self.tokens += ntokens
+        self.last_train_loss = loss_sum / max(ntokens, 1)
+        return self.last_train_loss
+
+    def train(self, steps: int | None = None, *, on_eval: Callable[[int, float], None] | None = None) -> float:
+        """Train until ``steps`` optimizer steps in total (default ``config.steps``); returns the last train loss.
+
+        The data iterator is rebuilt from the saved generator state after a resume, so an
+        interrupted-and-resumed run sees the same batches as an uninterrupted one, provided
+        ``batches`` consumes the generator batch by batch (draws nothing ahead).
+        """
+        target = self.config.steps if steps is None else steps
+        cfg = self.config
+        bar = _make_bar(target, "train", cfg.progress and self.strategy.is_main, initial=self.step)
+        start, start_tokens = time.perf_counter(), self.tokens
+        try:
+            first = True
+            while self.step < target:
+                check = cfg.checks == "always" or (cfg.checks == "first" and first)
+                with contextlib.nullcontext() if check else checks(False):
+                    loss = self.train_step()
+                first = False
+                self.history.train_loss.append((self.step, loss))
+                elapsed = time.perf_counter() - start
+                bar.set_postfix(_postfix(loss, self.tokens - start_tokens, elapsed, self.optimizer), refresh=False)
+                bar.update(1)
+                if cfg.eval_every and self.eval_batches is not None and self.step % cfg.eval_every == 0:
+                    eval_loss = self.evaluate()
+                    self.history.eval_loss.append((self.step, eval_loss))
+                    if cfg.progress and self.strategy.is_main:
+                        bar.write(f"step {self.step}: train loss {loss:.4f}, eval loss {eval_loss:.4f}")
+                    if on_eval is not None:
+                        on_eval(self.step, eval_loss)
+                if cfg.out_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.save(cfg.out_dir)
+        finally:
+            bar.close()
+        if cfg.out_dir:
+            self.save(cfg.out_dir)
+        return self.last_train_loss
+
+
+def _python_rng_to_json(state: tuple) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _python_rng_from_json(state: list) -> tuple:
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)
