@@ -27,6 +27,36 @@ def test_interpreter_is_active():
     assert type(_forward.fwd_kernel).__name__ == "InterpretedFunction"
 
 
+
+def test_interpret_blocks_setting():
+    """The interpreter's block shape (kernels/_tuning.py): set inside a ``with`` block and restored after it,
+    also after an exception; what launches get under the interpreter; bad sizes refused, naming the argument."""
+    from transformer.kernels import _tuning
+
+    before = _tuning.get_interpret_blocks()
+    assert before == (32, 32)
+    with _tuning.interpret_blocks(16, 64):
+        assert _tuning.get_interpret_blocks() == (16, 64)
+        extra = _tuning.launch_kwargs(5, 40)
+        assert (extra["Q_BUCKET"], extra["K_BUCKET"]) == (8, 64)
+        if _tuning.interpreting():
+            assert (extra["BLOCK_M"], extra["BLOCK_N"]) == (16, 64)
+        else:  # the autotuner picks the blocks on CUDA
+            assert "BLOCK_M" not in extra and "BLOCK_N" not in extra
+    assert _tuning.get_interpret_blocks() == before
+    with pytest.raises(KeyError):
+        with _tuning.interpret_blocks(64, 16):
+            raise KeyError("inside")
+    assert _tuning.get_interpret_blocks() == before
+    for bad in (8, 48, 256, 32.0, True, None):
+        with pytest.raises(ValueError, match=r"block_n must be one of \(16, 32, 64, 128\), got "):
+            _tuning.set_interpret_blocks(32, bad)
+    with pytest.raises(ValueError, match="block_m must be one of"):
+        _tuning.set_interpret_blocks(24, 32)
+    assert _tuning.get_interpret_blocks() == before
+    assert _tuning.set_interpret_blocks(64, 32) == before
+    assert _tuning.set_interpret_blocks(*before) == (64, 32)
+
 def test_import_does_not_decorate_or_touch_the_driver():
     code = ("import sys, transformer.kernels as K; "
             "assert 'transformer.kernels._forward' not in sys.modules; "

@@ -1,5 +1,11 @@
-"""Dropout on the attention probabilities: in-kernel Philox, reproducible per seed, same mask in backward."""
+"""Dropout on the attention probabilities: in-kernel Philox, reproducible per seed, same mask in backward.
 
+The keep mask is checked against an independent model of the stream (``philox_uniform`` below, written from
+triton/language/random.py: ``tl.rand(seed, offset)`` with offset = the element's index in
+(batch, heads, q_len, k_len)), and for independence across heads, batch rows, query rows and keys.
+"""
+
+import numpy as np
 import pytest
 import torch
 
@@ -7,6 +13,40 @@ from attention_reference import allowed_matrix, attention, max_err
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
 P = 0.3
+AGREE = P**2 + (1 - P) ** 2  # chance that two independent keep decisions agree
+
+
+def philox_uniform(seed: int, offsets: np.ndarray) -> np.ndarray:
+    """float32 uniforms of ``tl.rand(seed, offsets)`` (Triton 3.6 and 3.9, triton/language/random.py), in NumPy.
+
+    randint: counter (c0, c1, c2, c3) = (low 32 bits of the int64 offset, its high 32 bits, 0, 0), key
+    (k0, k1) = (low, high 32 bits of the 64-bit seed); 10 Philox-4x32 rounds, each
+    c0, c2, c1, c3 = hi(B*c2) ^ c1 ^ k0, hi(A*c0) ^ c3 ^ k1, lo(B*c2), lo(A*c0), then the key is bumped by
+    the Weyl constants; the result is c0. uint_to_uniform_float: bitcast to int32, x < 0 -> ~x, then
+    float32(x) * 4.6566127342e-10 in float32."""
+    seed %= 2**64
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    low = np.uint64(0xFFFFFFFF)
+    c0 = (offsets & 0xFFFFFFFF).astype(np.uint64)
+    c1 = ((offsets >> 32) & 0xFFFFFFFF).astype(np.uint64)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    round_a, round_b = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    for _ in range(10):
+        prod_a, prod_b = round_a * c0, round_b * c2  # exact: both factors < 2**32
+        c0, c1, c2, c3 = ((prod_b >> np.uint64(32)) ^ c1 ^ k0, prod_b & low,
+                          (prod_a >> np.uint64(32)) ^ c3 ^ k1, prod_a & low)
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & low, (k1 + np.uint64(0xBB67AE85)) & low
+    x = c0.astype(np.uint32).view(np.int32)
+    x = np.where(x < 0, ~x, x)
+    return x.astype(np.float32) * np.float32(4.6566127342e-10)
+
+
+def model_keep(seed, batch, heads, q_len, k_len, p=P) -> torch.Tensor:
+    """Bool (batch, heads, q_len, k_len): the keep mask the model predicts (dropout_p is a float32 argument)."""
+    offsets = np.arange(batch * heads * q_len * k_len, dtype=np.int64).reshape(batch, heads, q_len, k_len)
+    return torch.from_numpy(philox_uniform(seed, offsets) >= np.float32(p))
 
 
 def recover_keep(batch, heads, q_len, k_len, seed, device, **masks):
@@ -20,6 +60,77 @@ def recover_keep(batch, heads, q_len, k_len, seed, device, **masks):
     return out * k_len * (1 - P) > 0.5
 
 
+def test_keep_mask_is_philox_of_the_element_index(device):
+    """The mask the forward draws is exactly the model's: tl.rand(seed, offset) >= p with offset the element's
+    index in (batch, heads, q_len, k_len), both 32-bit halves of the 64-bit seed as the Philox key."""
+    batch, heads, q_len, k_len, seed = 2, 2, 100, 70, 0x0123456789ABCDEF
+    expected = model_keep(seed, batch, heads, q_len, k_len)
+    assert abs(expected.float().mean().item() - (1 - P)) < 0.02  # the model itself drops about p
+    assert torch.equal(recover_keep(batch, heads, q_len, k_len, seed=seed, device=device).cpu(), expected)
+
+
+@pytest.mark.one_block_shape
+@pytest.mark.parametrize("seed", [0, 5, -7, 2**63 - 1])
+def test_keep_mask_is_philox_for_other_seeds(seed, device):
+    """As above for seeds with no high bits, negative ones (taken modulo 2**64) and the largest int64."""
+    expected = model_keep(seed, 1, 2, 33, 40)
+    assert torch.equal(recover_keep(1, 2, 33, 40, seed=seed, device=device).cpu(), expected)
+
+
+def _shifted_copies(lines: torch.Tensor, min_overlap: int) -> list:
+    """Every (i, j, s) with lines[i, s:] == lines[j, :L - s] over at least ``min_overlap`` positions (for s = 0
+    only i != j: two equal lines). Independent draws agree on 32 positions with chance (p^2 + (1-p)^2)^32,
+    below 3e-8."""
+    a = lines.float()
+    length = lines.shape[1]
+    found = []
+    for s in range(length - min_overlap + 1):
+        x, y = a[:, s:], a[:, :length - s]
+        agree = x @ y.T + (1 - x) @ (1 - y).T
+        equal = agree == length - s
+        if s == 0:
+            equal.fill_diagonal_(False)
+        found += [(i, j, s) for i, j in equal.nonzero().tolist()]
+    return found
+
+
+def _assert_agree_at_chance(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    """Two keep masks agree on about p^2 + (1-p)^2 of their entries, as independent draws do (5 sigma)."""
+    rate = (a == b).float().mean().item()
+    sigma = (AGREE * (1 - AGREE) / a.numel()) ** 0.5
+    assert abs(rate - AGREE) < 5 * sigma, f"{what}: agreement {rate:.4f}, independent draws give {AGREE:.4f}"
+
+
+@pytest.mark.parametrize("q_len,k_len", [(40, 100), (100, 40)])
+def test_keep_decisions_are_independent_across_heads_batch_queries_and_keys(q_len, k_len, device):
+    """No two heads or batch rows share a mask, and any two of them agree only at chance; no query row (over
+    every batch row and head) repeats another, even shifted; no key column does; neighbouring rows and
+    columns agree only at chance. (An offset formula that forgot the head, used q_len for k_len or the
+    reverse, or swapped the query and key indices makes copies that these find.)"""
+    batch, heads = 2, 3
+    keep = recover_keep(batch, heads, q_len, k_len, seed=21, device=device).cpu()
+    slices = keep.reshape(batch * heads, q_len, k_len)  # (batch, head) pairs
+    for i in range(batch * heads):
+        for j in range(i):
+            _assert_agree_at_chance(slices[i], slices[j],
+                                    f"(batch, head) slices {divmod(i, heads)} and {divmod(j, heads)}")
+    _assert_agree_at_chance(keep[..., 1:, :], keep[..., :-1, :], "neighbouring query rows")
+    _assert_agree_at_chance(keep[..., 1:], keep[..., :-1], "neighbouring keys")
+    rows = keep.reshape(-1, k_len)
+    columns = keep.transpose(-2, -1).reshape(-1, q_len)
+    assert _shifted_copies(rows, 32) == [], "query rows repeat (index, index, shift)"
+    assert _shifted_copies(columns, 32) == [], "key columns repeat (index, index, shift)"
+
+
+@pytest.mark.one_block_shape
+def test_both_halves_of_the_64_bit_seed_key_the_stream(device):
+    """Seeds that differ only in their high 32 bits (seed=None draws from [0, 2**62)) give independent masks."""
+    low = recover_keep(1, 2, 40, 50, seed=5, device=device)
+    for seed in (5 + 2**32, 5 + 2**61):
+        _assert_agree_at_chance(low, recover_keep(1, 2, 40, 50, seed=seed, device=device), f"seeds 5 and {seed}")
+
+
+@pytest.mark.one_block_shape
 def test_same_seed_same_output_other_seed_differs(device):
     q, k, v = (torch.randn(1, 2, n, 32, device=device) for n in (40, 50, 50))
     a = flash_attention(q, k, v, dropout_p=P, seed=7)
@@ -28,6 +139,7 @@ def test_same_seed_same_output_other_seed_differs(device):
     assert not torch.equal(a, flash_attention(q, k, v))
 
 
+@pytest.mark.one_block_shape
 def test_seed_none_follows_torch_manual_seed(device):
     q, k, v = (torch.randn(1, 1, n, 16, device=device) for n in (20, 20, 20))
     torch.manual_seed(3)
@@ -38,6 +150,7 @@ def test_seed_none_follows_torch_manual_seed(device):
     assert not torch.equal(a, b)
 
 
+@pytest.mark.one_block_shape
 def test_keep_rate_and_scaling(device):
     keep = recover_keep(2, 2, 129, 64, seed=11, device=device)
     n = keep.numel()
@@ -52,12 +165,15 @@ def test_keep_rate_and_scaling(device):
     assert values <= {0.0, 1.0}
 
 
-@pytest.mark.parametrize("masks", [{}, {"causal": True, "key_lengths": [30, 0]}], ids=["none", "causal+lengths"])
-def test_forward_and_backward_match_reference_with_recovered_mask(masks, device):
-    batch, heads, q_len, k_len = 2, 2, 45, 37
+@pytest.mark.parametrize("masks", [{}, {"causal": True, "key_lengths": [60, 0]}], ids=["none", "causal+lengths"])
+def test_forward_and_backward_use_the_philox_mask(masks, device):
+    """Out, dq, dk and dv equal float64 attention with the model's keep mask: the forward, the dQ kernel and
+    the (key-major) dK/dV kernel all draw the same mask, for the block shape in use."""
+    batch, heads, q_len, k_len = 2, 1, 100, 70
     masks = {name: torch.tensor(val, device=device) if isinstance(val, list) else val for name, val in masks.items()}
-    keep = recover_keep(batch, heads, q_len, k_len, seed=5, device=device, **masks)
+    keep = model_keep(5, batch, heads, q_len, k_len).to(device)
     allowed = allowed_matrix(batch, heads, q_len, k_len, device=device, **masks)
+    assert torch.equal(recover_keep(batch, heads, q_len, k_len, seed=5, device=device, **masks), keep & allowed)
     q, k, v = (torch.randn(batch, heads, n, 40, device=device, dtype=torch.float64) for n in (q_len, k_len, k_len))
     leaves = [t.float().requires_grad_() for t in (q, k, v)]
     out = flash_attention(*leaves, dropout_p=P, seed=5, **masks)
@@ -72,6 +188,7 @@ def test_forward_and_backward_match_reference_with_recovered_mask(masks, device)
     assert max_err(out, attention(q, k, v, allowed)[0]) > 0.1  # dropout did change the output
 
 
+@pytest.mark.one_block_shape
 def test_gradcheck_with_dropout_float64(device):
     if device == "cuda":
         pytest.skip("float64 runs only under the Triton interpreter")
@@ -80,6 +197,7 @@ def test_gradcheck_with_dropout_float64(device):
                                     fast_mode=True)
 
 
+@pytest.mark.one_block_shape
 def test_lse_ignores_dropout(device):
     q, k, v = (torch.randn(1, 2, n, 16, device=device) for n in (9, 12, 12))
     assert torch.equal(flash_attention_with_lse(q, k, v, dropout_p=P, seed=1)[1], flash_attention_with_lse(q, k, v)[1])

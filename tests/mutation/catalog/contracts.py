@@ -1,0 +1,58 @@
+"""Mutants of the contracts, the checks switch, the config and its plumbing into the modules."""
+
+from .base import K, M, Mutant  # noqa: F401
+
+MUTANTS: list[Mutant] = []
+
+# --- config plumbing: killed by tests/test_config_plumbing.py (every LayerNorm's eps and the stacks written out
+# with it, pad_id into decoding, the structural fields, the mask constructors' corner cases)
+PLUMBING_TESTS = ("tests/test_config_plumbing.py",)
+
+
+def P(id: str, file: str, old: str, new: str, what: str) -> Mutant:
+    """A one-edit config-plumbing mutant, run against PLUMBING_TESTS."""
+    return Mutant(id, file, ((old, new),), what, PLUMBING_TESTS)
+
+
+MUTANTS += [
+    P("plumb-encoder-final-norm-default-eps", "transformer/encoder.py",
+      "self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)", "self.norm = LayerNorm(layer.size)",
+      "the encoder stack's final LayerNorm is built with the default eps"),
+    P("plumb-decoder-final-norm-default-eps", "transformer/decoder.py",
+      "self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)", "self.norm = LayerNorm(layer.size)",
+      "the decoder stack's final LayerNorm is built with the default eps"),
+    P("plumb-sublayer-norm-default-eps", "transformer/layers.py",
+      "self.norm = LayerNorm(size, eps)", "self.norm = LayerNorm(size)",
+      "SublayerConnection ignores its eps argument"),
+    P("plumb-encoder-layer-eps-not-passed", "transformer/encoder.py",
+      "clones(SublayerConnection(size, dropout, norm_placement, eps), 2)",
+      "clones(SublayerConnection(size, dropout, norm_placement), 2)",
+      "EncoderLayer does not pass eps to its SublayerConnections"),
+    P("plumb-decoder-layer-eps-not-passed", "transformer/decoder.py",
+      "clones(SublayerConnection(size, dropout, norm_placement, eps), 3)",
+      "clones(SublayerConnection(size, dropout, norm_placement), 3)",
+      "DecoderLayer does not pass eps to its SublayerConnections"),
+    P("plumb-build-model-default-eps", "transformer/model.py",
+      "eps, placement = config.layer_norm_eps, config.norm_placement", "eps, placement = 1e-6, config.norm_placement",
+      "build_model ignores config.layer_norm_eps"),
+    P("plumb-layernorm-eps-hardcoded", "transformer/layers.py",
+      "torch.sqrt(var + self.eps)", "torch.sqrt(var + 1e-6)",
+      "LayerNorm.forward uses a hard-coded eps instead of self.eps"),
+    P("plumb-build-model-ignores-activation", "transformer/model.py",
+      "ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation)",
+      "ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout)",
+      "build_model ignores config.activation (always relu)"),
+    P("plumb-decoder-layers-from-encoder-count", "transformer/model.py",
+      "config.n_decoder_layers)", "config.n_encoder_layers)",
+      "the decoder stack gets n_encoder_layers layers"),
+    P("plumb-decoding-pad-ignores-config", "transformer/decoding.py",
+      'pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)', "pad_symbol = None",
+      "decoding pads after the end symbol with the end symbol even when the config has a pad id"),
+    P("mask-target-none-pads-zero", "transformer/masks.py",
+      "    if pad_id is None:\n        return causal.expand(tgt.size(0), -1, -1)\n    real = tgt != pad_id",
+      "    real = tgt != (0 if pad_id is None else pad_id)",
+      "target_mask(tgt, None) treats token 0 as padding (rows and keys)"),
+    P("mask-target-pad-keys-visible", "transformer/masks.py",
+      "return causal & real.unsqueeze(-2) & real.unsqueeze(-1)", "return causal & real.unsqueeze(-1)",
+      "target_mask hides padded query rows but not padded keys"),
+]

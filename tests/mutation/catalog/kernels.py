@@ -1,0 +1,163 @@
+"""Mutants of the Triton kernels (kernels/, shipped as transformer.kernels); they run the kernel suite."""
+
+from .base import K
+
+MUTANTS = [
+    # --- the Triton kernels (kernels/, shipped as transformer.kernels)
+    K("kernel-causal-diagonal", "kernels/_common.py",
+      "allowed = allowed & (kj <= qi)",
+      "allowed = allowed & (kj < qi)", "causal mask hides the diagonal"),
+    K("kernel-causal-skips-diagonal-block", "kernels/_common.py",
+      "hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)", "hi = tl.minimum(hi, pid_m * BLOCK_M)",
+      "causal block skipping also skips the diagonal block"),
+    K("kernel-no-online-rescale", "kernels/_forward.py",
+      "acc = acc * alpha[:, None] + tl.dot", "acc = acc + tl.dot",
+      "online softmax forgets to rescale the accumulator when the row max grows"),
+    K("kernel-lse-base-2", "kernels/_forward.py", " * 0.6931471805599453)", ")",
+      "logsumexp stored in base 2 instead of natural log"),
+    K("kernel-dk-unscaled", "kernels/_backward.py", "dk = dk * sm_scale", "dk = dk",
+      "dK misses the softmax scale"),
+    K("kernel-dq-unscaled", "kernels/_backward.py", "dq = dq * sm_scale", "dq = dq",
+      "dQ misses the softmax scale"),
+    K("kernel-dv-ignores-dropout", "kernels/_backward.py",
+      "p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)", "p_drop_t = p_t * inv_keep",
+      "dV uses the probabilities without the dropout mask"),
+    K("kernel-lse-grad-dropped", "kernels/_backward.py",
+      "delta = delta - grad_lse.to(delta.dtype)", "delta = delta",
+      "the logsumexp output's gradient is ignored"),
+    K("kernel-key-padding-ignored", "kernels/_common.py",
+      "allowed = allowed & (key_ok != 0)", "allowed = allowed",
+      "the (batch, k_len) key-padding mask is ignored"),
+    K("kernel-empty-row-nan", "kernels/_forward.py",
+      "acc = acc / tl.where(empty, 1.0, l_i)[:, None]", "acc = acc / l_i[:, None]",
+      "a row with no allowed key divides 0 by 0"),
+    K("kernel-head-dim-padding-not-zero", "kernels/_common.py", "mask=ok, other=0.0)", "mask=ok, other=1.0)",
+      "padded head-dim columns (head_dim 40, 80) read as 1 instead of 0"),
+    K("kernel-partial-block-unmasked", "kernels/_common.py",
+      "full_end = (kv_end // BLOCK_N) * BLOCK_N", "full_end = tl.cdiv(kv_end, BLOCK_N) * BLOCK_N",
+      "forward and dQ: the last, partly valid key block runs without a mask"),
+    K("kernel-diagonal-unmasked", "kernels/_common.py",
+      "(pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)", "((pid_m + 1) * BLOCK_M // BLOCK_N) * BLOCK_N)",
+      "forward and dQ: the causal diagonal block runs without a mask"),
+    K("kernel-dkdv-padding-unmasked", "kernels/_backward.py",
+      "tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi)", "mask_end",
+      "dK/dV: a key block holding padding keys runs without a mask"),
+    K("kernel-dkdv-diagonal-unmasked", "kernels/_backward.py",
+      "tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M", "tl.cdiv(pid_n * BLOCK_N, BLOCK_M) * BLOCK_M",
+      "dK/dV: query blocks crossing the causal diagonal run without a mask"),
+    K("kernel-dropout-keeps-p", "kernels/_common.py",
+      "tl.rand(seed, offsets) >= dropout_p", "tl.rand(seed, offsets) < dropout_p",
+      "dropout keeps a fraction p instead of 1 - p"),
+]
+
+# --- strides: each tensor read (or written) with its own strides. Killed by test_strided_inputs, whose q, k, v
+# and grad_out are four different non-contiguous layouts (two of them with a non-unit head_dim stride).
+MUTANTS += [
+    K("kernel-fwd-v-read-with-k-strides", "kernels/_forward.py",
+      '**strides("v", v, "n"), **strides("o", out)', '**strides("v", k, "n"), **strides("o", out)',
+      "forward: v is read with k's strides"),
+    K("kernel-bwd-k-read-with-v-strides", "kernels/_backward.py",
+      '**strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do)',
+      '**strides("k", v, "n"), **strides("v", v, "n"), **strides("d", do)',
+      "backward (dK/dV and dQ): k is read with v's strides"),
+    K("kernel-fwd-k-head-dim-stride-ignored", "kernels/_forward.py",
+      "k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)",
+      "k = load_rows(k_base, offs_n, offs_d, s_kn, 1, kv_end, d_ok)",
+      "forward: k's head_dim stride taken as 1"),
+    K("kernel-dq-v-read-with-k-row-stride", "kernels/_backward.py",
+      "v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)",
+      "v = load_rows(v_base, offs_n, offs_d, s_kn, s_vd, kv_end, d_ok)",
+      "dQ kernel: v's rows stepped with k's row stride (s_kn for s_vn)"),
+    K("kernel-delta-reads-do-with-out-strides", "kernels/_backward.py",
+      "out, do, delta, *out.stride(), *do.stride(), heads", "out, do, delta, *out.stride(), *out.stride(), heads",
+      "delta = rowsum(dO * O) reads grad_out with out's strides"),
+    K("kernel-dk-stored-with-dv-strides", "kernels/_backward.py",
+      '**strides("dk", dk, "n"), **strides("dv", dv, "n")', '**strides("dk", dv, "n"), **strides("dv", dv, "n")',
+      "dK is written with dV's strides (k and v laid out differently)"),
+]
+
+# --- dropout: the Philox offset and seed. Killed by test_dropout.py's model of the Philox stream and its
+# independence tests (heads, batch rows, query rows, keys), and by the forward/backward test with the model's mask.
+MUTANTS += [
+    K("kernel-dropout-offset-forgets-batch-and-head", "kernels/_common.py",
+      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (qi * k_len + kj).to(tl.int64)",
+      "the dropout offset forgets (batch, head): every head and batch row draws the same mask"),
+    K("kernel-dropout-batch-not-head", "kernels/_forward.py",
+      "keep_block(seed, bh, offs_m[:, None], offs_n[None, :]", "keep_block(seed, b, offs_m[:, None], offs_n[None, :]",
+      "forward: dropout offset uses the batch index instead of (batch, head): the heads share a mask"),
+    K("kernel-dropout-offset-k_len-for-q_len", "kernels/_common.py",
+      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * k_len + qi) * k_len + kj",
+      "dropout offset strides (batch, head) by k_len rows instead of q_len (heads overlap when q_len > k_len)"),
+    K("kernel-dropout-offset-q_len-for-k_len", "kernels/_common.py",
+      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * q_len + qi) * q_len + kj",
+      "dropout offset strides query rows by q_len instead of k_len (rows overlap when k_len > q_len)"),
+    K("kernel-dropout-query-key-swapped", "kernels/_common.py",
+      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * q_len + kj) * k_len + qi",
+      "dropout offset with the query and key indices swapped"),
+    K("kernel-dropout-seed-narrowed-to-32-bits", "kernels/_common.py",
+      "seed = tl.load(SEED)", "seed = tl.load(SEED).to(tl.int32)",
+      "the 64-bit seed is narrowed to 32 bits: its high half is lost"),
+    K("kernel-dkdv-dropout-transposed-index", "kernels/_backward.py",
+      "keep_t = keep_block(seed, bh, offs_m[None, :], offs_n[:, None], q_len, k_len, dropout_p)",
+      "keep_t = keep_block(seed, bh, offs_n[:, None], offs_m[None, :], k_len, q_len, dropout_p)",
+      "dK/dV kernel draws its (key-major) mask from the transposed index: not the forward's mask"),
+]
+
+# --- key_lengths: clamped to [0, k_len]. Killed by test_key_lengths_past_k_len_mean_k_len and
+# test_key_lengths_huge_negative_and_zero. (Dropping the clamp at 0 is an equivalent mutant: a negative end
+# visits no block, exactly like 0.)
+MUTANTS += [
+    K("kernel-key-lengths-not-clamped-to-k_len", "kernels/_common.py",
+      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)",
+      "kv_end = tl.maximum(tl.load(KLEN + b).to(tl.int64), 0).to(tl.int32)",
+      "key_lengths > k_len are not clamped: the kernels read keys past k_len"),
+    K("kernel-key-lengths-narrowed-before-clamp", "kernels/_common.py",
+      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)",
+      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)",
+      "key_lengths narrowed to int32 before the clamp: 2**32 + 3 means 3, int64 max means 0"),
+]
+
+# --- block shapes: BLOCK_M and BLOCK_N confused. Equal under 32 x 32; killed by the kernel suite's runs under
+# 16 x 64, 64 x 16 and 32 x 64 blocks (tests/kernels/conftest.py), mostly by test_block_edges.
+MUTANTS += [
+    K("kernel-key-blocks-interior-end-block-n", "kernels/_common.py",
+      "(pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)", "(pid_m * BLOCK_N // BLOCK_N) * BLOCK_N)",
+      "forward and dQ: the interior key blocks end at pid_m * BLOCK_N (diagonal unmasked when BLOCK_M < BLOCK_N)"),
+    K("kernel-key-blocks-causal-end-block-n", "kernels/_common.py",
+      "hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)", "hi = tl.minimum(hi, (pid_m + 1) * BLOCK_N)",
+      "forward and dQ: causal skipping past (pid_m + 1) * BLOCK_N (skips needed keys when BLOCK_M > BLOCK_N)"),
+    K("kernel-dkdv-lo-block-m-multiple", "kernels/_backward.py",
+      "lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M", "lo = pid_n * BLOCK_M",
+      "dK/dV: causal start at pid_n * BLOCK_M (skips queries when BLOCK_M > BLOCK_N)"),
+    K("kernel-dkdv-mask-end-block-m", "kernels/_backward.py",
+      "mask_end = tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M", "mask_end = (pid_n + 1) * BLOCK_M",
+      "dK/dV: masked query blocks end at (pid_n + 1) * BLOCK_M (diagonal unmasked when BLOCK_M < BLOCK_N)"),
+    K("kernel-dkdv-hi-block-m", "kernels/_backward.py",
+      "hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)", "hi = tl.where(pid_n * BLOCK_M < kv_end, q_len, 0)",
+      "dK/dV: a key block counts as past the key length from pid_n * BLOCK_M"),
+    K("kernel-dkdv-padding-check-block-m", "kernels/_backward.py",
+      "tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi)",
+      "tl.where((pid_n + 1) * BLOCK_M <= kv_end, mask_end, hi)",
+      "dK/dV: a key block with padding keys counts as full when (pid_n + 1) * BLOCK_M <= kv_end"),
+    K("kernel-dkdv-grid-block-m", "kernels/_backward.py",
+      'triton.cdiv(k_len, meta["BLOCK_N"])', 'triton.cdiv(k_len, meta["BLOCK_M"])',
+      "dK/dV grid counts key blocks of BLOCK_M (too few programs when BLOCK_M > BLOCK_N)"),
+    K("kernel-dq-grid-block-n", "kernels/_backward.py",
+      'triton.cdiv(q_len, meta["BLOCK_M"])', 'triton.cdiv(q_len, meta["BLOCK_N"])',
+      "dQ grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
+    K("kernel-fwd-grid-block-n", "kernels/_forward.py",
+      'triton.cdiv(q_len, meta["BLOCK_M"])', 'triton.cdiv(q_len, meta["BLOCK_N"])',
+      "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
+    K("kernel-delta-grid-too-small", "kernels/_backward.py",
+      "wrap(delta_kernel)[(triton.cdiv(q_len, 32), batch * heads, 1)]",
+      "wrap(delta_kernel)[(triton.cdiv(q_len, 64), batch * heads, 1)]",
+      "the delta kernel's grid (fixed 32-row blocks) covers only the first half of the query rows"),
+]
+
+# --- the interpreter's block-shape setting itself (kernels/_tuning.py): if launches ignored it, every test would
+# silently run 32 x 32 again. Killed by test_block_shape_reaches_every_launch.
+MUTANTS += [
+    K("kernel-interpret-blocks-ignored", "kernels/_tuning.py",
+      "extra.update(_interpret_blocks)", "extra.update(INTERPRET_BLOCKS)",
+      "interpreted launches ignore the block-shape setting (always the default 32 x 32)"),
+]
