@@ -1,0 +1,139 @@
+"""Token ids on disk, read back memory-mapped: a corpus is never held as Python objects.
+
+A :class:`TokenStore` is a directory with
+
+    tokens.bin     every sequence's ids, one after another (uint16 when the vocabulary fits, else uint32)
+    offsets.npy    int64 (n + 1,): sequence i is tokens[offsets[i]:offsets[i + 1]]
+    store.json     dtype, sizes, and what built it (e.g. the tokenizer's fingerprint): ``info``
+
+:func:`write_token_store` (or :class:`TokenStoreWriter`, for several stores written side by side) writes sequences
+as they come (one at a time in memory) into a temporary directory and renames it into place, so a store is either
+complete or absent. :meth:`TokenStore.open` maps ``tokens.bin``
+with ``numpy.memmap``; reading a sequence or a window copies only those ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TokenStore", "TokenStoreWriter", "write_token_store"]
+
+_TOKENS, _OFFSETS, _INFO = "tokens.bin", "offsets.npy", "store.json"
+
+
+def _dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.uint32)
+
+
+class TokenStoreWriter:
+    """Writes a store sequence by sequence: ``add(ids)`` appends one; leaving the ``with`` block without an error
+    commits (``info`` may be updated until then), with an error removes everything written."""
+
+    def __init__(self, path: str | os.PathLike, vocab_size: int, info: dict[str, Any] | None = None) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.vocab_size, self.dtype, self.info = vocab_size, _dtype(vocab_size), dict(info or {})
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.tmp = tempfile.mkdtemp(prefix=os.path.basename(self.path) + ".tmp-", dir=os.path.dirname(self.path))
+        self.file = open(os.path.join(self.tmp, _TOKENS), "wb")
+        self.offsets = [0]
+        self.store: TokenStore | None = None
+
+    def add(self, ids: Sequence[int]) -> None:
+        array = np.asarray(ids, dtype=np.int64)
+        if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
+            bad = int(array[(array < 0) | (array >= self.vocab_size)][0])
+            raise ValueError(f"TokenStoreWriter: token id {bad} is outside [0, {self.vocab_size})")
+        self.file.write(array.astype(self.dtype).tobytes())
+        self.offsets.append(self.offsets[-1] + array.size)
+
+    def __enter__(self) -> TokenStoreWriter:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        self.file.close()
+        if error is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        try:
+            np.save(os.path.join(self.tmp, _OFFSETS), np.asarray(self.offsets, dtype=np.int64))
+            with open(os.path.join(self.tmp, _INFO), "w") as f:
+                json.dump({"dtype": self.dtype.name, "vocab_size": self.vocab_size, "sequences": len(self.offsets) - 1,
+                           "tokens": self.offsets[-1], "info": self.info}, f, indent=2)
+            if os.path.exists(self.path):
+                shutil.rmtree(self.path)
+            os.rename(self.tmp, self.path)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        self.store = TokenStore.open(self.path)
+
+
+def write_token_store(path: str | os.PathLike, sequences: Iterable[Sequence[int]], vocab_size: int,
+                      info: dict[str, Any] | None = None) -> TokenStore:
+    """Write ``sequences`` (each a sequence of ids in ``[0, vocab_size)``) to directory ``path``; returns it opened.
+
+    ``info`` (JSON values) is stored beside the ids, e.g. the fingerprint of the tokenizer that made them.
+    """
+    with TokenStoreWriter(path, vocab_size, info) as writer:
+        for ids in sequences:
+            writer.add(ids)
+    return writer.store
+
+
+class TokenStore:
+    """Sequences of token ids, memory-mapped (see the module docstring). ``store[i]`` is sequence ``i``
+    (a numpy int64 array), ``store.lengths`` their lengths, ``store.tokens`` the flat memory map."""
+
+    def __init__(self, path: str, tokens: np.ndarray, offsets: np.ndarray, meta: dict[str, Any]) -> None:
+        self.path, self.tokens, self.offsets, self.meta = path, tokens, offsets, meta
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> TokenStore:
+        path = os.fspath(path)
+        try:
+            with open(os.path.join(path, _INFO)) as f:
+                meta = json.load(f)
+            offsets = np.load(os.path.join(path, _OFFSETS))
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{path}: not a token store ({error})") from None
+        count = int(offsets[-1])
+        dtype = np.dtype(meta["dtype"])
+        size = os.path.getsize(os.path.join(path, _TOKENS))
+        if size != count * dtype.itemsize:
+            raise ValueError(f"{path}: {_TOKENS} holds {size} bytes, expected {count * dtype.itemsize} "
+                             f"({count} ids of {dtype.name})")
+        tokens = np.memmap(os.path.join(path, _TOKENS), dtype=dtype, mode="r") if count else np.zeros(0, dtype)
+        return cls(path, tokens, offsets, meta)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the writer recorded (``write_token_store``'s ``info``)."""
+        return self.meta.get("info", {})
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"TokenStore: sequence {index} out of range [0, {len(self)})")
+        index %= len(self)
+        return np.asarray(self.tokens[self.offsets[index]:self.offsets[index + 1]], dtype=np.int64)
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        """``length`` ids of the flat stream from ``start`` (across sequence boundaries)."""
+        return np.asarray(self.tokens[start:start + length], dtype=np.int64)

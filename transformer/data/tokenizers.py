@@ -1,0 +1,165 @@
+"""Tokenizers for your own text: byte-level BPE and characters, both Hugging Face ``tokenizers`` models.
+
+* ``"bpe"``: byte-level BPE (GPT-2's scheme: bytes, then learned merges; every text round-trips, nothing is
+  unknown), trained offline on the user's files with ``tokenizers.trainers.BpeTrainer``.
+* ``"char"``: one token per character (a ``WordLevel`` model over single characters, ``Fuse`` decoder); characters
+  never seen in training become ``<unk>`` and are dropped when decoding.
+
+Both reserve the same four special tokens, at the same ids: ``<pad>`` 0, ``<s>`` 1 (start), ``</s>`` 2 (end),
+``<unk>`` 3. A :class:`TextTokenizer` saves itself as one ``tokenizer.json`` (the library's own format, stored
+inside the checkpoint directory) and is identified by the SHA-256 of that file (:attr:`TextTokenizer.fingerprint`),
+which is how a checkpoint and a tokenizer that do not belong together are told apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+
+__all__ = ["TextTokenizer", "train_tokenizer", "load_tokenizer", "SPECIAL_TOKENS", "TOKENIZER_FILE", "TOKENIZER_KINDS",
+           "TokenizerMismatchError"]
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+PAD, BOS, EOS, UNK = range(4)
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_KINDS = ("bpe", "char")
+
+
+class TokenizerMismatchError(ValueError):
+    """A tokenizer does not belong with a checkpoint or a data cache (another vocabulary or another fingerprint)."""
+
+
+class TextTokenizer:
+    """A trained tokenizer: ``encode(text) -> ids`` (no special tokens), ``decode(ids) -> text`` (special tokens
+    dropped), ``pad_id``/``bos_id``/``eos_id``/``unk_id``, ``vocab_size``, ``to_json()`` and ``fingerprint``."""
+
+    def __init__(self, tokenizer, kind: str) -> None:
+        if kind not in TOKENIZER_KINDS:
+            raise ValueError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}; got {kind!r}")
+        for token_id, token in enumerate(SPECIAL_TOKENS):
+            if tokenizer.token_to_id(token) != token_id:
+                raise ValueError(f"tokenizer: special token {token!r} must have id {token_id}, "
+                                 f"got {tokenizer.token_to_id(token)}")
+        self.tokenizer, self.kind = tokenizer, kind
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD, BOS, EOS, UNK
+        self._json = self.to_json()
+        self.fingerprint = hashlib.sha256(self._json.encode()).hexdigest()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` of many texts at once (the library spreads them over threads)."""
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``; special tokens (padding, start, end, unknown) are dropped."""
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def to_json(self) -> str:
+        """The tokenizer as the library's JSON, with our kind recorded in it (``"typed_transformer_kind"``)."""
+        data = json.loads(self.tokenizer.to_str())
+        data["typed_transformer_kind"] = self.kind
+        return json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Write ``tokenizer.json`` into ``directory``; returns its path."""
+        path = os.path.join(os.fspath(directory), TOKENIZER_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self._json)
+        return path
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "tokenizer") -> TextTokenizer:
+        from tokenizers import Tokenizer
+
+        try:
+            data = json.loads(text)
+            kind = data.pop("typed_transformer_kind")
+            return cls(Tokenizer.from_str(json.dumps(data)), kind)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{source} is not a typed-transformer tokenizer ({type(error).__name__}: {error})") from None
+        except Exception as error:  # the library raises plain Exception on malformed definitions
+            if isinstance(error, ValueError):
+                raise
+            raise ValueError(f"{source} cannot be read by the tokenizers library: {error}") from None
+
+    def __repr__(self) -> str:
+        return f"TextTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, fingerprint={self.fingerprint[:12]})"
+
+
+def load_tokenizer(path: str | os.PathLike) -> TextTokenizer:
+    """Read a tokenizer saved by :meth:`TextTokenizer.save`: ``path`` is the file or the directory holding it."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, TOKENIZER_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such tokenizer file") from None
+    return TextTokenizer.from_json(text, source=path)
+
+
+def _bpe(vocab_size: int, min_frequency: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    return tokenizer, trainer
+
+
+def _char(vocab_size: int, min_frequency: int):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    # Oniguruma's (?m) lets '.' match a newline too: every character is its own piece
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                        special_tokens=list(SPECIAL_TOKENS))
+    return tokenizer, trainer
+
+
+def train_tokenizer(texts: Iterable[str], kind: str = "bpe", *, vocab_size: int = 8000,
+                    min_frequency: int = 2) -> TextTokenizer:
+    """Train a ``kind`` tokenizer on ``texts`` (an iterable of strings, e.g. lines or whole files), offline.
+
+    ``vocab_size`` bounds the vocabulary, special tokens and (BPE) the 256 byte symbols included; the char
+    tokenizer keeps at most that many characters, the most frequent first. ``min_frequency``: merges (BPE) or
+    characters (char) seen fewer times are left out.
+    """
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}; got {kind!r}")
+    smallest = len(SPECIAL_TOKENS) + (256 if kind == "bpe" else 1)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
+        raise ValueError(f"vocab_size must be an int >= {smallest} for a {kind} tokenizer, got {vocab_size!r}")
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency must be a positive int, got {min_frequency!r}")
+    tokenizer, trainer = (_bpe if kind == "bpe" else _char)(vocab_size, min_frequency)
+    tokenizer.train_from_iterator(_chunks(texts), trainer=trainer)
+    return TextTokenizer(tokenizer, kind)
+
+
+def _chunks(texts: Iterable[str], size: int = 1 << 16) -> Iterator[str]:
+    """Long texts in pieces of about ``size`` characters, cut after a newline where there is one (the trainer
+    counts words within a piece, so cuts between lines lose nothing)."""
+    for text in texts:
+        start = 0
+        while start < len(text):
+            end = min(start + size, len(text))
+            if end < len(text):
+                newline = text.rfind("\n", start, end)
+                end = newline + 1 if newline >= start else end
+            yield text[start:end]
+            start = end

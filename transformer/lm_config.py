@@ -1,0 +1,171 @@
+"""LMConfig: a frozen, validated description of a decoder-only language model (the proof-carrying config).
+
+Two formulations share one model (:mod:`transformer.lm`):
+
+* the usual one (section 3 of the paper, as GPT-style models use it): token embeddings scaled by sqrt(d_model),
+  sinusoidal or learned positions, LayerNorm, multi-head attention with an output projection W^O;
+* the functional-transformer's (awf/functional-transformer, about 20 lines of JAX): embeddings scaled by
+  ``lambda_e``, learned positions initialised to zeros and scaled by ``lambda_pe``, the normalisation
+  ``(x - mean) / (std + eps)`` with a gain and a bias, scores multiplied by a temperature ``tau``, and each head's
+  value projected straight to d_model, the heads summed (no W^O). :meth:`LMConfig.functional` sets all of them.
+
+Every option is its own field, so the two can be mixed. As for :class:`~transformer.config.TransformerConfig`,
+construction refuses an impossible model naming the field, and ``attention_backend`` is a run-time field
+(``RUNTIME_FIELDS``): checkpoints neither store nor compare it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind
+
+NormKind = Literal["layer", "std"]
+PositionalInit = Literal["normal", "zeros"]
+ValueProjection = Literal["output", "per_head"]
+Initialisation = Literal["xavier", "functional"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "norm": get_args(NormKind),
+    "norm_placement": get_args(NormPlacement),
+    "positional_encoding": get_args(PositionalKind),
+    "positional_init": get_args(PositionalInit),
+    "value_projection": get_args(ValueProjection),
+    "activation": get_args(Activation),
+    "init": get_args(Initialisation),
+    "attention_backend": get_args(AttentionBackend),
+}
+_POSITIVE_INTS = ("vocab", "n_layers", "d_model", "d_ff", "n_heads", "max_len")
+_OPTIONAL_POSITIVE_FLOATS = ("embedding_scale", "attention_scale")
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _is_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMConfig(ConfigRecord):
+    """Every hyper-parameter of the decoder-only Transformer language model.
+
+    Attributes:
+        vocab: vocabulary size (the tokenizer's).
+        n_layers: decoder layers (masked self-attention and a feed-forward network each).
+        d_model, d_ff, n_heads: widths as in the paper; d_k = d_model / n_heads.
+        dropout, attention_dropout: P_drop on sub-layer outputs and embeddings, and on attention probabilities.
+        max_len: the longest sequence (prompt plus generated tokens) the positions cover.
+        norm: ``"layer"`` (LayerNorm: biased variance plus eps inside the square root) or ``"std"``
+            (``(x - mean) / (std + eps)``, the functional transformer's ``standardize``); both with gain and bias.
+        norm_placement: ``"pre"`` (x + Sublayer(Norm(x)), as the functional transformer) or ``"post"``.
+            Either way the stack ends in a normalisation before the output projection.
+        layer_norm_eps: the eps of ``norm``.
+        positional_encoding: ``"sinusoidal"`` (section 3.5) or ``"learned"``.
+        positional_init: learned positions start as ``"normal"`` (std 0.02) or ``"zeros"`` (the functional
+            transformer's).
+        embedding_scale: lambda_e, the factor on token embeddings; None is sqrt(d_model) (section 3.4).
+        positional_scale: lambda_pe, the factor on positional encodings (1.0 in the paper).
+        attention_scale: tau, the factor on the scores Q K^T inside the softmax; None is 1/sqrt(d_k) (3.2.1).
+        value_projection: ``"output"`` (per-head values of width d_k, concatenated, then W^O: section 3.2.2) or
+            ``"per_head"`` (each head's value maps d_model -> d_model; the heads are summed, no W^O).
+        activation: ``"relu"`` or ``"gelu"`` inside the feed-forward network.
+        tie_weights: share the token embedding with the output projection (section 3.4).
+        init: ``"xavier"`` (Glorot-uniform matrices, as :func:`~transformer.model.build_model`) or
+            ``"functional"`` (the functional transformer's: N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero biases).
+        pad_id: the padding token id (masked out of losses and attention), or None.
+        attention_backend: the default attention backend; a run-time field (``RUNTIME_FIELDS``).
+    """
+
+    vocab: int
+    n_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    max_len: int = 1024
+    norm: NormKind = "layer"
+    norm_placement: NormPlacement = "pre"
+    layer_norm_eps: float = 1e-6
+    positional_encoding: PositionalKind = "sinusoidal"
+    positional_init: PositionalInit = "normal"
+    embedding_scale: float | None = None
+    positional_scale: float = 1.0
+    attention_scale: float | None = None
+    value_projection: ValueProjection = "output"
+    activation: Activation = "relu"
+    tie_weights: bool = False
+    init: Initialisation = "xavier"
+    pad_id: int | None = 0
+    attention_backend: AttentionBackend = "auto"
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"LMConfig: {name} must be an int, got {value!r} ({type(value).__name__})")
+            if value <= 0:
+                raise ValueError(f"LMConfig: {name} must be positive, got {name}={value}")
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"LMConfig: {name} must be one of {', '.join(map(repr, allowed))}; "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise ValueError(f"LMConfig: {name} must be a float in [0, 1), got {name}={value!r}")
+        for name in _OPTIONAL_POSITIVE_FLOATS + ("positional_scale", "layer_norm_eps"):
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL_POSITIVE_FLOATS:
+                continue
+            if not _is_number(value) or value <= 0:
+                raise ValueError(f"LMConfig: {name} must be a positive float, got {name}={value!r}")
+        if not isinstance(self.tie_weights, bool):
+            raise ValueError(f"LMConfig: tie_weights must be a bool, got {self.tie_weights!r}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "
+                             f"(d_k = d_model / n_heads must be an integer); head counts that would: "
+                             f"{_divisors(self.d_model)}")
+        if self.positional_encoding == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"LMConfig: d_model={self.d_model} is odd: sinusoidal positional encoding needs an even "
+                             "d_model (or use positional_encoding='learned')")
+        if self.positional_init == "zeros" and self.positional_encoding != "learned":
+            raise ValueError("LMConfig: positional_init='zeros' needs positional_encoding='learned' "
+                             f"(sinusoids are fixed), got positional_encoding={self.positional_encoding!r}")
+        if self.pad_id is not None and (isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
+                                        or not 0 <= self.pad_id < self.vocab):
+            raise ValueError(f"LMConfig: pad_id={self.pad_id!r} must be a token id in [0, {self.vocab}) or None")
+
+    # ------------------------------------------------------------------ the two formulations
+    @classmethod
+    def functional(cls, vocab: int, **fields: Any) -> LMConfig:
+        """The functional transformer's formulation (awf/functional-transformer ``transformer_init``):
+        lambda_e = d_model^-0.5, lambda_pe = 1, tau = 1/sqrt(d_k), ``standardize`` with eps 1e-5, zero-initialised
+        learned positions, per-head values to d_model, no dropout, pre-norm, ReLU, its initialisation.
+        ``fields`` change any of these or set the sizes."""
+        d_model = fields.get("d_model", cls.d_model)
+        base = dict(norm="std", layer_norm_eps=1e-5, positional_encoding="learned", positional_init="zeros",
+                    embedding_scale=d_model ** -0.5, positional_scale=1.0, value_projection="per_head",
+                    dropout=0.0, attention_dropout=0.0, norm_placement="pre", activation="relu", init="functional")
+        base.update(fields)
+        return cls(vocab=vocab, **base)
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def d_k(self) -> int:
+        """Width of one head's queries and keys (d_model / n_heads)."""
+        return self.d_model // self.n_heads
+
+    @property
+    def lambda_e(self) -> float:
+        """The factor on token embeddings: ``embedding_scale``, or sqrt(d_model) (section 3.4)."""
+        return math.sqrt(self.d_model) if self.embedding_scale is None else float(self.embedding_scale)
+
+    @property
+    def tau(self) -> float:
+        """The factor on attention scores: ``attention_scale``, or 1/sqrt(d_k) (section 3.2.1)."""
+        return 1.0 / math.sqrt(self.d_k) if self.attention_scale is None else float(self.attention_scale)

@@ -1,0 +1,136 @@
+"""The pieces of the decoder-only model that the encoder-decoder does not have.
+
+* :class:`StandardizedNorm`: the functional transformer's ``standardize`` then ``elementwise_linear``,
+  ``gain * (x - mean) / (std + eps) + bias`` (biased std, eps outside the square root).
+* :class:`ScaledEmbeddings`: token embeddings times ``lambda_e`` (section 3.4 uses sqrt(d_model)).
+* :class:`ScaledPositionalEncoding`, :class:`ScaledLearnedPositionalEncoding`: positions times ``lambda_pe``
+  (section 3.5 uses 1), learned ones optionally starting at zero.
+* :class:`DecoderOnlyLayer`: masked self-attention and the feed-forward network, each a residual sub-layer
+  (section 3.1's decoder layer without the encoder-decoder attention).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .cache import KVCache
+from .config import NormPlacement
+from .contracts import Bool, Float, Int, Tensor, checked, validate_length, validate_token_ids
+from .embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
+from .layers import PositionwiseFeedForward, SublayerConnection, clones
+from .masks import AttentionMask
+
+__all__ = ["StandardizedNorm", "ScaledEmbeddings", "ScaledPositionalEncoding", "ScaledLearnedPositionalEncoding",
+           "DecoderOnlyLayer", "make_norm"]
+
+
+class StandardizedNorm(nn.Module):
+    """``weight * (x - mean) / (std + eps) + bias`` over the last axis: the functional transformer's normalisation
+    (``standardize``, biased std as ``jnp.std``, then an elementwise gain and bias). Compare
+    :class:`~transformer.layers.LayerNorm`, which puts eps on the variance inside the square root.
+    """
+
+    def __init__(self, features: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.features, self.eps = features, eps
+        self.weight = nn.Parameter(torch.ones(features))
+        self.bias = nn.Parameter(torch.zeros(features))
+
+    @checked
+    def forward(self, x: Float[Tensor, "*batch {self.features}"]) -> Float[Tensor, "*batch {self.features}"]:
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, correction=0, keepdim=True)
+        return self.weight * (x - mean) / (std + self.eps) + self.bias
+
+
+def make_norm(kind: str, features: int, eps: float) -> nn.Module:
+    """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`."""
+    from .layers import LayerNorm
+
+    if kind not in ("layer", "std"):
+        raise ValueError(f"norm must be 'layer' or 'std', got {kind!r}")
+    return LayerNorm(features, eps) if kind == "layer" else StandardizedNorm(features, eps)
+
+
+class ScaledEmbeddings(Embeddings):
+    """Learned token embeddings multiplied by ``scale`` (lambda_e; section 3.4's is sqrt(d_model)).
+
+    Token ids outside ``[0, vocab)`` raise ValueError naming the id and the vocabulary size, checks on or off.
+    """
+
+    def __init__(self, d_model: int, vocab: int, scale: float) -> None:
+        super().__init__(d_model, vocab)
+        self.scale = float(scale)
+
+    @checked
+    def forward(self, x: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq {self.d_model}"]:
+        validate_token_ids(x, self.vocab, "tokens")
+        return self.lut(x) * self.scale
+
+
+class ScaledPositionalEncoding(PositionalEncoding):
+    """Sinusoidal positional encoding (section 3.5) multiplied by ``scale`` (lambda_pe): the table is fixed, so
+    it is scaled once."""
+
+    def __init__(self, d_model: int, dropout: float, max_len: int = 5000, scale: float = 1.0) -> None:
+        super().__init__(d_model, dropout, max_len)
+        self.scale = float(scale)
+        self.pe.mul_(self.scale)
+
+
+class ScaledLearnedPositionalEncoding(LearnedPositionalEncoding):
+    """Learned positional encodings multiplied by ``scale`` (lambda_pe) when added; ``init="zeros"`` starts them
+    at zero (the functional transformer's), ``"normal"`` at N(0, 0.02^2). The factor stays outside the parameter,
+    so the gradients are those of ``x + lambda_pe * P``."""
+
+    def __init__(self, d_model: int, dropout: float, max_len: int = 5000, scale: float = 1.0,
+                 init: str = "normal") -> None:
+        super().__init__(d_model, dropout, max_len)
+        if init not in ("normal", "zeros"):
+            raise ValueError(f"positional init must be 'normal' or 'zeros', got {init!r}")
+        self.scale, self.init = float(scale), init
+        if init == "zeros":
+            nn.init.zeros_(self.pe)
+
+    @checked
+    def forward(
+        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
+    ) -> Float[Tensor, "batch seq {self.d_model}"]:
+        """``x`` holds positions ``offset .. offset + seq - 1``."""
+        if offset < 0:
+            raise ValueError(f"positional encoding: offset must be >= 0, got offset={offset}")
+        end = offset + x.size(1)
+        validate_length(end, self.max_len, "positional encoding input")
+        return self.dropout(x + self.scale * self.pe[:, offset:end].to(x.dtype))
+
+
+class DecoderOnlyLayer(nn.Module):
+    """One layer of the decoder-only model: masked self-attention, then the position-wise FFN, each a residual
+    sub-layer with dropout and a normalisation (section 3.1's decoder layer without its encoder-decoder attention).
+
+    ``self_attn`` is a :class:`~transformer.lm_attention.CausalSelfAttention` or a
+    :class:`~transformer.lm_attention.PerHeadValueAttention`; ``norm`` picks LayerNorm (``"layer"``) or the
+    functional transformer's :class:`StandardizedNorm` (``"std"``) inside both sub-layer connections.
+    With ``cache``, ``x`` holds the new positions only and the attention appends their keys and values.
+    """
+
+    def __init__(self, size: int, self_attn: nn.Module, feed_forward: PositionwiseFeedForward, dropout: float,
+                 norm_placement: NormPlacement = "pre", eps: float = 1e-6, norm: str = "layer") -> None:
+        super().__init__()
+        self.size = size
+        self.self_attn = self_attn
+        self.feed_forward = feed_forward
+        self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps), 2)
+        for connection in self.sublayer:
+            connection.norm = make_norm(norm, size, eps)
+
+    @checked
+    def forward(
+        self,
+        x: Float[Tensor, "batch seq {self.size}"],
+        mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
+        cache: KVCache | None = None,
+    ) -> Float[Tensor, "batch seq {self.size}"]:
+        x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache))
+        return self.sublayer[1](x, self.feed_forward)

@@ -1,0 +1,63 @@
+"""A tokenizer inside a checkpoint: saved with the model, found again, and refused when it does not belong.
+
+The tokenizer is a checkpoint asset (``tokenizer.json``, covered by the SHA-256 manifest); the checkpoint's metadata
+records its kind, vocabulary size and fingerprint (``tokenizer_metadata``). :func:`tokenizer_from_checkpoint` reads
+it back and raises :class:`~transformer.data.tokenizers.TokenizerMismatchError` when its vocabulary is not the
+model's or its fingerprint not the recorded one; :func:`check_same_tokenizer` refuses a resume whose tokenizer is
+another than the checkpoint's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ..checkpoint import Checkpoint
+from ..data.tokenizers import TOKENIZER_FILE, TextTokenizer, TokenizerMismatchError
+
+__all__ = ["attach_tokenizer", "tokenizer_metadata", "tokenizer_from_checkpoint", "check_same_tokenizer",
+           "model_vocab"]
+
+
+def model_vocab(config: Any) -> int:
+    """The vocabulary a tokenizer must fill: an LMConfig's ``vocab``, an encoder-decoder's (shared) ``tgt_vocab``."""
+    return config.vocab if hasattr(config, "vocab") else config.tgt_vocab
+
+
+def tokenizer_metadata(tokenizer: TextTokenizer) -> dict[str, Any]:
+    return {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size, "sha256": tokenizer.fingerprint}
+
+
+def attach_tokenizer(model: nn.Module, tokenizer: TextTokenizer) -> None:
+    """Make every checkpoint of ``model`` carry ``tokenizer`` (``model.checkpoint_assets``, read by
+    :func:`~transformer.checkpoint.save_checkpoint`)."""
+    vocab = model_vocab(model.config)
+    if tokenizer.vocab_size != vocab:
+        raise TokenizerMismatchError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is "
+                                     f"{vocab}")
+    model.checkpoint_assets = {TOKENIZER_FILE: tokenizer.to_json()}
+
+
+def tokenizer_from_checkpoint(ckpt: Checkpoint) -> TextTokenizer:
+    """The tokenizer saved in ``ckpt``, checked against the model and the recorded fingerprint."""
+    with open(ckpt.asset(TOKENIZER_FILE), encoding="utf-8") as f:
+        tokenizer = TextTokenizer.from_json(f.read(), source=f"checkpoint {ckpt.path}: {TOKENIZER_FILE}")
+    vocab = model_vocab(ckpt.config)
+    if tokenizer.vocab_size != vocab:
+        raise TokenizerMismatchError(f"checkpoint {ckpt.path}: its tokenizer has {tokenizer.vocab_size} tokens but the "
+                                     f"model's vocabulary is {vocab}: they were not trained together")
+    recorded = (ckpt.metadata.get("tokenizer") or {}).get("sha256")
+    if recorded != tokenizer.fingerprint:
+        raise TokenizerMismatchError(f"checkpoint {ckpt.path}: its tokenizer (fingerprint {tokenizer.fingerprint[:12]}) "
+                                     f"is not the one the model was trained with (recorded {str(recorded)[:12]})")
+    return tokenizer
+
+
+def check_same_tokenizer(checkpoint_tokenizer: TextTokenizer, given: TextTokenizer, where: str, given_name: str) -> None:
+    """Refuse to go on with ``given`` where ``checkpoint_tokenizer`` was used (a resume, a data cache)."""
+    if checkpoint_tokenizer.fingerprint != given.fingerprint:
+        raise TokenizerMismatchError(
+            f"{where} was trained with another tokenizer (fingerprint {checkpoint_tokenizer.fingerprint[:12]}, "
+            f"{checkpoint_tokenizer.kind}, {checkpoint_tokenizer.vocab_size} tokens) than {given_name} "
+            f"(fingerprint {given.fingerprint[:12]}, {given.kind}, {given.vocab_size} tokens)")
