@@ -1,0 +1,228 @@
+"""Sharded (FSDP) checkpoints on disk: the files rank 0 adds to the shards, verification, consolidation.
+
+Every rank writes its shards of the weights and of the optimizer state with ``torch.distributed.checkpoint`` (DCP)
+into ``dcp/`` of a temporary directory (:class:`~transformer.distributed.FSDPStrategy` does that part); rank 0 adds
+``config.json`` (with the model's kind), the model's assets (e.g. ``tokenizer.json``), the rest of the training
+state (``state.json`` + ``state.safetensors``) and ``meta.json`` with the SHA-256 of every file
+(:func:`write_sharded_files`), then swaps the directory into place (:func:`swap_into_place`), as
+``save_checkpoint`` does. :func:`consolidate_checkpoint` gathers the shards into the single-file format.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checkpoint import Checkpoint, CheckpointError, decode_state, model_kind, read_config
+
+__all__ = ["SHARDED_FORMAT", "SHARDED_FORMAT_VERSION", "build_model", "consolidate_checkpoint", "dcp_directory",
+           "is_sharded_checkpoint", "read_sharded_checkpoint", "read_sharded_state", "resolve_sharded",
+           "sharded_world", "swap_into_place", "verify_sharded", "write_sharded_files"]
+
+#: ``meta.json``'s ``format`` in a sharded (FSDP) checkpoint.
+SHARDED_FORMAT = "typed-transformer sharded checkpoint"
+SHARDED_FORMAT_VERSION = 1
+_DCP_DIR = "dcp"
+_META, _CONFIG, _STATE_T, _STATE_J = "meta.json", "config.json", "state.safetensors", "state.json"
+
+
+def dcp_directory(path: str) -> str:
+    """Where the shards of the checkpoint (or temporary directory) ``path`` are."""
+    return os.path.join(path, _DCP_DIR)
+
+
+def build_model(config: Any) -> nn.Module:
+    """A new model of ``config``'s kind (``transformer.checkpoint.MODEL_KINDS``), leaving the caller's RNG alone."""
+    from ..checkpoint import MODEL_KINDS
+
+    module, name = MODEL_KINDS[model_kind(config)][1].split(":")
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights that are overwritten at once
+        return getattr(importlib.import_module(module), name)(config)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- writing
+def write_sharded_files(tmp: str, model: nn.Module, encoded: Any, tensors: dict[str, torch.Tensor],
+                        metadata: dict[str, Any], world_size: int, step: int) -> None:
+    """Rank 0's part of a sharded checkpoint: the config (with the model's kind, as ``save_checkpoint`` writes it),
+    the model's assets (``checkpoint_assets``, e.g. a tokenizer), the trainer state (``encoded`` and ``tensors``, as
+    :func:`~transformer.checkpoint.encode_state` gives them) and ``meta.json``."""
+    from safetensors.torch import save_file
+
+    with open(os.path.join(tmp, _CONFIG), "w") as f:
+        json.dump({"kind": model_kind(model.config), **model.config.architecture()}, f, indent=2, sort_keys=True)
+    assets = dict(getattr(model, "checkpoint_assets", None) or {})
+    for name, content in sorted(assets.items()):
+        if name in (_CONFIG, _META, _STATE_T, _STATE_J, _DCP_DIR) or os.path.basename(name) != name:
+            raise ValueError(f"checkpoint asset name {name!r} must be a plain file name other than the checkpoint's own")
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(content.encode("utf-8") if isinstance(content, str) else content)
+    save_file(tensors, os.path.join(tmp, _STATE_T))
+    with open(os.path.join(tmp, _STATE_J), "w") as f:
+        json.dump(encoded, f)
+    files = [_CONFIG, _STATE_T, _STATE_J, *sorted(assets)] + sorted(
+        os.path.join(_DCP_DIR, name) for name in os.listdir(os.path.join(tmp, _DCP_DIR)))
+    meta = {
+        "format": SHARDED_FORMAT, "format_version": SHARDED_FORMAT_VERSION, "strategy": "fsdp",
+        "world_size": world_size, "step": step, "metadata": metadata or {}, "assets": sorted(assets),
+        "sha256": {name: _sha256(os.path.join(tmp, name)) for name in files},
+    }
+    with open(os.path.join(tmp, _META), "w") as f:
+        json.dump(meta, f, indent=2)
+    for name in files + [_META]:
+        _fsync(os.path.join(tmp, name))
+    _fsync(os.path.join(tmp, _DCP_DIR))
+    _fsync(tmp)
+
+
+def swap_into_place(tmp: str, path: str) -> None:
+    """Rename ``tmp`` to ``path``; a previous checkpoint is moved aside first and deleted only afterwards."""
+    parent = os.path.dirname(path)
+    old = None
+    if os.path.exists(path):
+        old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=parent)
+        os.rmdir(old)
+        os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        if old is not None and not os.path.exists(path):
+            os.rename(old, path)
+        raise
+    _fsync(parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in glob.glob(glob.escape(path) + ".old-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- reading
+def _read_meta(path: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(path, _META)) as f:
+            meta = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def resolve_sharded(path: str) -> str:
+    """``path``, or the copy an interrupted save left aside (``path.old-*``)."""
+    if os.path.isdir(path):
+        return path
+    for candidate in sorted(glob.glob(glob.escape(path) + ".old-*"), key=os.path.getmtime, reverse=True):
+        if os.path.isfile(os.path.join(candidate, _META)):
+            warnings.warn(f"checkpoint {path} is missing; using {candidate} left by an interrupted save", stacklevel=3)
+            return candidate
+    raise CheckpointError(f"no checkpoint at {path}")
+
+
+def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a sharded (FSDP) checkpoint."""
+    path = os.path.abspath(os.fspath(path))
+    try:
+        path = resolve_sharded(path)
+    except ValueError:  # CheckpointError: nothing there
+        return False
+    meta = _read_meta(path)
+    return meta is not None and meta.get("format") == SHARDED_FORMAT
+
+
+def sharded_world(path: str) -> Any:
+    """The world size a sharded checkpoint was saved on (``"?"`` when unreadable)."""
+    meta = _read_meta(path) or {}
+    return meta.get("world_size", "?")
+
+
+def verify_sharded(path: str, *, weights: bool = True) -> dict[str, Any]:
+    """``meta.json`` of the sharded checkpoint ``path``, after checking every file against its recorded SHA-256
+    (with ``weights=False`` only the config and the assets); raises :class:`~transformer.checkpoint.CheckpointError`
+    naming the file."""
+    meta = _read_meta(path)
+    if meta is None:
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {_META} is missing or unreadable")
+    if meta.get("format") != SHARDED_FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not sharded (it is a single-file checkpoint: load it with "
+                              "load_checkpoint, or resume it with --strategy ddp or on one process)")
+    if meta.get("format_version") != SHARDED_FORMAT_VERSION or not isinstance(meta.get("sha256"), dict):
+        raise CheckpointError(f"checkpoint {path}: unknown sharded format version {meta.get('format_version')!r}")
+    for name, digest in meta["sha256"].items():
+        if not weights and (name in (_STATE_T, _STATE_J) or name.startswith(_DCP_DIR + "/")):
+            continue
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+        if _sha256(file) != digest:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its recorded SHA-256")
+    return meta
+
+
+def read_sharded_state(path: str) -> dict[str, Any]:
+    """The trainer state rank 0 wrote beside the shards (``state.json`` + ``state.safetensors``), decoded."""
+    from safetensors.torch import load_file
+
+    with open(os.path.join(path, _STATE_J)) as f:
+        return decode_state(json.load(f), load_file(os.path.join(path, _STATE_T)))
+
+
+def read_sharded_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """What a sharded checkpoint says besides its weights: config, kind, metadata and assets (e.g. the tokenizer a
+    resumed language model must keep), each file checked against its SHA-256. ``model`` and ``trainer_state`` are
+    None: the weights are in shards (resume under torchrun, or :func:`consolidate_checkpoint` them)."""
+    path = resolve_sharded(os.path.abspath(os.fspath(path)))
+    meta = verify_sharded(path, weights=False)
+    kind, config = read_config(path, with_kind=True)
+    return Checkpoint(path=path, config=config, model=None, trainer_state=None, metadata=meta.get("metadata", {}),
+                      kind=kind, assets=list(meta.get("assets", [])))
+
+
+def consolidate_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> str:
+    """Gather the shards of the sharded checkpoint ``src`` into a single-file checkpoint ``dst`` (weights, config,
+    assets such as a tokenizer, and metadata: what ``load_checkpoint``, ``decode`` and ``generate`` read). Runs in
+    one process, no process group needed; the write is atomic (``save_checkpoint``). Returns ``dst``."""
+    import torch.distributed.checkpoint as dcp
+
+    from ..checkpoint import save_checkpoint
+
+    src = resolve_sharded(os.path.abspath(os.fspath(src)))
+    meta = verify_sharded(src)
+    model = build_model(read_config(src))
+    assets = {}
+    for name in meta.get("assets", []):
+        with open(os.path.join(src, name), "rb") as f:
+            assets[name] = f.read()
+    state = model.state_dict()  # full tensors, filled in place from every rank's shards
+    try:
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load({"model": state}, storage_reader=dcp.FileSystemReader(os.path.join(src, _DCP_DIR)), no_dist=True)
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {src}: cannot gather the model's shards: {error}") from error
+    return save_checkpoint(dst, model, metadata=meta.get("metadata", {}), assets=assets)
