@@ -69,6 +69,21 @@ class ConfigRecord:
             if getattr(self, f.name) != getattr(other, f.name) and not (architecture_only and f.name in RUNTIME_FIELDS)
         }
 
+    def _check_ints_and_choices(self, positive_ints: tuple[str, ...], choices: dict[str, tuple],
+                                prefix: str = "") -> None:
+        """Raise ValueError naming the field: a positive-int field that is not a positive int, a field outside its
+        choices. ``prefix`` starts each message (e.g. ``"LMConfig: "``)."""
+        for name in positive_ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{prefix}{name} must be an int, got {value!r} ({type(value).__name__})")
+            if value <= 0:
+                raise ValueError(f"{prefix}{name} must be positive, got {name}={value}")
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{prefix}{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
     def architecture(self) -> dict[str, Any]:
         """The fields that define the model's function (``to_dict`` without ``RUNTIME_FIELDS``): a checkpoint's identity."""
         return {name: value for name, value in self.to_dict().items() if name not in RUNTIME_FIELDS}
@@ -120,16 +135,7 @@ class TransformerConfig(ConfigRecord):
     attention_backend: AttentionBackend = "auto"
 
     def __post_init__(self) -> None:
-        for name in _POSITIVE_INTS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {name}={value}")
-        for name, allowed in _CHOICES.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+        self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES)
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

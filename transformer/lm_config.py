@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind
+from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors
 
 NormKind = Literal["layer", "std"]
 PositionalInit = Literal["normal", "zeros"]
@@ -39,10 +39,6 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE_INTS = ("vocab", "n_layers", "d_model", "d_ff", "n_heads", "max_len")
 _OPTIONAL_POSITIVE_FLOATS = ("embedding_scale", "attention_scale")
-
-
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 def _is_number(value: object) -> bool:
@@ -104,16 +100,7 @@ class LMConfig(ConfigRecord):
     attention_backend: AttentionBackend = "auto"
 
     def __post_init__(self) -> None:
-        for name in _POSITIVE_INTS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"LMConfig: {name} must be an int, got {value!r} ({type(value).__name__})")
-            if value <= 0:
-                raise ValueError(f"LMConfig: {name} must be positive, got {name}={value}")
-        for name, allowed in _CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"LMConfig: {name} must be one of {', '.join(map(repr, allowed))}; "
-                                 f"got {getattr(self, name)!r}")
+        self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES, prefix="LMConfig: ")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             if not _is_number(value) or not 0.0 <= value < 1.0:
