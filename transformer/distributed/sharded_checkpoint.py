@@ -11,8 +11,6 @@ state (``state.json`` + ``state.safetensors``) and ``meta.json`` with the SHA-25
 from __future__ import annotations
 
 import glob
-import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -23,7 +21,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import Checkpoint, CheckpointError, decode_state, model_kind, read_config
+from ..checkpoint import (
+    MODEL_KINDS,
+    Checkpoint,
+    CheckpointError,
+    _fsync,
+    _load,
+    _sha256,
+    decode_state,
+    model_kind,
+    read_config,
+)
 
 __all__ = ["SHARDED_FORMAT", "SHARDED_FORMAT_VERSION", "build_model", "consolidate_checkpoint", "dcp_directory",
            "is_sharded_checkpoint", "read_sharded_checkpoint", "read_sharded_state", "resolve_sharded",
@@ -43,29 +51,8 @@ def dcp_directory(path: str) -> str:
 
 def build_model(config: Any) -> nn.Module:
     """A new model of ``config``'s kind (``transformer.checkpoint.MODEL_KINDS``), leaving the caller's RNG alone."""
-    from ..checkpoint import MODEL_KINDS
-
-    module, name = MODEL_KINDS[model_kind(config)][1].split(":")
     with torch.random.fork_rng(devices=[]):  # building draws initial weights that are overwritten at once
-        return getattr(importlib.import_module(module), name)(config)
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        return _load(MODEL_KINDS[model_kind(config)][1])(config)
 
 
 # ---------------------------------------------------------------------------- writing
