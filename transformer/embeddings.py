@@ -49,7 +49,11 @@ class _PositionTable(nn.Module):
             raise ValueError(f"positional encoding: offset must be >= 0, got offset={offset}")
         end = offset + x.size(1)
         validate_length(end, self.max_len, "positional encoding input")
-        return self.dropout(x + self.pe[:, offset:end].to(x.dtype))
+        return self.dropout(x + self.rows(offset, end).to(x.dtype))
+
+    def rows(self, offset: int, end: int) -> Tensor:
+        """What is added to positions ``offset .. end - 1``: the table's rows (a subclass may scale them)."""
+        return self.pe[:, offset:end]
 
 
 class PositionalEncoding(_PositionTable):

@@ -16,7 +16,7 @@ from torch import nn
 
 from .cache import KVCache
 from .config import NormPlacement
-from .contracts import Bool, Float, Int, Tensor, checked, validate_length, validate_token_ids
+from .contracts import Bool, Float, Int, Tensor, checked, validate_token_ids
 from .embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
 from .layers import PositionwiseFeedForward, SublayerConnection, clones
 from .masks import AttentionMask
@@ -93,16 +93,9 @@ class ScaledLearnedPositionalEncoding(LearnedPositionalEncoding):
         if init == "zeros":
             nn.init.zeros_(self.pe)
 
-    @checked
-    def forward(
-        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
-    ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        """``x`` holds positions ``offset .. offset + seq - 1``."""
-        if offset < 0:
-            raise ValueError(f"positional encoding: offset must be >= 0, got offset={offset}")
-        end = offset + x.size(1)
-        validate_length(end, self.max_len, "positional encoding input")
-        return self.dropout(x + self.scale * self.pe[:, offset:end].to(x.dtype))
+    def rows(self, offset: int, end: int) -> Tensor:
+        """``lambda_pe`` times the rows for positions ``offset .. end - 1`` (added, then dropout, by ``forward``)."""
+        return self.scale * self.pe[:, offset:end]
 
 
 class DecoderOnlyLayer(nn.Module):

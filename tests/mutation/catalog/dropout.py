@@ -54,16 +54,16 @@ MUTANTS: list[Mutant] = [
       "FFN: F.dropout without training=self.training drops in evaluation too"),
     # --- the embeddings (transformer/embeddings.py: one forward for sinusoidal and learned positions)
     D("dropout-embedding-before-pe", "transformer/embeddings.py",
-      "return self.dropout(x + self.pe[:, offset:end].to(x.dtype))",
-      "return self.dropout(x) + self.pe[:, offset:end].to(x.dtype)",
+      "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
+      "return self.dropout(x) + self.rows(offset, end).to(x.dtype)",
       "dropout on the token embedding only, the positional encoding added after"),
     D("dropout-pe-alone", "transformer/embeddings.py",
-      "return self.dropout(x + self.pe[:, offset:end].to(x.dtype))",
-      "return x + self.dropout(self.pe[:, offset:end].to(x.dtype))",
+      "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
+      "return x + self.dropout(self.rows(offset, end).to(x.dtype))",
       "dropout on the positional encoding only, the token embedding added after"),
     D("dropout-embedding-in-eval", "transformer/embeddings.py",
-      "return self.dropout(x + self.pe[:, offset:end].to(x.dtype))",
-      "return nn.functional.dropout(x + self.pe[:, offset:end].to(x.dtype), self.dropout.p)",
+      "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
+      "return nn.functional.dropout(x + self.rows(offset, end).to(x.dtype), self.dropout.p)",
       "embeddings: F.dropout without training=self.training drops in evaluation too"),
     # --- the attention reference (transformer/backends.py; eager backend and record_attention)
     Mutant("dropout-attn-on-scores", "transformer/backends.py", (

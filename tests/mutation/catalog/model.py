@@ -72,7 +72,7 @@ MUTANTS = [
       "* -(math.log(10000.0) / d_model))", "* (math.log(10000.0) / d_model))",
       "positional frequencies grow instead of shrink"),
     M("pe-not-added", "transformer/embeddings.py",
-      "return self.dropout(x + self.pe[:, offset:end].to(x.dtype))", "return self.dropout(x)",
+      "return self.dropout(x + self.rows(offset, end).to(x.dtype))", "return self.dropout(x)",
       "sinusoidal positional encoding never added"),
     M("max-len-off-by-one", "transformer/contracts.py",
       "if length > max_len:", "if length >= max_len:",
