@@ -10,6 +10,9 @@
 * **Benchmark plots.** ``assets/plots/*.png`` are drawn at build time from the committed results in
   ``benchmarks/results/`` (the figures are never re-measured here), each titled with its device, versions and
   date. ``docs/benchmarks.md`` shows them.
+* **The promise ledger.** The nav entry ``- Promise ledger: promises/*.md`` is replaced by every page of
+  ``docs/promises/`` (``index.md`` first, then by file name), titled by its first heading, so adding an area's
+  ledger is adding a page. ``tests/test_promises.py`` checks that every test a ledger names exists.
 
 Standard library, nbformat and matplotlib (all in the ``dev`` extra).
 """
@@ -34,6 +37,8 @@ NOTEBOOKS = ROOT / "notebooks"
 RESULTS = ROOT / "benchmarks" / "results"
 TUTORIALS_MARKER = "notebooks/*.ipynb"
 TUTORIALS_DIR = "tutorials"
+PROMISES_MARKER = "promises/*.md"
+PROMISES = ROOT / "docs" / "promises"
 PLOTS_DIR = "assets/plots"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 DOCS_LINK = re.compile(r"\]\(\.\./docs/([^)]*)\)")
@@ -218,18 +223,43 @@ def plots() -> dict[str, bytes]:
 
 # ------------------------------------------------------------------------------------------------ hooks
 
+def tutorial_pages() -> list[dict[str, str]]:
+    """One nav page per notebook, titled by its first heading."""
+    pages = []
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        pages.append({notebook_title(nb, path.stem): f"{TUTORIALS_DIR}/{path.stem}.md"})
+    return pages
+
+
 def _fill_tutorials(nav: list[Any]) -> bool:
+    return _fill_marker(nav, TUTORIALS_MARKER, tutorial_pages)
+
+
+def promise_pages() -> list[Path]:
+    """The promise ledger's pages: ``index.md`` first, then one page per area in file-name order."""
+    return sorted(PROMISES.glob("*.md"), key=lambda path: (path.name != "index.md", path.name))
+
+
+def promise_nav_pages() -> list[dict[str, str]]:
+    return [{page_title(path): f"promises/{path.name}"} for path in promise_pages()]
+
+
+def page_title(path: Path) -> str:
+    """A markdown page's first heading (its nav title), or its file name."""
+    heading = next((line for line in path.read_text().splitlines() if line.startswith("# ")), f"# {path.stem}")
+    return heading[2:].strip()
+
+
+def _fill_marker(nav: list[Any], marker: str, pages: Any) -> bool:
+    """Replace the nav entry whose value is ``marker`` by ``pages()`` (a list of {title: path}); True if found."""
     for i, item in enumerate(nav):
         if isinstance(item, dict):
             (title, value), = item.items()
-            if value == TUTORIALS_MARKER:
-                pages = []
-                for path in notebooks():
-                    nb = nbformat.read(path, as_version=4)
-                    pages.append({notebook_title(nb, path.stem): f"{TUTORIALS_DIR}/{path.stem}.md"})
-                nav[i] = {title: pages}
+            if value == marker:
+                nav[i] = {title: pages()}
                 return True
-            if isinstance(value, list) and _fill_tutorials(value):
+            if isinstance(value, list) and _fill_marker(value, marker, pages):
                 return True
     return False
 
@@ -237,6 +267,8 @@ def _fill_tutorials(nav: list[Any]) -> bool:
 def on_config(config):
     if config.nav and not _fill_tutorials(config.nav):
         raise ValueError(f"mkdocs.yml: the nav has no '{TUTORIALS_MARKER}' entry for the tutorials")
+    if config.nav and not _fill_marker(config.nav, PROMISES_MARKER, promise_nav_pages):
+        raise ValueError(f"mkdocs.yml: the nav has no '{PROMISES_MARKER}' entry for the promise ledger")
     return config
 
 

@@ -17,6 +17,8 @@ Usage (from the repository root; not part of the normal test run)::
     python tests/mutation/run_mutants.py                 # every mutant, 2 workers
     python tests/mutation/run_mutants.py -k mask -j 1    # mutants whose id contains "mask"
     python tests/mutation/run_mutants.py --list          # list the mutants and exit
+    python tests/mutation/run_mutants.py --module blind_decoding --tests tests/test_decoding.py ...
+                                                         # one catalog module only (e.g. a blind review's)
 
 Prints a table, writes JSON (``--json``, default ``tests/mutation/results.json``), and exits 1
 if any mutant survives (2 if the baseline fails or a mutation target is missing).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as futures
+import importlib
 import datetime as dt
 import json
 import os
@@ -134,9 +137,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--tests", nargs="+", help="test files to run instead of TEST_FILES")
+    parser.add_argument("--module", help="take the mutants of this module of tests/mutation/catalog/ only "
+                                         "(e.g. blind_decoding), whether or not the catalog's ALL lists it")
     args = parser.parse_args()
 
-    mutants = [m for m in MUTANTS if any(part in m.id for part in args.select.split(","))]
+    pool_of = importlib.import_module(f"catalog.{args.module}").MUTANTS if args.module else MUTANTS
+    mutants = [m for m in pool_of if any(part in m.id for part in args.select.split(","))]
     if args.list:
         for m in mutants:
             print(f"{m.id:34s} {m.file:28s} {m.what}")
