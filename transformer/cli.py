@@ -456,7 +456,7 @@ def _train_task(args: argparse.Namespace, task, out: str, device: torch.device, 
     if args.resume or restarted:
         trainer.resume(out)
         print(f"{f'restart {world.restart_count}: ' if restarted and not args.resume else ''}resumed from {out} at step {trainer.step}")
-        changed = resume_schedule(trainer, args, factor, warmup)
+        changed = resume_schedule(trainer, args)
         if changed:
             print(changed)
     print(f"task {task.name}: {n_params:,} parameters (N={cfg.n_encoder_layers}, d_model={cfg.d_model}, "

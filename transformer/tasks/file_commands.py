@@ -171,15 +171,19 @@ def describe_schedule(schedule) -> str:
             f"(factor {schedule.factor:.4g})")
 
 
-def resume_schedule(trainer, args: argparse.Namespace, factor: float, warmup: int) -> str | None:
-    """After ``trainer`` resumed: keep the checkpoint's learning-rate schedule, unless the command line sets one
-    (``--lr``, ``--lr-factor``, ``--warmup``) that differs, which then applies from the resumed step on (e.g. a
-    lower ``--lr`` after a divergence). Returns a line saying what changed, or None."""
+def resume_schedule(trainer, args: argparse.Namespace) -> str | None:
+    """After ``trainer`` resumed: keep the checkpoint's learning-rate schedule, unless the command line sets some of
+    it (``--lr``, ``--lr-factor``, ``--warmup``; what it does not set stays the checkpoint's), which then applies
+    from the resumed step on (e.g. a lower ``--lr`` after a divergence). Returns a line saying what changed, or
+    None."""
     from ..training import NoamSchedule
 
     scheduler = trainer.scheduler
     saved = scheduler.lr_lambdas[0]
-    if not schedule_given(args) or (saved.factor, saved.warmup) == (factor, warmup):
+    if not schedule_given(args):
+        return None
+    factor, warmup = schedule_settings(args, saved.model_size, {"factor": saved.factor, "warmup": saved.warmup})
+    if (saved.factor, saved.warmup) == (factor, warmup):
         return None
     new = NoamSchedule(saved.model_size, factor, warmup)
     scheduler.lr_lambdas = [new for _ in scheduler.lr_lambdas]
@@ -292,7 +296,7 @@ class _FileRun:
                                    f"resumed run continues the checkpoint's plan of batches; give {flag} "
                                    f"{recorded[name]}")
 
-    def start(self, trainer, factor: float, warmup: int) -> None:
+    def start(self, trainer) -> None:
         """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted
         (with the learning rate the command line sets, if it sets one: :func:`resume_schedule`)."""
         trainer.distribute(self.strategy)
@@ -301,7 +305,7 @@ class _FileRun:
             restarts = self.strategy.world.restart_count
             print(f"{f'restart {restarts}: ' if self.restarted and not self.args.resume else ''}resumed from {self.out} "
                   f"at step {trainer.step}")
-            changed = resume_schedule(trainer, self.args, factor, warmup)
+            changed = resume_schedule(trainer, self.args)
             if changed:
                 print(changed)
 
@@ -350,7 +354,7 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
                               warmup=warmup, factor=factor,
                               seed=args.seed, device=run.device, progress=not args.no_progress,
                               eval_every=d["eval_every"] if args.eval_every is None else args.eval_every, out_dir=out)
-    run.start(trainer, factor, warmup)
+    run.start(trainer)
     print(f"lm: {data.describe()}; {data.report.summary()}")
     print(f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({args.formulation or 'paper'} "
           f"formulation, {config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
@@ -415,7 +419,7 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
         label_smoothing=_pick(args, "label_smoothing", d), seed=args.seed, device=run.device,
         progress=not args.no_progress, eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
         out_dir=out)
-    run.start(trainer, factor, warmup)
+    run.start(trainer)
     print(f"translate: {data.describe()}; {data.report.summary()}")
     print(f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
           f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
