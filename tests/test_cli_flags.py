@@ -183,7 +183,7 @@ def test_the_synthetic_tasks_flags_reach_the_trainer(tmp_path, capture, monkeypa
     monkeypatch.setattr(CopyTask, "exact_match", lambda self, model, n: asked.append(n) or 0.0)
     out = tmp_path / "run"
     assert main(["train", "copy", "--steps", "7", "--batch-size", "6", "--seed", "3", "--eval-every", "3",
-                 "--warmup", "50", "--lr", "0.002", "--eval-examples", "9", "--no-progress", "--threads", "1",
+                 "--warmup", "50", "--lr", "0.002", "--eval-examples", "9", "--no-progress", "--threads", "2",
                  "--attention-backend", "eager", "--out", str(out)]) == 0
     trainer = seen["trainer"]
     cfg = trainer.config
@@ -199,7 +199,7 @@ def test_the_synthetic_tasks_flags_reach_the_trainer(tmp_path, capture, monkeypa
     assert schedule.factor == pytest.approx(noam_factor(0.002, 64, 50))
     lrs = [schedule(step) for step in range(200)]
     assert max(lrs) == pytest.approx(0.002, rel=1e-12) and lrs.index(max(lrs)) == 50
-    assert (seen["backend"], seen["threads"], trainer.device.type) == ("eager", 1, "cpu")
+    assert (seen["backend"], seen["threads"], trainer.device.type) == ("eager", 2, "cpu")
     assert asked == [9]
     assert json.loads((out / "meta.json").read_text())["metadata"]["results"]["eval_examples"] == 9
 
@@ -226,6 +226,49 @@ def test_the_synthetic_tasks_defaults_are_the_documented_ones(task, defaults, tm
     task_object = CopyTask() if task == "copy" else DatesTask()
     assert trainer.model.config == task_object.default_config()
     assert trainer.criterion.smoothing == task_object.default_training().smoothing
+
+
+def test_the_file_tasks_defaults_are_the_documented_ones(tmp_path, capture, monkeypatch):
+    import random
+
+    from transformer.tasks.text_lm import LM_DEFAULTS, lm_config
+    from transformer.tasks.translation_files import TRANSLATE_DEFAULTS, translation_config
+
+    seen = capture(stop=True)
+    monkeypatch.chdir(tmp_path)
+    g = random.Random(0)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
+    (tmp_path / "text.txt").write_text("\n".join(" ".join(g.choice(words) for _ in range(12)) for _ in range(600)))
+    with pytest.raises(_Captured):
+        main(["train", "lm", "--text", "text.txt"])
+    trainer, d = seen["trainer"], LM_DEFAULTS
+    tokenizer = trainer.model.checkpoint_assets and __import__("transformer").data.TextTokenizer.from_json(
+        trainer.model.checkpoint_assets["tokenizer.json"])
+    assert tokenizer.kind == "bpe" and tokenizer.vocab_size <= d["vocab_size"]
+    assert trainer.model.config == lm_config(tokenizer, block=d["block_len"], d_model=d["d_model"],
+                                             n_layers=d["n_layers"], n_heads=d["n_heads"], d_ff=d["d_ff"],
+                                             dropout=d["dropout"], attention_dropout=d["dropout"])
+    assert trainer.model.config.max_len == 256
+    cfg = trainer.config
+    assert (cfg.steps, cfg.eval_every, cfg.checkpoint_every, cfg.checks, cfg.out_dir) == (
+        d["steps"], d["eval_every"], d["eval_every"], "first", "runs/lm")
+    assert (trainer.make_batches.max_tokens, trainer.make_batches.seed) == (d["max_tokens"], 0)
+    assert next(trainer.make_batches(torch.Generator())).tokens.size(1) == d["block_len"]
+    assert (_schedule(trainer).factor, _schedule(trainer).warmup) == (d["factor"], d["warmup"])
+    assert (tmp_path / "runs" / "lm.data" / "train").is_dir()  # --data-dir: OUT.data
+
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a} {b}\t{b} {a}\n" for a in words for b in words))
+    with pytest.raises(_Captured):
+        main(["train", "translate", "--train", "pairs.tsv", "--valid", "pairs.tsv"])
+    trainer, d = seen["trainer"], TRANSLATE_DEFAULTS
+    tokenizer = __import__("transformer").data.TextTokenizer.from_json(trainer.model.checkpoint_assets["tokenizer.json"])
+    assert trainer.model.config == translation_config(tokenizer, max_len=d["max_len"], d_model=d["d_model"],
+                                                      n_layers=d["n_layers"], n_heads=d["n_heads"], d_ff=d["d_ff"],
+                                                      dropout=d["dropout"])
+    cfg = trainer.config
+    assert (cfg.steps, cfg.eval_every, cfg.out_dir) == (d["steps"], d["eval_every"], "runs/translate")
+    assert trainer.criterion.smoothing == d["label_smoothing"] and trainer.make_batches.max_tokens == d["max_tokens"]
+    assert (_schedule(trainer).factor, _schedule(trainer).warmup) == (d["factor"], d["warmup"])
 
 
 def test_the_language_models_flags_reach_the_data_the_model_and_the_trainer(tmp_path, capture, monkeypatch):

@@ -98,6 +98,29 @@ def test_a_nan_loss_stops_before_the_optimizer_step_and_the_last_checkpoint_stay
     assert sorted(os.listdir(tmp_path)) == ["ck"]
 
 
+def test_the_cli_stops_a_diverging_run_with_exit_3_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    """``--lr-factor 1e30`` (the issue's example): the resumed run diverges within a few steps; exit status 3, one
+    line, no results, the checkpoint of step 4 untouched. A fresh run that diverges at once reports nothing."""
+    from transformer.cli import main
+
+    out = tmp_path / "run"
+    base = ["train", "copy", "--out", str(out), "--no-progress", "--eval-examples", "2", "--batch-size", "8",
+            "--eval-every", "2"]
+    assert main([*base, "--steps", "4"]) == 0
+    saved = (out / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main([*base, "--steps", "12", "--resume", "--lr-factor", "1e30"]) == 3
+    captured = capsys.readouterr()
+    assert "training diverged at step" in captured.err and f"the previous checkpoint in {out} (step 4) is intact" in \
+        captured.err and "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert "RESULTS" not in captured.out and (out / "model.safetensors").read_bytes() == saved
+    assert main(["train", "copy", "--out", str(tmp_path / "fresh"), "--no-progress", "--steps", "4", "--eval-every",
+                 "1", "--lr-factor", "1e30", "--batch-size", "8"]) == 3
+    captured = capsys.readouterr()
+    assert "training diverged at step 1: the held-out loss is nan" in captured.err and "RESULTS" not in captured.out
+    assert not (tmp_path / "fresh").exists()
+
+
 def test_non_finite_weights_are_never_saved(tmp_path):
     """A finite loss can still leave NaN weights (an overflowing gradient): the save refuses them, naming the
     tensor, and the checkpoint already there stays; save_checkpoint itself refuses them too."""

@@ -61,8 +61,10 @@ def label_smoothing_entropy(size: int, smoothing: float, style: str = "torch") -
             == F.cross_entropy(logits, target, label_smoothing=s, ignore_index=pad, reduction="sum")
                - ntokens * label_smoothing_entropy(size, s)
 
-    where ``ntokens`` is the number of targets that are not ``pad``.
+    where ``ntokens`` is the number of targets that are not ``pad``. Without smoothing the target is one-hot: 0.
     """
+    if smoothing == 0.0:
+        return 0.0
     if style == "torch":
         others, each, confidence = size - 1, smoothing / size, 1.0 - smoothing + smoothing / size
     else:
