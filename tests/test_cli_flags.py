@@ -78,6 +78,10 @@ def test_no_option_of_any_command_or_task_may_be_abbreviated(capsys):
     assert checked >= 80
     assert _status(["train", "lm", "--text", "t", "--lr-fac", "2"]) == 2
     assert "did you mean --lr-factor?" in capsys.readouterr().err
+    assert _status(["decode", "--check", "c", "x"]) == 2  # an abbreviated required option: named, not "required"
+    assert capsys.readouterr().err.splitlines()[-1] == ("typed-transformer decode: error: unrecognized argument "
+                                                        "--check: options cannot be abbreviated; did you mean "
+                                                        "--checkpoint?")
 
 
 # ---------------------------------------------------------------------------- help, defaults, version

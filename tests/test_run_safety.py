@@ -494,7 +494,7 @@ def test_a_new_run_into_an_out_that_holds_a_checkpoint_is_refused_unless_asked(t
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     for extra in ([], ["--overwrite"]):
-        assert main(["train", "copy", "--out", str(tmp_path / "mine"), *extra]) == 2
+        assert main(["train", "copy", "--out", str(tmp_path / "mine"), "--steps", "1", *extra]) == 2
         assert "is a directory that is not empty and holds no checkpoint" in capsys.readouterr().err
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
     # the copy a crashed save left aside counts as the checkpoint of --out (the one rule)
