@@ -209,6 +209,7 @@ def _worker_laws(out: Path) -> None:
             diverging.train()
         except TrainingDiverged as error:
             outcome["diverged_at"] = error.step
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as interactive; a background launch ignores SIGINT
         interrupted = build(seed=2, steps=6, out_dir=str(out / "H_interrupted"), strategy=ddp)
         stream = interrupted.make_batches
 

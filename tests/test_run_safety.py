@@ -505,6 +505,19 @@ def test_a_new_run_into_an_out_that_holds_a_checkpoint_is_refused_unless_asked(t
 
 
 # ---------------------------------------------------------------------------- Ctrl-C
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler, as an interactive run has it (a job started in the background, e.g. by nohup,
+    inherits SIGINT ignored, and then neither Ctrl-C nor the Trainer's handling of it applies)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _python_sigint_in_the_child():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the child's Python then installs its own handler
+
+
 def _sigint_at(factory, batch_index, times=1):
     def batches(generator):
         for i, batch in enumerate(factory(generator)):
@@ -516,7 +529,7 @@ def _sigint_at(factory, batch_index, times=1):
     return batches
 
 
-def test_ctrl_c_saves_at_the_step_boundary_and_the_run_resumes_exactly(tmp_path):
+def test_ctrl_c_saves_at_the_step_boundary_and_the_run_resumes_exactly(tmp_path, python_sigint):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     straight = _tiny_trainer(steps=6, dropout=0.1, seed=3)
     straight.train()
@@ -537,7 +550,7 @@ def test_ctrl_c_saves_at_the_step_boundary_and_the_run_resumes_exactly(tmp_path)
         assert torch.equal(value, dict(resumed.model.named_parameters())[name].detach()), name
 
 
-def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path):
+def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path, python_sigint):
     trainer = _tiny_trainer(steps=6, eval_every=2)
     trainer.config.out_dir, trainer.config.checkpoint_every = str(tmp_path / "ck"), 2
     trainer.make_batches = _sigint_at(trainer.make_batches, 4, times=2)  # step 5's batch
@@ -548,7 +561,7 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_the_cli_exits_130_after_saving_on_ctrl_c(tmp_path, monkeypatch, capsys):
+def test_the_cli_exits_130_after_saving_on_ctrl_c(tmp_path, monkeypatch, capsys, python_sigint):
     from transformer.cli import main
 
     real = CopyTask.batches
@@ -568,7 +581,8 @@ def test_ctrl_c_on_the_command_line_saves_then_exits_130(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "transformer", "train", "copy", "--steps", "100000", "--eval-every",
                              "3", "--batch-size", "8", "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_python_sigint_in_the_child)
     deadline = time.monotonic() + 120
     while not (out / "meta.json").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
