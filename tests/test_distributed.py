@@ -746,6 +746,30 @@ def test_cli_restart_after_a_killed_rank_resumes_from_the_last_checkpoint(tmp_pa
     assert state["step"] == 60 and [step for step, _ in state["history"]["train_loss"]] == list(range(1, 61))
 
 
+def test_ctrl_c_to_torchrun_saves_the_same_step_on_every_rank_and_stops(tmp_path):
+    """Ctrl-C on the terminal reaches torchrun, which forwards SIGINT to every rank: the ranks finish the same step,
+    save it once (a collective), and each says where it stopped."""
+    from transformer.checkpoint import load_checkpoint
+
+    out = tmp_path / "copy"
+    sent = []
+
+    def ctrl_c_once_the_first_checkpoint_exists(proc):
+        if not sent and (out / "meta.json").exists():
+            proc.send_signal(signal.SIGINT)
+            sent.append(1)
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "transformer",
+           "train", "copy", "--steps", "100000", "--eval-every", "4", "--batch-size", "8", "--out", str(out),
+           "--no-progress"]
+    result = _launch(cmd, LAUNCH_TIMEOUT, poll=ctrl_c_once_the_first_checkpoint_exists)
+    assert sent, f"the job ended before Ctrl-C:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    step = load_checkpoint(out).trainer_state["step"]
+    said = f"typed-transformer train: interrupted at step {step}: the checkpoint in {out} holds step {step}"
+    assert result.stderr.count(said) == 2, result.stderr[-4000:]  # both ranks, the same step
+    assert step >= 4 and "Traceback" not in result.stderr.split("interrupted at step")[0]
+
+
 def test_cli_fsdp_trains_dates_then_consolidates_for_decode(tmp_path):
     from transformer.cli import main
 

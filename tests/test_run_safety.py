@@ -192,7 +192,7 @@ def test_loading_refuses_non_finite_weights_naming_them(tmp_path):
     assert torch.isnan(loaded.model.encoder.layers[0].feed_forward.w_1.weight[0, :3]).all()
 
 
-def test_decode_and_resume_refuse_a_non_finite_checkpoint(tmp_path, capsys):
+def test_decode_generate_and_resume_refuse_a_non_finite_checkpoint(tmp_path, capsys):
     from transformer.cli import main
 
     _poisoned_checkpoint(tmp_path / "ck", task="copy", params={"vocab": 11, "seq_len": 10})
@@ -204,6 +204,22 @@ def test_decode_and_resume_refuse_a_non_finite_checkpoint(tmp_path, capsys):
     trainer.model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2)
     with pytest.raises(NonFiniteWeightsError):
         trainer.resume(str(tmp_path / "ck"))
+    # generate reads a language model the same way
+    from transformer.data.tokenizers import train_tokenizer
+    from transformer.lm import build_lm
+    from transformer.lm_config import LMConfig
+    from transformer.tasks.tokenizer_assets import attach_tokenizer, tokenizer_metadata
+
+    tokenizer = train_tokenizer(["abcabc"], "char", vocab_size=10, min_frequency=1)
+    lm = build_lm(LMConfig(vocab=tokenizer.vocab_size, n_layers=1, d_model=16, d_ff=16, n_heads=2, max_len=16))
+    attach_tokenizer(lm, tokenizer)
+    with torch.no_grad():
+        lm.layers[0].feed_forward.w_2.bias[1] = float("nan")
+    save_checkpoint(tmp_path / "lm", lm, metadata={"task": "lm", "tokenizer": tokenizer_metadata(tokenizer)},
+                    allow_nonfinite=True)
+    assert main(["generate", "--checkpoint", str(tmp_path / "lm"), "ab"]) == 2
+    err = capsys.readouterr().err
+    assert "non-finite weights (NaN or inf) in 1 tensor: layers.0.feed_forward.w_2.bias (1 of 16 values)" in err
 
 
 # ---------------------------------------------------------------------------- label ids
