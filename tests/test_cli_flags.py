@@ -3,9 +3,7 @@ value (and every default) reaches the object it configures, ``--lr`` is the sche
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import re
 
 import pytest

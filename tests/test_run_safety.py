@@ -11,7 +11,6 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time

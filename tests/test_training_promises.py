@@ -15,7 +15,7 @@ from transformer.checkpoint import decode_state, encode_state, save_checkpoint
 from transformer.distributed import SingleProcess
 from transformer.tasks import CopyTask, DatesTask, data_gen
 from transformer.tasks.run import make_trainer
-from transformer.trainer import Trainer, TrainerConfig, autocast_context, run_epoch
+from transformer.trainer import TrainerConfig, autocast_context, run_epoch
 from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, rate
 
 TINY = dict(batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2, eval_every=0)

@@ -39,8 +39,8 @@ import os
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -225,8 +225,8 @@ def save_checkpoint(
     are written beside the weights and covered by the SHA-256 manifest. A model's own ``checkpoint_assets``
     attribute (the same mapping) is saved too, so whatever saves the model (a Trainer, a distributed strategy) keeps
     its tokenizer with it. Returns the path. The previous checkpoint at
-    ``path``, if any, survives any interruption, and a full or read-only disk (:class:`OutputWriteError`, one
-    sentence). Weights that are NaN or infinite are refused (:class:`NonFiniteWeightsError`, naming the tensors;
+    ``path``, if any, survives any interruption, and a full or read-only disk
+    (:class:`~transformer.output_dirs.OutputWriteError`, one sentence). Weights that are NaN or infinite are refused (:class:`NonFiniteWeightsError`, naming the tensors;
     nothing is written) unless ``allow_nonfinite``.
     """
     path = os.path.abspath(os.fspath(path))
