@@ -576,6 +576,15 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path, python_sigint):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_without_the_step_boundary_ctrl_c_stops_at_once(tmp_path, python_sigint):
+    trainer = _tiny_trainer(steps=6)
+    trainer.config.out_dir, trainer.config.interrupt_at_step_boundary = str(tmp_path / "ck"), False
+    trainer.make_batches = _sigint_at(trainer.make_batches, 2)
+    with pytest.raises(KeyboardInterrupt) as info:
+        trainer.train()
+    assert not isinstance(info.value, TrainingInterrupted) and trainer.step == 2 and not (tmp_path / "ck").exists()
+
+
 def test_the_cli_exits_130_after_saving_on_ctrl_c(tmp_path, monkeypatch, capsys, python_sigint):
     from transformer.cli import main
 
