@@ -177,23 +177,37 @@ def test_bad_translation_files_exit_2_naming_file_and_line(tmp_path, capsys, con
     assert code == 2 and f"{train}{message}" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def _status(argv) -> int:
+    """``main``'s exit status, whether it returns it or argparse exits with it."""
+    try:
+        return main(argv)
+    except SystemExit as exit:
+        return exit.code
+
+
 def test_bad_text_files_and_misused_flags_exit_2(corpus, tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\n\xff\xfe broken\n")
     for args, message in [
         (["train", "lm", "--text", str(tmp_path / "missing.txt")], "missing.txt: no such file"),
         (["train", "lm", "--text", str(bad)], "bad.txt:2: invalid UTF-8 (byte 0xff at column 1"),
-        (["train", "lm"], "train lm needs --text FILE..."),
-        (["train", "copy", "--text", corpus[0]], "--text is for train lm or train translate, not train copy"),
+        (["train", "lm"], "train lm: error: the following arguments are required: --text"),
+        (["train", "copy", "--text", corpus[0]], "train copy: error: --text is for train lm, not train copy"),
+        (["train", "copy", "--valid", corpus[0]], "--valid is for train lm or train translate, not train copy"),
         (["train", "lm", "--text", corpus[0], "--train", corpus[0]], "--train is for train translate, not train lm"),
+        (["train", "translate", "--train", corpus[0], "--valid", corpus[0], "--block-len", "8"],
+         "--block-len is for train lm, not train translate"),
         (["train", "lm", "--text", corpus[0], "--batch-size", "8"], "use --max-tokens instead of --batch-size"),
-        (["train", "translate", "--train", corpus[0]], "train translate needs --train FILE and --valid FILE"),
+        (["train", "translate", "--train", corpus[0]], "the following arguments are required: --valid"),
+        (["train", "translate", "--train", corpus[0], "--valid", corpus[0], corpus[1]],
+         f"unrecognized arguments: {corpus[1]}"),
         (["train", "lm", "--text", corpus[0], "--max-tokens", "8", "--block-len", "16"],
          "window 0 has 16 tokens, more than the batch budget max_tokens=8"),
     ]:
-        code = main([*args, "--out", str(tmp_path / "o"), "--no-progress"])
+        code = _status([*args, "--out", str(tmp_path / "o"), "--no-progress"])
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err, (args, err)
+        assert not (tmp_path / "o").exists()
 
 
 def test_invalid_utf8_with_the_replace_policy_is_counted(tmp_path, capsys):

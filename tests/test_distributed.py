@@ -176,6 +176,9 @@ def _worker_laws(out: Path) -> None:
         real_save = checkpoint_module.save_checkpoint
         checkpoint_module.save_checkpoint = lambda *a, **k: writes.append(rank) or real_save(*a, **k)
         straight = build(seed=1, dropout=0.3, steps=6, out_dir=str(out / "C_ck"), checkpoint_every=3, strategy=ddp)
+        with torch.random.fork_rng(devices=[]):  # each rank's dropout stream, without drawing from it
+            masks = torch.nn.functional.dropout(torch.ones(64), 0.5)
+            save_file({"mask": masks, "seed": torch.tensor(torch.initial_seed())}, out / f"C_dropout_rank{rank}.safetensors")
         straight.train(3)
         straight.config.out_dir = None
         straight.train()
@@ -187,6 +190,41 @@ def _worker_laws(out: Path) -> None:
         save_file(params(resumed.model), out / f"C_resumed_rank{rank}.safetensors")
         dump(f"C_rank{rank}.json", {"straight": straight.history.train_loss, "resumed": resumed.history.train_loss,
                                     "writes": len(writes)})
+
+        # H: every rank stops together: a NaN loss on rank 1 alone (divergence), then Ctrl-C on rank 1 alone
+        from transformer.trainer import TrainingDiverged, TrainingInterrupted
+
+        outcome = {}
+        diverging = build(seed=2, steps=6, out_dir=str(out / "H_diverged"), checkpoint_every=1, strategy=ddp)
+        base, calls = diverging.loss_compute.criterion, [0]
+
+        class NaNOnRank1(torch.nn.Module):
+            def forward(self, x, target):
+                loss = base(x, target)
+                calls[0] += diverging.model.training
+                return loss * float("nan") if rank == 1 and calls[0] > 2 * ACCUM else loss
+
+        diverging.loss_compute.criterion = NaNOnRank1()
+        try:
+            diverging.train()
+        except TrainingDiverged as error:
+            outcome["diverged_at"] = error.step
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as interactive; a background launch ignores SIGINT
+        interrupted = build(seed=2, steps=6, out_dir=str(out / "H_interrupted"), strategy=ddp)
+        stream = interrupted.make_batches
+
+        def ctrl_c_on_rank_1(generator):
+            for i, batch in enumerate(stream(generator)):
+                if rank == 1 and i == 2 * ACCUM:  # while step 3 draws its first micro-batch
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield batch
+
+        interrupted.make_batches = ctrl_c_on_rank_1
+        try:
+            interrupted.train()
+        except TrainingInterrupted as error:
+            outcome["interrupted_at"] = error.step
+        dump(f"H_rank{rank}.json", outcome)
 
         fsdp = setup("fsdp", "cpu")  # the same process group
         # F: each rank seeded differently: FSDP must still start every rank from rank 0's weights
@@ -340,6 +378,10 @@ def _worker_cli(out: Path) -> None:
                                     world_size=world_size, timeout=timedelta(seconds=120))
         current["name"] = name
         work.update(tokenizers=0, stores=0)
+        if name == RESTARTED:  # the first attempt died between the two renames of a save: only the copy aside is left
+            if rank == 0:
+                os.rename(out / "tr-split", out / "tr-split.old-crashed")
+            dist.barrier()
         os.environ["TORCHELASTIC_RESTART_COUNT"] = "1" if name == RESTARTED else "0"
         sys.argv = ["transformer", *argv]
         printed, errors, code = io.StringIO(), io.StringIO(), 0
@@ -532,6 +574,25 @@ def test_ddp_checkpoints_are_written_by_rank_0_only_and_resume_exactly(laws):
     assert sorted(os.listdir(laws / "C_ck")) == ["config.json", "meta.json", "model.safetensors", "state.json", "state.safetensors"]
 
 
+def test_each_rank_has_its_own_dropout_stream_from_the_seed_and_the_rank(laws):
+    """After wrapping, rank r reseeds with seed + r: the ranks' dropout masks differ (a same-seed mask on every rank
+    would drop the same units of every rank's examples)."""
+    ranks = [load_file(laws / f"C_dropout_rank{r}.safetensors") for r in range(2)]
+    assert int(ranks[1]["seed"]) == int(ranks[0]["seed"]) + 1
+    assert not torch.equal(ranks[0]["mask"], ranks[1]["mask"])
+
+
+def test_every_rank_stops_at_the_same_step_when_one_diverges_or_is_interrupted(laws):
+    """Rank 1 alone sees a NaN loss at step 3: both ranks stop there (the loss is reduced before it is checked),
+    and the checkpoint written every step holds step 2. Rank 1 alone gets Ctrl-C during step 3: both ranks save
+    step 3 and stop (the request travels with the step's loss reduction)."""
+    from transformer.checkpoint import load_checkpoint
+
+    assert [_json(laws / f"H_rank{r}.json") for r in range(2)] == [{"diverged_at": 3, "interrupted_at": 3}] * 2
+    assert load_checkpoint(laws / "H_diverged").trainer_state["step"] == 2
+    assert load_checkpoint(laws / "H_interrupted").trainer_state["step"] == 3
+
+
 def test_fsdp_sharded_checkpoint_resumes_exactly_on_the_same_world_size(laws):
     record = _json(laws / "D.json")
     assert record["resumed"] == record["straight"]
@@ -685,6 +746,30 @@ def test_cli_restart_after_a_killed_rank_resumes_from_the_last_checkpoint(tmp_pa
     assert state["step"] == 60 and [step for step, _ in state["history"]["train_loss"]] == list(range(1, 61))
 
 
+def test_ctrl_c_to_torchrun_saves_the_same_step_on_every_rank_and_stops(tmp_path):
+    """Ctrl-C on the terminal reaches torchrun, which forwards SIGINT to every rank: the ranks finish the same step,
+    save it once (a collective), and each says where it stopped."""
+    from transformer.checkpoint import load_checkpoint
+
+    out = tmp_path / "copy"
+    sent = []
+
+    def ctrl_c_once_the_first_checkpoint_exists(proc):
+        if not sent and (out / "meta.json").exists():
+            proc.send_signal(signal.SIGINT)
+            sent.append(1)
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "transformer",
+           "train", "copy", "--steps", "100000", "--eval-every", "4", "--batch-size", "8", "--out", str(out),
+           "--no-progress"]
+    result = _launch(cmd, LAUNCH_TIMEOUT, poll=ctrl_c_once_the_first_checkpoint_exists)
+    assert sent, f"the job ended before Ctrl-C:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    step = load_checkpoint(out).trainer_state["step"]
+    said = f"typed-transformer train: interrupted at step {step}: the checkpoint in {out} holds step {step}"
+    assert result.stderr.count(said) == 2, result.stderr[-4000:]  # both ranks, the same step
+    assert step >= 4 and "Traceback" not in result.stderr.split("interrupted at step")[0]
+
+
 def test_cli_fsdp_trains_dates_then_consolidates_for_decode(tmp_path):
     from transformer.cli import main
 
@@ -801,7 +886,11 @@ def test_file_tasks_resume_exactly_under_torchrun(file_runs, tmp_path):
     from transformer.distributed import consolidate_checkpoint
 
     assert f"resumed from {file_runs / 'lm-split'} at step 2" in _printed(file_runs, "lm-fsdp-resumed", 0)
+    # the restart found the copy a save interrupted between its two renames left aside, as --resume would, and the
+    # copy was deleted only once a newer checkpoint was in place
     assert f"restart 1: resumed from {file_runs / 'tr-split'} at step 2" in _printed(file_runs, RESTARTED, 0)
+    assert "tr-split.old-crashed left by an interrupted save" in (file_runs / f"{RESTARTED}.rank0.err").read_text()
+    assert not [name for name in os.listdir(file_runs) if ".old-" in name or ".tmp-" in name]
     weights = {}
     for name in ("lm-fsdp", "lm-split"):
         weights[name] = load_file(consolidate_checkpoint(file_runs / name, tmp_path / name) + "/model.safetensors")

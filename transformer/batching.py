@@ -16,6 +16,16 @@ from .masks import AttentionMask, target_mask
 __all__ = ["Batch"]
 
 
+def _check_ids(ids: Tensor, vocab: int, name: str, side: str) -> None:
+    bad = (ids < 0) | (ids >= vocab)
+    if bool(bad.any()):
+        row, column = (int(i) for i in bad.nonzero()[0])
+        where = " (the last target position: a label only, which the model never reads)" \
+            if name == "tgt" and column == ids.size(1) - 1 else ""
+        raise ValueError(f"Batch: {name} holds id {int(ids[row, column])} at position ({row}, {column}){where}, "
+                         f"outside the {side} vocabulary [0, {vocab})")
+
+
 class Batch:
     """Object for holding a batch of data with masks during training (as in the Annotated Transformer).
 
@@ -30,12 +40,23 @@ class Batch:
     the tutorial's padded positions that still attend. ``mask.to_dense(q_len, k_len)`` shows them as tensors.
 
     ``pad`` defaults to 2 as in the tutorial's ``Batch``; the copy task passes 0.
+
+    ``src_vocab`` and ``tgt_vocab`` (optional; the tasks and the file corpora pass them): every id of ``src`` and of
+    ``tgt`` must lie in ``[0, vocab)``, or ValueError names the tensor, the id and its position. That includes the
+    last target position, which is a label only: the model's own guard checks the ids it reads (``src`` and
+    ``tgt[:, :-1]``), never that one.
     """
 
-    def __init__(self, src: Tensor, tgt: Tensor | None = None, pad: int = 2) -> None:
+    def __init__(self, src: Tensor, tgt: Tensor | None = None, pad: int = 2, *, src_vocab: int | None = None,
+                 tgt_vocab: int | None = None) -> None:
         if src.dim() != 2:
             raise ValueError(f"Batch: src must be (batch, src_len), got shape {tuple(src.shape)}")
+        if src_vocab is not None:
+            _check_ids(src, src_vocab, "src", "source")
+        if tgt is not None and tgt_vocab is not None:
+            _check_ids(tgt, tgt_vocab, "tgt", "target")
         self.pad = pad
+        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.src = src
         self.src_mask = AttentionMask.padding(src, pad)
         self.tgt: Tensor | None = None

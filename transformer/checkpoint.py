@@ -20,7 +20,14 @@ deleted only after the new one is in place, so an interrupted save never destroy
 ``load_checkpoint`` falls back to that aside copy if a crash hit between the two renames).
 
 ``load_checkpoint`` reads JSON with :mod:`json` and tensors with ``safetensors.torch.load_file``;
-no pickle and no ``torch.load`` is involved, so loading a checkpoint never executes code.
+no pickle and no ``torch.load`` is involved, so loading a checkpoint never executes code. It refuses weights that
+are NaN or infinite (a diverged run's), naming the tensors, unless asked to load them anyway.
+
+Where the checkpoint of a directory is (``--resume``, a torchrun restart, loading) follows one rule,
+:func:`find_checkpoint`. A disk that is full or read-only during a save raises
+:class:`~transformer.output_dirs.OutputWriteError` (one sentence: the path, the space needed, that the previous
+checkpoint is intact); temporary directories of interrupted saves are removed by the next save when provably
+leftovers (:mod:`transformer.output_dirs`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +48,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-__all__ = ["Checkpoint", "CheckpointError", "ConfigMismatchError", "save_checkpoint", "load_checkpoint", "FORMAT_VERSION",
-           "MODEL_KINDS", "read_config", "model_kind", "encode_state", "decode_state"]
+from .output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
+
+__all__ = ["Checkpoint", "CheckpointError", "ConfigMismatchError", "NonFiniteWeightsError", "save_checkpoint",
+           "load_checkpoint", "find_checkpoint", "nonfinite_tensors", "FORMAT_VERSION", "MODEL_KINDS", "read_config",
+           "model_kind", "encode_state", "decode_state"]
 
 FORMAT_VERSION = 1
 _CONFIG, _MODEL, _STATE_T, _STATE_J, _META = "config.json", "model.safetensors", "state.safetensors", "state.json", "meta.json"
@@ -84,6 +95,41 @@ class ConfigMismatchError(CheckpointError):
         self.fields = fields
         listing = ", ".join(f"{name} (model {a!r}, checkpoint {b!r})" for name, (a, b) in sorted(fields.items()))
         super().__init__(f"checkpoint {path} was saved from a model with another config; mismatched fields: {listing}")
+
+
+class NonFiniteWeightsError(CheckpointError):
+    """A checkpoint (or a model about to be saved) holds NaN or infinite weights; ``tensors`` lists
+    ``(name, count of non-finite values, size)``."""
+
+    def __init__(self, message: str, tensors: list[tuple[str, int, int]]) -> None:
+        super().__init__(message)
+        self.tensors = tensors
+
+
+def nonfinite_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, int, int]]:
+    """``(name, non-finite values, size)`` of each floating tensor of ``named`` holding a NaN or an infinity.
+
+    One read-back for all the tensors (on a GPU: one synchronisation). A sharded tensor (FSDP's DTensor) is
+    checked on this rank's shard."""
+    names, counts, sizes = [], [], []
+    for name, tensor in named:
+        if not isinstance(tensor, torch.Tensor) or not (tensor.is_floating_point() or tensor.is_complex()):
+            continue
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        names.append(name)
+        counts.append((~torch.isfinite(local.detach())).sum())
+        sizes.append(local.numel())
+    if not names:
+        return []
+    totals = torch.stack([c.to("cpu") if c.device.type != "cpu" else c for c in counts]).tolist()
+    return [(name, int(n), size) for name, n, size in zip(names, totals, sizes) if n]
+
+
+def describe_nonfinite(bad: list[tuple[str, int, int]], shown: int = 3) -> str:
+    """``"2 tensors: a.weight (3 of 64 values), b.bias (all 8 values)"`` for ``nonfinite_tensors``' list."""
+    parts = [f"{name} ({f'all {size}' if n == size else f'{n} of {size}'} values)" for name, n, size in bad[:shown]]
+    more = f" and {len(bad) - shown} more" if len(bad) > shown else ""
+    return f"{len(bad)} tensor{'s' if len(bad) != 1 else ''}: {', '.join(parts)}{more}"
 
 
 @dataclass
@@ -171,6 +217,7 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     assets: dict[str, bytes | str] | None = None,
+    allow_nonfinite: bool = False,
 ) -> str:
     """Atomically write ``model`` (its ``config`` and weights) and optional training state to directory ``path``.
 
@@ -178,7 +225,9 @@ def save_checkpoint(
     are written beside the weights and covered by the SHA-256 manifest. A model's own ``checkpoint_assets``
     attribute (the same mapping) is saved too, so whatever saves the model (a Trainer, a distributed strategy) keeps
     its tokenizer with it. Returns the path. The previous checkpoint at
-    ``path``, if any, survives any interruption.
+    ``path``, if any, survives any interruption, and a full or read-only disk
+    (:class:`~transformer.output_dirs.OutputWriteError`, one sentence). Weights that are NaN or infinite are refused (:class:`NonFiniteWeightsError`, naming the tensors;
+    nothing is written) unless ``allow_nonfinite``.
     """
     path = os.path.abspath(os.fspath(path))
     config = getattr(model, "config", None)
@@ -186,17 +235,24 @@ def save_checkpoint(
         kind = model_kind(config)
     except ValueError as error:
         raise ValueError(f"save_checkpoint: {error}") from None
+    if not allow_nonfinite:
+        bad = nonfinite_tensors(model.state_dict().items())
+        if bad:
+            raise NonFiniteWeightsError(f"save_checkpoint: refusing to save non-finite weights (NaN or inf) in "
+                                        f"{describe_nonfinite(bad)} to {path}; {kept_message(path)}", bad)
     assets = {**getattr(model, "checkpoint_assets", {}), **(assets or {})}
     for name in assets:
         if name in _RESERVED or os.path.basename(name) != name or name.startswith("."):
             raise ValueError(f"save_checkpoint: asset name {name!r} must be a plain file name other than "
                              f"{', '.join(sorted(_RESERVED))}")
     parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
     if os.path.exists(path) and not os.path.isdir(path):
         raise CheckpointError(f"checkpoint path {path} exists and is not a directory")
-    tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + ".tmp-", dir=parent)
+    tmp = None
     try:
+        os.makedirs(parent, exist_ok=True)
+        remove_stale_temps(path)  # what an interrupted save of a process that no longer exists left behind
+        tmp = make_temp_dir(path)
         with open(os.path.join(tmp, _CONFIG), "w") as f:
             json.dump({"kind": kind, **config.architecture()}, f, indent=2, sort_keys=True)
         save_model(model, os.path.join(tmp, _MODEL))
@@ -223,8 +279,12 @@ def save_checkpoint(
         for name in files + [_META]:
             _fsync(os.path.join(tmp, name))
         _fsync(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as error:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if is_write_failure(error):
+            needed = _tensor_bytes(model.state_dict()) + _tensor_bytes(trainer_state)
+            raise write_failure(error, "the checkpoint", path, needed=needed, kept=kept_message(path)) from None
         raise
     old = None
     if os.path.exists(path):
@@ -246,18 +306,68 @@ def save_checkpoint(
     return path
 
 
+def _tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor in ``obj`` (dicts, lists and tuples of tensors and other values)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The training step the checkpoint directory ``path`` holds (from its ``state.json``), None if it has none."""
+    try:
+        with open(os.path.join(path, _STATE_J)) as f:
+            step = json.load(f)["step"]
+        return step if isinstance(step, int) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def kept_message(path: str) -> str:
+    """What a failed save to ``path`` leaves: the previous checkpoint (intact, with its step), or nothing."""
+    found = find_checkpoint(path)
+    if found is None:
+        return "there was no checkpoint there before, and nothing was left behind"
+    step = checkpoint_step(found)
+    return f"the previous checkpoint in {found}{'' if step is None else f' (step {step})'} is intact"
+
+
 # ---------------------------------------------------------------------------- load
+def find_checkpoint(path: str | os.PathLike) -> str | None:
+    """Where the checkpoint of directory ``path`` is: ``path`` when it holds ``meta.json``; else, when ``path`` does
+    not exist, the newest copy that an interrupted save left aside (``path.old-*``: a crash between the save's two
+    renames) holding a ``meta.json``; else None.
+
+    The one rule by which ``--resume``, a torchrun restart (``--max-restarts``), :func:`load_checkpoint` and the
+    sharded loaders find a checkpoint, and by which ``train`` tells that ``--out`` already holds one."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        return path if os.path.isfile(os.path.join(path, _META)) else None
+    if os.path.exists(path):
+        return None
+    aside = sorted(glob.glob(glob.escape(path) + ".old-*"), key=os.path.getmtime, reverse=True)
+    for candidate in aside:
+        if os.path.isfile(os.path.join(candidate, _META)):
+            return candidate
+    return None
+
+
 def _resolve(path: str) -> str:
-    """``path`` itself, or the copy a crashed save left aside (``path.old-*``) if ``path`` is gone."""
+    """The checkpoint :func:`find_checkpoint` finds (with a warning when it is a copy left aside); ``path`` itself
+    when it is a directory without ``meta.json`` (loading names what is missing)."""
+    found = find_checkpoint(path)
+    if found is not None:
+        if found != path:
+            warnings.warn(f"checkpoint {path} is missing; using {found} left by an interrupted save", stacklevel=3)
+        return found
     if os.path.isdir(path):
         return path
     if os.path.exists(path):
         raise CheckpointError(f"checkpoint {path} is not a directory")
-    aside = sorted(glob.glob(glob.escape(path) + ".old-*"), key=os.path.getmtime, reverse=True)
-    for candidate in aside:
-        if os.path.isfile(os.path.join(candidate, _META)):
-            warnings.warn(f"checkpoint {path} is missing; using {candidate} left by an interrupted save", stacklevel=3)
-            return candidate
     raise CheckpointError(f"no checkpoint at {path} (expected a directory with {_META}, {_CONFIG} and {_MODEL})")
 
 
@@ -287,12 +397,16 @@ def load_checkpoint(
     *,
     map_location: torch.device | str = "cpu",
     load_trainer_state: bool = True,
+    allow_nonfinite: bool = False,
 ) -> Checkpoint:
     """Load checkpoint ``path`` into ``model`` (or into a new model built from the stored config).
 
     Raises :class:`ConfigMismatchError` naming every mismatched field when ``model.config``'s architecture
     differs from the stored one (run-time fields such as ``attention_backend`` may differ), and :class:`CheckpointError` when files are missing, do not
     match their recorded SHA-256, or cannot be parsed, or when ``model`` is of another kind than the stored one.
+    Raises :class:`NonFiniteWeightsError` naming the tensors when a weight is NaN or infinite (a diverged run's);
+    with ``allow_nonfinite=True`` such a checkpoint loads with a warning that names them (to inspect it).
+    ``path`` is found by :func:`find_checkpoint`'s rule.
     """
     path = _resolve(os.path.abspath(os.fspath(path)))
     try:
@@ -328,6 +442,14 @@ def load_checkpoint(
     except (SafetensorError, RuntimeError, OSError) as error:
         raise CheckpointError(f"checkpoint {path}: cannot load {_MODEL}: {error}") from error
     model.to(map_location)
+    bad = nonfinite_tensors(model.state_dict().items())
+    if bad:
+        message = (f"checkpoint {path} holds non-finite weights (NaN or inf) in {describe_nonfinite(bad)}: it was saved "
+                   "from a run that diverged")
+        if not allow_nonfinite:
+            raise NonFiniteWeightsError(message + " (load_checkpoint(..., allow_nonfinite=True) loads it to inspect)",
+                                        bad)
+        warnings.warn(message, stacklevel=2)
     trainer_state = None
     if load_trainer_state and _STATE_J in meta["sha256"]:
         try:

@@ -5,12 +5,21 @@
 (:mod:`transformer.checkpoint`) on top; the same loop runs under torchrun with DDP or FSDP2 when given a strategy
 (:mod:`transformer.distributed`). Both take any batch with ``inputs()``, ``labels``, ``ntokens``,
 ``len()`` and ``to()`` (:class:`~transformer.batching.Batch`): the model runs as ``model(*batch.inputs())``.
+
+Never silently wrong: a loss that becomes NaN or infinite stops training (:class:`TrainingDiverged`, read where the
+loop reads the loss anyway: no extra synchronisation), weights that are not finite are never saved, so the last
+checkpoint on disk stays the last good one, and Ctrl-C (SIGINT) stops ``Trainer.train`` at the next step boundary
+after saving a checkpoint (:class:`TrainingInterrupted`; a second Ctrl-C stops at once).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import random
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,11 +29,66 @@ import torch
 from torch import nn
 
 from .batching import Batch
+from .checkpoint import describe_nonfinite, kept_message, nonfinite_tensors
 from .contracts import Tensor, checks
 from .distributed import SingleProcess, Strategy
-from .training import SimpleLossCompute
+from .training import SimpleLossCompute, check_label_ids
 
-__all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "autocast_context"]
+__all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "autocast_context", "TrainingDiverged",
+           "TrainingInterrupted"]
+
+_HINT = ("lower the learning rate (--lr or --lr-factor), lengthen the warm-up (--warmup), or clip the gradients "
+         "harder (TrainerConfig.clip_grad)")
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss (or the held-out loss, or the weights about to be saved) became NaN or infinite.
+
+    Training stopped at ``step``; nothing non-finite was saved, so the last checkpoint on disk is the last good one.
+    ``loss`` is the loss that was not finite (None when the weights were). The message says what to change."""
+
+    def __init__(self, message: str, step: int, loss: float | None = None) -> None:
+        super().__init__(message)
+        self.step, self.loss = step, loss
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped :meth:`Trainer.train` at the boundary of step ``step``; ``saved_to`` is the checkpoint
+    written there (None without ``out_dir``). A ``KeyboardInterrupt``, so code that catches those still does."""
+
+    def __init__(self, step: int, saved_to: str | None) -> None:
+        where = f"the checkpoint in {saved_to} holds step {step}" if saved_to else "no checkpoint was written (no out_dir)"
+        super().__init__(f"interrupted at step {step}: {where}")
+        self.step, self.saved_to = step, saved_to
+
+
+class _InterruptAtStepBoundary:
+    """While active (in the main thread, and only if nobody else handles SIGINT), the first Ctrl-C sets
+    ``requested``; the Trainer stops at the end of the step. A second Ctrl-C raises KeyboardInterrupt at once."""
+
+    def __init__(self, announce: bool) -> None:
+        self.requested, self.announce, self._previous = False, announce, None
+
+    def __enter__(self) -> _InterruptAtStepBoundary:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.announce:
+            print("\ninterrupted: saving at the end of this step (Ctrl-C again to stop at once)", file=sys.stderr,
+                  flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
 
 @dataclass
@@ -98,7 +162,8 @@ def run_epoch(
     gives the loss, and in a training mode the gradients of ``accum_iter`` batches are accumulated
     before each optimizer and scheduler step. Additions: ``clip_grad`` (max global grad norm),
     bf16 autocast when ``device`` is CUDA (``amp``), and a tqdm bar with loss, tokens/s and lr.
-    Evaluation runs under ``torch.no_grad``.
+    Evaluation runs under ``torch.no_grad``. In a training mode a batch whose loss is NaN or infinite raises
+    :class:`TrainingDiverged` (the loss is read on the host for the progress bar anyway).
     """
     if accum_iter < 1:
         raise ValueError(f"run_epoch: accum_iter must be >= 1, got {accum_iter}")
@@ -125,10 +190,15 @@ def run_epoch(
                 if (i + 1) % accum_iter == 0:
                     _optimizer_step(model, optimizer, scheduler, clip_grad)
                     train_state.accum_step += 1
-            total_loss += float(loss)
+            loss_value = float(loss)
+            if training and not math.isfinite(loss_value):
+                bar.close()
+                raise TrainingDiverged(f"run_epoch: the loss of batch {i} is {loss_value}: training diverged; "
+                                       + _HINT, train_state.accum_step, loss_value)
+            total_loss += loss_value
             total_tokens += batch.ntokens
             elapsed = time.perf_counter() - start
-            bar.set_postfix(_postfix(float(loss) / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False)
+            bar.set_postfix(_postfix(loss_value / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False)
             bar.update(1)
     if training:
         # gradients of a trailing partial accumulation are discarded, as in the tutorial
@@ -152,6 +222,9 @@ class TrainerConfig:
         step; "first" checks the first step of a ``train`` call and runs the rest unchecked (for
         fixed-shape data: on a tiny CPU model the checks cost about a quarter of a step); "never".
     out_dir: where ``train`` saves checkpoints (None: nowhere).
+    interrupt_at_step_boundary: Ctrl-C (SIGINT) during ``train`` stops at the end of the current step, saves into
+        ``out_dir`` (if set) and raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (default True;
+        only in the main thread, and only when no other SIGINT handler than Python's is installed).
     """
 
     steps: int = 1000
@@ -163,6 +236,7 @@ class TrainerConfig:
     progress: bool = False
     checks: Literal["always", "first", "never"] = "always"
     out_dir: str | None = None
+    interrupt_at_step_boundary: bool = True
 
     def __post_init__(self) -> None:
         if self.steps < 0:
@@ -229,6 +303,9 @@ class Trainer:
         self.tokens = 0
         self.history = _History()
         self.last_train_loss = float("nan")
+        self.saved_step: int | None = None  # the step of the last checkpoint this trainer wrote or resumed from
+        self._interrupt: _InterruptAtStepBoundary | None = None
+        self._stop_requested = False
         self.strategy: Strategy = SingleProcess(device=self.device)
         self.train_model: nn.Module = model  # what training steps call: the model, or its DDP wrapper
         if strategy is not None:
@@ -286,15 +363,27 @@ class Trainer:
 
     def save(self, path: str) -> str:
         """Write an atomic checkpoint (see :func:`transformer.checkpoint.save_checkpoint`; under FSDP a sharded one,
-        see :mod:`transformer.distributed`). Under torchrun every rank calls it."""
-        return self.strategy.save(path, self.model, self.optimizer, self.state(), self.metadata)
+        see :mod:`transformer.distributed`). Under torchrun every rank calls it.
+
+        Weights that are NaN or infinite are never saved: :class:`TrainingDiverged` names them and the checkpoint
+        already at ``path`` stays (under torchrun every rank checks its part and all of them hear the verdict)."""
+        bad = nonfinite_tensors(self.model.named_parameters())
+        if self.strategy.all_reduce_sum([len(bad)])[0]:
+            where = describe_nonfinite(bad) if bad else "another rank's shard"
+            raise TrainingDiverged(f"training diverged: after step {self.step} the weights hold NaN or inf in {where}; "
+                                   f"they were not saved and {kept_message(path)}; " + _HINT, self.step)
+        saved = self.strategy.save(path, self.model, self.optimizer, self.state(), self.metadata)
+        self.saved_step = self.step
+        return saved
 
     def resume(self, path: str) -> None:
-        """Load weights and training state from ``path`` (the model's config must match)."""
+        """Load weights and training state from ``path`` (the model's config must match), found by the rule of
+        :func:`transformer.checkpoint.find_checkpoint` (``path``, or the copy an interrupted save left aside)."""
         trainer_state = self.strategy.load(path, self.model, self.optimizer, self.device)
         if trainer_state is None:
             raise ValueError(f"checkpoint {path} holds no training state to resume from")
         self.load_state(trainer_state)
+        self.saved_step = self.step
 
     # ------------------------------------------------------------------ the loop
     def evaluate(self) -> float:
@@ -319,7 +408,11 @@ class Trainer:
         return total_loss / max(total_tokens, 1)
 
     def train_step(self) -> float:
-        """One optimizer step over ``accum_iter`` batches; returns the loss per token."""
+        """One optimizer step over ``accum_iter`` batches; returns the loss per token.
+
+        A loss that is NaN or infinite raises :class:`TrainingDiverged` before the optimizer steps (the weights stay
+        those of the previous step), or ValueError naming a label outside the criterion's vocabulary when one is the
+        cause (on a GPU the loss does not read the labels back: see :mod:`transformer.training`)."""
         if self._batches is None:
             self._batches = self.strategy.batches(self.make_batches, self.data_generator)
         self.model.train()
@@ -336,13 +429,32 @@ class Trainer:
                 (loss_node if weight == 1.0 else loss_node * weight).backward()
             loss_sum += float(loss)
             ntokens += batch.ntokens
+        # the global batch's loss and tokens, and whether a rank was interrupted (Ctrl-C): every rank hears both
+        requested = self._interrupt is not None and self._interrupt.requested
+        loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, float(requested)])
+        if not math.isfinite(loss_sum):
+            self._diverged(group, loss_sum / max(ntokens, 1))
         _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)
-        loss_sum, ntokens = self.strategy.all_reduce_sum([loss_sum, ntokens])  # the global batch's loss and tokens
+        self._stop_requested = stops > 0
         ntokens = int(ntokens)
         self.step += 1
         self.tokens += ntokens
         self.last_train_loss = loss_sum / max(ntokens, 1)
         return self.last_train_loss
+
+    def _diverged(self, group: list, loss: float) -> None:
+        """Raise for a step whose loss is not finite: ValueError naming a label outside the criterion's vocabulary
+        when a batch holds one (read back here, on the failure path only), else :class:`TrainingDiverged`."""
+        vocab = getattr(self.criterion, "size", None)
+        if isinstance(vocab, int):
+            for batch in group:
+                if batch.labels is not None:
+                    check_label_ids(batch.labels.detach().cpu(), vocab, f"Trainer (step {self.step + 1})",
+                                    "a batch's labels")
+        last = "" if not math.isfinite(self.last_train_loss) else f" (it was {self.last_train_loss:.4f} at step {self.step})"
+        kept = kept_message(self.config.out_dir) if self.config.out_dir else "no checkpoint is written (no out_dir)"
+        raise TrainingDiverged(f"training diverged at step {self.step + 1}: the loss is {loss}{last}; stopped before "
+                               f"the optimizer step, and {kept}; " + _HINT, self.step + 1, loss)
 
     def train(self, steps: int | None = None, *, on_eval: Callable[[int, float], None] | None = None) -> float:
         """Train until ``steps`` optimizer steps in total (default ``config.steps``); returns the last train loss.
@@ -350,8 +462,22 @@ class Trainer:
         The data iterator is rebuilt from the saved generator state after a resume, so an
         interrupted-and-resumed run sees the same batches as an uninterrupted one, provided
         ``batches`` consumes the generator batch by batch (draws nothing ahead).
+
+        A NaN or infinite training or held-out loss raises :class:`TrainingDiverged` (nothing non-finite is saved).
+        Ctrl-C stops at the end of the current step, saves into ``out_dir`` and raises :class:`TrainingInterrupted`
+        (``config.interrupt_at_step_boundary``); under torchrun every rank stops at the same step.
         """
         target = self.config.steps if steps is None else steps
+        cfg = self.config
+        interrupt = _InterruptAtStepBoundary(self.strategy.is_main) if cfg.interrupt_at_step_boundary else None
+        with interrupt or contextlib.nullcontext():
+            self._interrupt, self._stop_requested = interrupt, False
+            try:
+                return self._train(target, on_eval)
+            finally:
+                self._interrupt = None
+
+    def _train(self, target: int, on_eval: Callable[[int, float], None] | None) -> float:
         cfg = self.config
         bar = _make_bar(target, "train", cfg.progress and self.strategy.is_main, initial=self.step)
         start, start_tokens = time.perf_counter(), self.tokens
@@ -368,6 +494,10 @@ class Trainer:
                 bar.update(1)
                 if cfg.eval_every and self.eval_batches is not None and self.step % cfg.eval_every == 0:
                     eval_loss = self.evaluate()
+                    if not math.isfinite(eval_loss):
+                        kept = kept_message(cfg.out_dir) if cfg.out_dir else "no checkpoint is written (no out_dir)"
+                        raise TrainingDiverged(f"training diverged at step {self.step}: the held-out loss is "
+                                               f"{eval_loss}; {kept}; " + _HINT, self.step, eval_loss)
                     self.history.eval_loss.append((self.step, eval_loss))
                     if cfg.progress and self.strategy.is_main:
                         bar.write(f"step {self.step}: train loss {loss:.4f}, eval loss {eval_loss:.4f}")
@@ -375,6 +505,10 @@ class Trainer:
                         on_eval(self.step, eval_loss)
                 if cfg.out_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.save(cfg.out_dir)
+                if self._stop_requested:  # Ctrl-C on some rank: every rank heard it with this step's loss
+                    if cfg.out_dir and self.saved_step != self.step:
+                        self.save(cfg.out_dir)
+                    raise TrainingInterrupted(self.step, cfg.out_dir)
         finally:
             bar.close()
         if cfg.out_dir:

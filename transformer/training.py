@@ -2,9 +2,16 @@
 
 The names and signatures follow the Annotated Transformer (``LabelSmoothing``, ``rate``,
 ``SimpleLossCompute``); the differences are fixes: ``LabelSmoothing`` never produces inf or NaN (the
-tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), and the loss compute survives
-all-padding batches (the tutorial divides by zero). Batches are in :mod:`transformer.batching`, the training
-loop (``run_epoch``, ``Trainer``) in :mod:`transformer.trainer`.
+tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), the loss compute survives
+all-padding batches (the tutorial divides by zero), and a label outside the vocabulary is named in a ValueError
+instead of an index error (or, on a GPU, a device-side assert). Batches are in :mod:`transformer.batching`, the
+training loop (``run_epoch``, ``Trainer``) in :mod:`transformer.trainer`.
+
+Label ids are checked where reading them costs nothing: on the CPU, every call checks them and raises. On a GPU the
+check does not read the labels back to the host (that would add a synchronisation to every step): an out-of-range
+id never indexes anything (the loss reads a clamped id), and the loss becomes NaN; the training loops, which read
+the loss on the host at every step anyway, then name the label (:class:`~transformer.trainer.Trainer` checks the
+labels of a step whose loss is not finite, and the CPU-built batches of the tasks check them when they are made).
 """
 
 from __future__ import annotations
@@ -17,7 +24,31 @@ from torch import nn
 
 from .contracts import Float, Int, Tensor, checked
 
-__all__ = ["LabelSmoothing", "label_smoothing_entropy", "rate", "NoamSchedule", "SimpleLossCompute"]
+__all__ = ["LabelSmoothing", "label_smoothing_entropy", "rate", "NoamSchedule", "noam_factor", "SimpleLossCompute",
+           "check_label_ids"]
+
+
+def _checked_on_host(tensor: Tensor) -> bool:
+    """Whether a check may read ``tensor`` (free on the CPU; never while torch.compile traces)."""
+    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _invalid_labels(labels: Tensor, vocab: int, ignore: int | None = None) -> Tensor:
+    invalid = (labels < 0) | (labels >= vocab)
+    return invalid if ignore is None else invalid & (labels != ignore)
+
+
+def check_label_ids(labels: Tensor, vocab: int, who: str, name: str, *, ignore: int | None = None) -> None:
+    """Raise ValueError naming ``who``'s argument ``name``, the first id of ``labels`` outside ``[0, vocab)``
+    (``ignore``, e.g. a criterion's ``ignore_index``, is allowed too), its position and the allowed range.
+
+    Reads ``labels`` on the host: callers run it on CPU tensors (see the module docstring for GPUs)."""
+    invalid = _invalid_labels(labels, vocab, ignore)
+    if bool(invalid.any()):
+        position = tuple(int(i) for i in invalid.nonzero()[0])
+        allowed = f"[0, {vocab})" + (f" or the ignored id {ignore}" if ignore is not None else "")
+        raise ValueError(f"{who}: {name} holds label id {int(labels[position])} at position {position}, outside "
+                         f"{allowed} (vocabulary size {vocab})")
 
 
 def label_smoothing_entropy(size: int, smoothing: float, style: str = "torch") -> float:
@@ -30,8 +61,10 @@ def label_smoothing_entropy(size: int, smoothing: float, style: str = "torch") -
             == F.cross_entropy(logits, target, label_smoothing=s, ignore_index=pad, reduction="sum")
                - ntokens * label_smoothing_entropy(size, s)
 
-    where ``ntokens`` is the number of targets that are not ``pad``.
+    where ``ntokens`` is the number of targets that are not ``pad``. Without smoothing the target is one-hot: 0.
     """
+    if smoothing == 0.0:
+        return 0.0
     if style == "torch":
         others, each, confidence = size - 1, smoothing / size, 1.0 - smoothing + smoothing / size
     else:
@@ -78,9 +111,15 @@ class LabelSmoothing(nn.Module):
 
     @checked
     def forward(self, x: Float[Tensor, "*batch {self.size}"], target: Int[Tensor, "*batch"]) -> Float[Tensor, ""]:
+        """The summed KL divergence. A ``target`` id outside ``[0, size)`` raises ValueError naming it (on the CPU;
+        on a GPU the loss is NaN instead, without a synchronisation: see the module docstring)."""
+        on_host = _checked_on_host(target)
+        if on_host:
+            check_label_ids(target, self.size, "LabelSmoothing", "target")
         x = x.float().reshape(-1, self.size)
         target = target.reshape(-1)
-        keep = target != self.padding_idx
+        invalid = None if on_host else _invalid_labels(target, self.size)
+        keep = target != self.padding_idx if invalid is None else (target != self.padding_idx) & ~invalid
         safe_target = torch.where(keep, target, torch.zeros_like(target))
         x_label = x.gather(1, safe_target.unsqueeze(1)).squeeze(1)
         s = self.smoothing
@@ -97,7 +136,10 @@ class LabelSmoothing(nn.Module):
             others = torch.where(columns, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(dim=1) - x_label
             cross = -((1.0 - s) * x_label + each * others)
         per_row = torch.where(keep, cross - self.entropy, torch.zeros((), dtype=x.dtype, device=x.device))
-        return per_row.sum()
+        loss = per_row.sum()
+        if invalid is not None:  # an id no row may hold: NaN, which the training loops read and name
+            loss = torch.where(invalid.any(), torch.full_like(loss, float("nan")), loss)
+        return loss
 
 
 def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
@@ -113,10 +155,24 @@ def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
     return factor * (model_size ** (-0.5) * min(step ** (-0.5), step * warmup ** (-1.5)))
 
 
+def noam_factor(peak: float, model_size: int, warmup: int) -> float:
+    """The ``factor`` whose Noam schedule peaks at ``peak``: ``peak * sqrt(model_size * warmup)``.
+
+    The schedule rises linearly for ``warmup`` steps and decays as ``step^-0.5`` after; its largest value, at
+    ``step == warmup``, is ``factor * (model_size * warmup)^-0.5``. With Adam's base learning rate 1 (as the tasks
+    and the CLI use it), that value is the peak learning rate: ``--lr`` sets it, ``--lr-factor`` sets ``factor``."""
+    if not peak > 0 or peak == float("inf"):
+        raise ValueError(f"noam_factor: the peak learning rate must be a positive number, got {peak}")
+    if warmup <= 0:
+        raise ValueError(f"noam_factor: warmup must be positive, got warmup={warmup}")
+    return peak * math.sqrt(model_size * warmup)
+
+
 class NoamSchedule:
     """``rate`` as a picklable, JSON-serialisable callable: ``LambdaLR(opt, NoamSchedule(512, 1.0, 400))``.
 
-    Its ``__dict__`` is what ``LambdaLR.state_dict()`` stores, so checkpoints stay plain JSON.
+    Its ``__dict__`` is what ``LambdaLR.state_dict()`` stores, so checkpoints stay plain JSON. ``peak`` is its
+    largest value (at step ``warmup``).
     """
 
     def __init__(self, model_size: int, factor: float = 1.0, warmup: int = 400) -> None:
@@ -125,6 +181,11 @@ class NoamSchedule:
     def __call__(self, step: int) -> float:
         return rate(step, self.model_size, self.factor, self.warmup)
 
+    @property
+    def peak(self) -> float:
+        """The schedule's largest multiplier, reached at step ``warmup``: ``factor * (model_size * warmup)^-0.5``."""
+        return rate(self.warmup, self.model_size, self.factor, self.warmup)
+
 
 class SimpleLossCompute:
     """A simple loss compute and train function (the tutorial's): generator, then criterion.
@@ -132,6 +193,11 @@ class SimpleLossCompute:
     ``__call__(x, y, norm)`` returns ``(loss_sum, loss_node)`` where ``loss_node = criterion / norm``
     is what to back-propagate and ``loss_sum`` is its detached value times ``norm``. A ``norm`` of 0
     (an all-padding batch) is treated as 1, so the loss is 0, not NaN.
+
+    A label ``y`` outside the generator's vocabulary ``[0, vocab)`` (other than the criterion's ``ignore_index``,
+    e.g. ``nn.CrossEntropyLoss``'s -100) raises ValueError naming ``y``, the id, its position and the range, on the
+    CPU; on a GPU it is never passed to the criterion (no device-side assert) and the loss is NaN instead (see the
+    module docstring).
     """
 
     def __init__(self, generator: nn.Module, criterion: nn.Module) -> None:
@@ -142,5 +208,15 @@ class SimpleLossCompute:
         norm = float(norm)
         norm = norm if norm > 0 else 1.0
         x = self.generator(x)
+        vocab = x.size(-1)
+        ignore = getattr(self.criterion, "ignore_index", None)
+        invalid = None
+        if _checked_on_host(y):
+            check_label_ids(y, vocab, "SimpleLossCompute", "y (the labels)", ignore=ignore)
+        else:
+            invalid = _invalid_labels(y, vocab, ignore)
+            y = torch.where(invalid, torch.zeros_like(y) if ignore is None else torch.full_like(y, ignore), y)
         sloss = self.criterion(x.contiguous().view(-1, x.size(-1)), y.contiguous().view(-1)) / norm
+        if invalid is not None:  # NaN, which the training loops read and name
+            sloss = torch.where(invalid.any(), torch.full_like(sloss, float("nan")), sloss)
         return sloss.detach() * norm, sloss

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..batching import Batch
+from ..output_dirs import remove_stale_temps
 from .lm_batch import LMBatch
 from .text_files import ReadReport, TextFileError, pair_format, read_lines, read_text
 from .token_store import TokenStore, TokenStoreWriter
@@ -62,7 +63,9 @@ def _file_identity(paths: Sequence[str]) -> list[list]:
 
 def cached_store(path: str, build: Callable[[], TokenStore], identity: dict[str, Any]) -> tuple[TokenStore, bool]:
     """The store at ``path`` if it was built from ``identity`` (JSON values), else ``build()``; and whether it
-    was rebuilt."""
+    was rebuilt. Temporary directories that interrupted writes of ``path`` left behind are removed first, when their
+    process no longer exists (:func:`transformer.output_dirs.remove_stale_temps`)."""
+    remove_stale_temps(path)
     if os.path.isdir(path):
         try:
             store = TokenStore.open(path)
@@ -235,7 +238,8 @@ class PairDataset:
         indices = [int(i) for i in indices]
         sources = [self.src[i] for i in indices]
         targets = [np.concatenate([[self.bos], self.tgt[i], [self.eos]]) for i in indices]
-        return Batch(_pad(sources, self.pad), _pad(targets, self.pad), pad=self.pad)
+        return Batch(_pad(sources, self.pad), _pad(targets, self.pad), pad=self.pad, src_vocab=self.src.vocab_size,
+                     tgt_vocab=self.tgt.vocab_size)
 
 
 def _pad(rows: list[np.ndarray], pad: int) -> torch.Tensor:

@@ -10,6 +10,11 @@ A :class:`TokenStore` is a directory with
 as they come (one at a time in memory) into a temporary directory and renames it into place, so a store is either
 complete or absent. :meth:`TokenStore.open` maps ``tokens.bin``
 with ``numpy.memmap``; reading a sequence or a window copies only those ids.
+
+A disk that fills up (or a read-only directory) while a store is written raises
+:class:`~transformer.output_dirs.OutputWriteError`: one sentence naming the store, nothing left behind. Temporary
+directories of writes that were interrupted (``PATH.tmp-HOST-PID-*``) are removed by the next write to the same path
+when their process no longer exists (:mod:`transformer.output_dirs`).
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from ..output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 
 __all__ = ["TokenStore", "TokenStoreWriter", "write_token_store"]
 
@@ -39,29 +45,51 @@ class TokenStoreWriter:
     def __init__(self, path: str | os.PathLike, vocab_size: int, info: dict[str, Any] | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.vocab_size, self.dtype, self.info = vocab_size, _dtype(vocab_size), dict(info or {})
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.tmp = tempfile.mkdtemp(prefix=os.path.basename(self.path) + ".tmp-", dir=os.path.dirname(self.path))
-        self.file = open(os.path.join(self.tmp, _TOKENS), "wb")
+        self.tmp, self.file = None, None
         self.offsets = [0]
         self.store: TokenStore | None = None
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            remove_stale_temps(self.path)
+            self.tmp = make_temp_dir(self.path)
+            self.file = open(os.path.join(self.tmp, _TOKENS), "wb")
+        except OSError as error:
+            raise self._failed(error) from None
+
+    def _failed(self, error: BaseException) -> BaseException:
+        """Remove everything written; the error to raise (one sentence when the disk refused the write)."""
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        if is_write_failure(error):
+            return write_failure(error, "the token store", self.path,
+                                 kept="nothing was left behind (its temporary directory was removed)")
+        return error
 
     def add(self, ids: Sequence[int]) -> None:
         array = np.asarray(ids, dtype=np.int64)
         if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
             bad = int(array[(array < 0) | (array >= self.vocab_size)][0])
             raise ValueError(f"TokenStoreWriter: token id {bad} is outside [0, {self.vocab_size})")
-        self.file.write(array.astype(self.dtype).tobytes())
+        try:
+            self.file.write(array.astype(self.dtype).tobytes())
+        except OSError as error:
+            raise self._failed(error) from None
         self.offsets.append(self.offsets[-1] + array.size)
 
     def __enter__(self) -> TokenStoreWriter:
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        self.file.close()
         if error is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._failed(error)
             return
         try:
+            self.file.close()
             np.save(os.path.join(self.tmp, _OFFSETS), np.asarray(self.offsets, dtype=np.int64))
             with open(os.path.join(self.tmp, _INFO), "w") as f:
                 json.dump({"dtype": self.dtype.name, "vocab_size": self.vocab_size, "sequences": len(self.offsets) - 1,
@@ -69,9 +97,11 @@ class TokenStoreWriter:
             if os.path.exists(self.path):
                 shutil.rmtree(self.path)
             os.rename(self.tmp, self.path)
-        except BaseException:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise
+        except BaseException as failure:
+            raised = self._failed(failure)
+            if raised is failure:
+                raise
+            raise raised from None
         self.store = TokenStore.open(self.path)
 
 

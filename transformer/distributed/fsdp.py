@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..checkpoint import CheckpointError, encode_state
+from ..checkpoint import (
+    CheckpointError,
+    NonFiniteWeightsError,
+    describe_nonfinite,
+    encode_state,
+    kept_message,
+    nonfinite_tensors,
+)
+from ..output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 from .sharded_checkpoint import (
     build_model,
     dcp_directory,
@@ -116,13 +123,22 @@ class FSDPStrategy(CollectiveStrategy):
         parent = os.path.dirname(path)
         model_state, optim_state = get_state_dict(model, optimizer)
         tensors, extras = _split_optimizer_state(optim_state["state"])
-        tmp = None
+        tmp = problem = None
         if self.is_main:
-            os.makedirs(parent, exist_ok=True)
             if os.path.exists(path) and not os.path.isdir(path):
-                raise CheckpointError(f"checkpoint path {path} exists and is not a directory")
-            tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + ".tmp-", dir=parent)
-        tmp = self.broadcast(tmp)
+                problem = CheckpointError(f"checkpoint path {path} exists and is not a directory")
+            else:
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                    remove_stale_temps(path)
+                    tmp = make_temp_dir(path)
+                except OSError as error:
+                    if not is_write_failure(error):
+                        raise
+                    problem = write_failure(error, "the checkpoint", path, kept=kept_message(path))
+        tmp, problem = self.broadcast((tmp, problem))  # every rank raises rank 0's problem: none waits for the others
+        if problem is not None:
+            raise problem
         try:
             dcp.save({"model": model_state, "optim": tensors}, storage_writer=dcp.FileSystemWriter(dcp_directory(tmp)))
             if self.is_main:
@@ -133,9 +149,13 @@ class FSDPStrategy(CollectiveStrategy):
                 write_sharded_files(tmp, model, encoded, encoded_tensors, metadata, self.world_size,
                                     int(trainer_state.get("step", 0)))
                 swap_into_place(tmp, path)
-        except BaseException:
+        except BaseException as error:
             if self.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
+            if is_write_failure(error):
+                needed = sum(_local_bytes(t) for t in model_state.values()) * self.world_size
+                raise write_failure(error, "the sharded checkpoint", path, needed=needed,
+                                    kept=kept_message(path)) from None
             raise
         self.barrier()
         return path
@@ -170,12 +190,22 @@ class FSDPStrategy(CollectiveStrategy):
         model_state, optim_state = get_state_dict(model, optimizer)  # templates: this world's shards
         tensors, _ = _split_optimizer_state(optim_state["state"])
         dcp.load({"model": model_state, "optim": tensors}, storage_reader=dcp.FileSystemReader(dcp_directory(path)))
+        bad = nonfinite_tensors(model_state.items())  # this rank's shards; every rank hears the verdict
+        if self.all_reduce_sum([len(bad)])[0]:
+            raise NonFiniteWeightsError(f"checkpoint {path} holds non-finite weights (NaN or inf)"
+                                        + (f" in {describe_nonfinite(bad)}" if bad else " in other ranks' shards")
+                                        + ": it was saved from a run that diverged", bad)
         state = read_sharded_state(path)
         saved = state.pop("sharded_optimizer")
         merged = {fqn: {**tensors.get(fqn, {}), **saved["state"].get(fqn, {})} for fqn in set(tensors) | set(saved["state"])}
         set_state_dict(model, optimizer, model_state_dict=model_state,
                        optim_state_dict={"state": merged, "param_groups": saved["param_groups"]})
         return state
+
+
+def _local_bytes(tensor: Any) -> int:
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return local.numel() * local.element_size() if isinstance(local, torch.Tensor) else 0
 
 
 def _check_optimizer_holds(optimizer: torch.optim.Optimizer, model: nn.Module) -> None:

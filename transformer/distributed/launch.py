@@ -116,5 +116,9 @@ def recorded_errors() -> Iterator[None]:
 
 def restarted_with_checkpoint(world: World | None, out: str) -> bool:
     """Whether torchrun restarted the job (``--max-restarts``; ``TORCHELASTIC_RESTART_COUNT > 0``) and ``out``
-    holds a checkpoint to resume from (a job that failed before its first save starts again)."""
-    return world is not None and world.restart_count > 0 and os.path.isfile(os.path.join(out, "meta.json"))
+    holds a checkpoint to resume from (a job that failed before its first save starts again). The checkpoint is
+    found as ``--resume`` finds it (:func:`transformer.checkpoint.find_checkpoint`): ``out``, or the copy a save
+    interrupted between its two renames left aside (``out.old-*``)."""
+    from ..checkpoint import find_checkpoint
+
+    return world is not None and world.restart_count > 0 and find_checkpoint(out) is not None

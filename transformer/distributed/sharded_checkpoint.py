@@ -29,6 +29,7 @@ from ..checkpoint import (
     _load,
     _sha256,
     decode_state,
+    find_checkpoint,
     model_kind,
     read_config,
 )
@@ -121,13 +122,16 @@ def _read_meta(path: str) -> dict[str, Any] | None:
 
 
 def resolve_sharded(path: str) -> str:
-    """``path``, or the copy an interrupted save left aside (``path.old-*``)."""
+    """The checkpoint :func:`~transformer.checkpoint.find_checkpoint` finds for ``path`` (the one rule: ``path``, or
+    the copy an interrupted save left aside, ``path.old-*``, with a warning); ``path`` itself when it is a directory
+    without ``meta.json`` (verifying names what is missing)."""
+    found = find_checkpoint(path)
+    if found is not None:
+        if found != path:
+            warnings.warn(f"checkpoint {path} is missing; using {found} left by an interrupted save", stacklevel=3)
+        return found
     if os.path.isdir(path):
         return path
-    for candidate in sorted(glob.glob(glob.escape(path) + ".old-*"), key=os.path.getmtime, reverse=True):
-        if os.path.isfile(os.path.join(candidate, _META)):
-            warnings.warn(f"checkpoint {path} is missing; using {candidate} left by an interrupted save", stacklevel=3)
-            return candidate
     raise CheckpointError(f"no checkpoint at {path}")
 
 

@@ -46,10 +46,11 @@ def shard_batch(batch: Any, shard: Shard) -> Any:
     rows = check_batch_size(n, shard.world_size, "a global batch of")
     part = slice(shard.rank * rows, (shard.rank + 1) * rows)
     if type(batch) is Batch:
+        vocabs = dict(src_vocab=batch.src_vocab, tgt_vocab=batch.tgt_vocab)
         if batch.tgt is None:
-            return Batch(batch.src[part], None, batch.pad)
+            return Batch(batch.src[part], None, batch.pad, **vocabs)
         tgt = torch.cat([batch.tgt[part], batch.tgt_y[part, -1:]], dim=1)  # the full target: decoder input + last label
-        return Batch(batch.src[part], tgt, batch.pad)
+        return Batch(batch.src[part], tgt, batch.pad, **vocabs)
     method = getattr(batch, "shard", None)
     if callable(method):
         return method(shard.rank, shard.world_size)

@@ -85,13 +85,16 @@ class Task:
     def batches(self, generator: torch.Generator, batch_size: int) -> Iterator[Batch]:
         """Endless training batches drawn from ``generator`` one batch at a time (resumable)."""
         while True:
-            src, tgt = self.sample(generator, batch_size)
-            yield Batch(src, tgt, self.pad)
+            yield self.batch(*self.sample(generator, batch_size))
 
     def eval_batches(self, n_batches: int = 5, batch_size: int = 80, seed: int = 1234) -> list[Batch]:
         """A fixed held-out evaluation set (the same for a given seed)."""
         g = torch.Generator().manual_seed(seed)
-        return [Batch(*self.sample(g, batch_size, held_out=True), self.pad) for _ in range(n_batches)]
+        return [self.batch(*self.sample(g, batch_size, held_out=True)) for _ in range(n_batches)]
+
+    def batch(self, src: torch.Tensor, tgt: torch.Tensor) -> Batch:
+        """A :class:`Batch` of the task's ids, checked against its vocabularies (every position of ``tgt``)."""
+        return Batch(src, tgt, self.pad, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
 
     # -- model and training --------------------------------------------------------
     def default_config(self, **changes: Any) -> TransformerConfig:

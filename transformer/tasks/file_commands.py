@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint
+from ..checkpoint import CheckpointError, ConfigMismatchError, find_checkpoint, load_checkpoint
 from ..data.corpora import TOO_LONG_POLICIES
 from ..data.text_files import ENCODING_ERRORS, PAIR_FORMATS, TextFileError
 from ..data.tokenizers import TOKENIZER_KINDS, TextTokenizer, TokenizerMismatchError, load_tokenizer
@@ -41,14 +41,11 @@ from ..distributed import (
 )
 from .tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
 
-__all__ = ["FILE_TASKS", "CommandError", "add_file_flags", "add_generate_parser", "file_flags_misused",
-           "train_file_task", "generate_command", "decode_translation"]
+__all__ = ["FILE_TASKS", "CommandError", "add_lm_flags", "add_translate_flags", "add_generate_parser",
+           "train_file_task", "generate_command", "decode_translation", "schedule_settings", "schedule_given",
+           "describe_schedule", "resume_schedule", "require_finite"]
 
 FILE_TASKS = ("lm", "translate")
-_LM_ONLY = ("text", "block_len", "valid_fraction", "formulation")
-_TRANSLATE_ONLY = ("train", "format", "too_long", "beam_size", "label_smoothing")
-_BOTH = ("valid", "tokenizer", "tokenizer_file", "vocab_size", "min_frequency", "encoding_errors", "max_len",
-         "max_tokens", "d_model", "layers", "heads", "d_ff", "dropout", "warmup", "lr_factor", "data_dir")
 
 
 class CommandError(ValueError):
@@ -61,7 +58,7 @@ def _positive(kind):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if value <= 0:
+        if not value > 0 or value == float("inf"):
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text}")
         return value
 
@@ -78,61 +75,137 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_file_flags(train: argparse.ArgumentParser) -> None:
-    """The flags of ``train lm`` and ``train translate`` (all default None: given or not is checked per task)."""
-    g = train.add_argument_group("your own data (train lm, train translate); see docs/data.md")
-    g.add_argument("--text", nargs="+", metavar="FILE", help="lm: training text files (UTF-8)")
-    g.add_argument("--train", metavar="FILE", help="translate: training pairs, source<TAB>target lines or JSON lines")
-    g.add_argument("--valid", nargs="+", metavar="FILE",
-                   help="held-out data: lm: text files (default: the last --valid-fraction of the text); "
-                        "translate: one file of pairs (required)")
-    g.add_argument("--format", choices=PAIR_FORMATS, help="translate: tsv or jsonl (default: from the file name)")
-    g.add_argument("--tokenizer", choices=TOKENIZER_KINDS, help="train a bpe (default) or char tokenizer")
+def _data_flags(g: argparse._ArgumentGroup, d: dict[str, Any]) -> None:
+    """The tokenizer and reading flags both file tasks take (after each task's own files)."""
+    g.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default="bpe",
+                   help="train a bpe or a char tokenizer on the training files (default: %(default)s)")
     g.add_argument("--tokenizer-file", metavar="PATH", help="use this tokenizer.json instead of training one")
-    g.add_argument("--vocab-size", type=_positive(int), help="tokenizer vocabulary (default lm 2000, translate 1000)")
-    g.add_argument("--min-frequency", type=_positive(int), help="tokenizer: least count of a merge/character")
-    g.add_argument("--encoding-errors", choices=ENCODING_ERRORS,
-                   help="invalid UTF-8: strict (default: refuse, naming file and line) or replace (U+FFFD, counted)")
-    g.add_argument("--too-long", choices=TOO_LONG_POLICIES,
-                   help="translate: pairs longer than --max-len: refuse (default), truncate or skip (counted)")
-    g.add_argument("--max-len", type=_positive(int), help="longest sequence the model takes (positions)")
-    g.add_argument("--block-len", type=_positive(int), help="lm: tokens per training window (default 128)")
-    g.add_argument("--max-tokens", type=_positive(int), help="batch budget in (padded) tokens (default 2048)")
-    g.add_argument("--valid-fraction", type=_fraction, help="lm: held-out share of the text without --valid (0.05)")
-    g.add_argument("--formulation", choices=("paper", "functional"),
-                   help="lm: the paper's formulation (default) or the functional transformer's")
-    g.add_argument("--d-model", type=_positive(int), help="model width")
-    g.add_argument("--layers", type=_positive(int), help="layers (lm) or layers per stack (translate)")
-    g.add_argument("--heads", type=_positive(int), help="attention heads")
-    g.add_argument("--d-ff", type=_positive(int), help="feed-forward width")
-    g.add_argument("--dropout", type=_fraction, help="dropout")
-    g.add_argument("--warmup", type=_positive(int), help="Noam warmup steps")
-    g.add_argument("--lr-factor", type=_positive(float), help="Noam factor")
-    g.add_argument("--label-smoothing", type=_fraction, help="translate: label smoothing (default 0)")
-    g.add_argument("--beam-size", type=_positive(int), help="translate: beam size for the held-out BLEU (default 1)")
+    g.add_argument("--vocab-size", type=_positive(int), default=d["vocab_size"],
+                   help="tokenizer vocabulary, special tokens (and bpe's 256 bytes) included (default: %(default)s)")
+    g.add_argument("--min-frequency", type=_positive(int),
+                   help="tokenizer: least count of a merge/character (default: 2 for bpe, 1 for char)")
+    g.add_argument("--encoding-errors", choices=ENCODING_ERRORS, default="strict",
+                   help="invalid UTF-8: strict refuses, naming file and line; replace puts U+FFFD in place of bad "
+                        "bytes and counts the lines (default: %(default)s)")
+    g.add_argument("--max-tokens", type=_positive(int), default=d["max_tokens"],
+                   help="batch budget in (padded) tokens; under torchrun each rank's (default: %(default)s)")
     g.add_argument("--data-dir", metavar="DIR", help="where the tokenized data is kept (default: OUT.data)")
 
 
-def file_flags_misused(args: argparse.Namespace) -> str | None:
-    """A sentence when a flag of one kind of task was given to another, else None."""
-    given = lambda names: [n for n in names if getattr(args, n, None) is not None]  # noqa: E731
-    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-    if args.task not in FILE_TASKS:
-        wrong = given(_LM_ONLY + _TRANSLATE_ONLY + _BOTH)
-        return f"{flag(wrong[0])} is for train lm or train translate, not train {args.task}" if wrong else None
-    other = _TRANSLATE_ONLY if args.task == "lm" else _LM_ONLY
-    wrong = given(other)
-    if wrong:
-        return f"{flag(wrong[0])} is for train {'translate' if args.task == 'lm' else 'lm'}, not train {args.task}"
-    if args.batch_size is not None:
-        return f"train {args.task} batches by tokens: use --max-tokens instead of --batch-size"
-    if args.task == "lm" and not args.text:
-        return "train lm needs --text FILE... (the training text)"
-    if args.task == "translate" and (not args.train or not args.valid):
-        return "train translate needs --train FILE and --valid FILE (pairs: source<TAB>target lines or JSON lines)"
-    if args.task == "translate" and len(args.valid) != 1:
-        return f"train translate takes one --valid file, got {len(args.valid)}"
-    return None
+def _model_flags(p: argparse.ArgumentParser, d: dict[str, Any], layers: str) -> argparse._ArgumentGroup:
+    g = p.add_argument_group("model")
+    g.add_argument("--d-model", type=_positive(int), default=d["d_model"], help="model width (default: %(default)s)")
+    g.add_argument("--layers", type=_positive(int), default=d["n_layers"], help=f"{layers} (default: %(default)s)")
+    g.add_argument("--heads", type=_positive(int), default=d["n_heads"], help="attention heads (default: %(default)s)")
+    g.add_argument("--d-ff", type=_positive(int), default=d["d_ff"], help="feed-forward width (default: %(default)s)")
+    g.add_argument("--dropout", type=_fraction, default=d["dropout"],
+                   help="dropout, on the sub-layers and the attention weights (default: %(default)s)")
+    return g
+
+
+def add_lm_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train lm`` (the training flags every task takes are the CLI's)."""
+    from .text_lm import LM_DEFAULTS as d
+
+    g = p.add_argument_group("data (see docs/data.md)")
+    g.add_argument("--text", nargs="+", metavar="FILE", required=True, help="training text files (UTF-8)")
+    g.add_argument("--valid", nargs="+", metavar="FILE",
+                   help="held-out text files (default: the last --valid-fraction of the text)")
+    g.add_argument("--valid-fraction", type=_fraction, default=d["valid_fraction"],
+                   help="held-out share of the text without --valid (default: %(default)s)")
+    g.add_argument("--block-len", type=_positive(int), default=d["block_len"],
+                   help="tokens per training window (default: %(default)s)")
+    _data_flags(g, d)
+    m = _model_flags(p, d, "decoder layers")
+    m.add_argument("--formulation", choices=("paper", "functional"), default="paper",
+                   help="the paper's formulation or the functional transformer's (docs/lm.md) (default: %(default)s)")
+    m.add_argument("--max-len", type=_positive(int), help="longest sequence the model takes, in positions "
+                                                          "(default: the larger of 256 and --block-len)")
+
+
+def add_translate_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train translate`` (the training flags every task takes are the CLI's)."""
+    from .translation_files import TRANSLATE_DEFAULTS as d
+
+    g = p.add_argument_group("data (see docs/data.md)")
+    g.add_argument("--train", metavar="FILE", required=True,
+                   help="training pairs: source<TAB>target lines, or JSON lines with src and tgt")
+    g.add_argument("--valid", metavar="FILE", required=True, help="held-out pairs, in the same format")
+    g.add_argument("--format", choices=PAIR_FORMATS, help="tsv or jsonl (default: from the file name: .jsonl and "
+                                                          ".json are JSON lines, anything else tsv)")
+    g.add_argument("--too-long", choices=TOO_LONG_POLICIES, default="refuse",
+                   help="pairs longer than --max-len: refuse, truncate or skip (counted) (default: %(default)s)")
+    _data_flags(g, d)
+    m = _model_flags(p, d, "layers of each stack, encoder and decoder")
+    m.add_argument("--max-len", type=_positive(int), default=d["max_len"],
+                   help="longest source, and target with <s> and </s>, in tokens (default: %(default)s)")
+    e = p.add_argument_group("evaluation")
+    e.add_argument("--label-smoothing", type=_fraction, default=d["label_smoothing"],
+                   help="label smoothing of the training loss (default: %(default)s)")
+    e.add_argument("--beam-size", type=_positive(int), default=1,
+                   help="beam size for decoding the held-out sources (1: greedy) (default: %(default)s)")
+    e.add_argument("--eval-examples", type=_positive(int), default=500,
+                   help="held-out lines decoded for BLEU, chrF and exact match (default: %(default)s)")
+
+
+def schedule_settings(args: argparse.Namespace, d_model: int, defaults: dict[str, Any]) -> tuple[float, int]:
+    """The Noam ``(factor, warmup)`` the flags ask for: ``--warmup`` (else the task's), and ``--lr`` (the schedule's
+    peak) converted with ``d_model`` and the warm-up (:func:`transformer.training.noam_factor`), else
+    ``--lr-factor``, else the task's factor (``defaults``: ``"factor"`` and ``"warmup"``)."""
+    from ..training import noam_factor
+
+    warmup = defaults["warmup"] if args.warmup is None else args.warmup
+    if args.lr is not None:
+        return noam_factor(args.lr, d_model, warmup), warmup
+    return (defaults["factor"] if args.lr_factor is None else args.lr_factor), warmup
+
+
+def schedule_given(args: argparse.Namespace) -> bool:
+    """Whether the command line sets the learning rate (``--lr``, ``--lr-factor`` or ``--warmup``)."""
+    return any(getattr(args, name, None) is not None for name in ("lr", "lr_factor", "warmup"))
+
+
+def describe_schedule(schedule) -> str:
+    """One line on the learning rate a run uses: the Noam schedule's warm-up, peak and factor."""
+    return (f"learning rate: Noam schedule, {schedule.warmup} warm-up steps to a peak of {schedule.peak:.3g} "
+            f"(factor {schedule.factor:.4g})")
+
+
+def resume_schedule(trainer, args: argparse.Namespace) -> str | None:
+    """After ``trainer`` resumed: keep the checkpoint's learning-rate schedule, unless the command line sets some of
+    it (``--lr``, ``--lr-factor``, ``--warmup``; what it does not set stays the checkpoint's), which then applies
+    from the resumed step on (e.g. a lower ``--lr`` after a divergence). Returns a line saying what changed, or
+    None."""
+    from ..training import NoamSchedule
+
+    scheduler = trainer.scheduler
+    saved = scheduler.lr_lambdas[0]
+    if not schedule_given(args):
+        return None
+    factor, warmup = schedule_settings(args, saved.model_size, {"factor": saved.factor, "warmup": saved.warmup})
+    if (saved.factor, saved.warmup) == (factor, warmup):
+        return None
+    new = NoamSchedule(saved.model_size, factor, warmup)
+    scheduler.lr_lambdas = [new for _ in scheduler.lr_lambdas]
+    for group, base in zip(trainer.optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * new(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in trainer.optimizer.param_groups]
+    return (f"learning rate changed on resume: factor {saved.factor:.4g} -> {factor:.4g}, warm-up {saved.warmup} -> "
+            f"{warmup} (peak {saved.peak:.3g} -> {new.peak:.3g})")
+
+
+def require_finite(eval_loss: float, step: int) -> float:
+    """``eval_loss``, or :class:`~transformer.trainer.TrainingDiverged` when it is NaN or infinite: a run never
+    reports a non-finite loss (or perplexity, or BLEU of a broken model) as its result."""
+    import math
+
+    from ..trainer import TrainingDiverged
+
+    if not math.isfinite(eval_loss):
+        raise TrainingDiverged(f"the held-out loss after step {step} is {eval_loss}: the model is broken (a loss or "
+                               "a weight became NaN or inf); no results are reported; lower the learning rate (--lr "
+                               "or --lr-factor) or lengthen the warm-up (--warmup)", step, eval_loss)
+    return eval_loss
 
 
 def _pick(args: argparse.Namespace, name: str, defaults: dict[str, Any], default_name: str | None = None):
@@ -204,14 +277,37 @@ class _FileRun:
         shared = self.strategy.broadcast(None if data is None else data.tokenizer.to_json())  # the others wait here
         return data if data is not None else prepare(TextTokenizer.from_json(shared, source="rank 0's tokenizer"))
 
+    def check_same_data(self, settings: dict[str, Any]) -> None:
+        """A resumed run continues the checkpoint's batches: its data settings (``--seed``, ``--max-tokens``,
+        ``--block-len``, as recorded in the checkpoint's metadata) must be the command line's, or the plan of batches
+        (and so what the position in it means) would silently change."""
+        if not self.resumes:
+            return
+        found = find_checkpoint(self.out)
+        try:
+            with open(os.path.join(found, "meta.json")) as f:
+                recorded = json.load(f)["metadata"].get("data", {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return
+        for name, value in settings.items():
+            if name in recorded and recorded[name] != value:
+                flag = "--" + name.replace("_", "-")
+                raise CommandError(f"{flag} {value} differs from the checkpoint's {recorded[name]} (in {found}): a "
+                                   f"resumed run continues the checkpoint's plan of batches; give {flag} "
+                                   f"{recorded[name]}")
+
     def start(self, trainer) -> None:
-        """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted."""
+        """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted
+        (with the learning rate the command line sets, if it sets one: :func:`resume_schedule`)."""
         trainer.distribute(self.strategy)
         if self.resumes:
             trainer.resume(self.out)
             restarts = self.strategy.world.restart_count
             print(f"{f'restart {restarts}: ' if self.restarted and not self.args.resume else ''}resumed from {self.out} "
                   f"at step {trainer.step}")
+            changed = resume_schedule(trainer, self.args)
+            if changed:
+                print(changed)
 
     def describe(self) -> str:
         return f"device {self.device}, {torch.get_num_threads()} thread(s)" + (
@@ -243,6 +339,7 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
 
     d, out = LM_DEFAULTS, run.out
     block = _pick(args, "block_len", d)
+    run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block})
     data = run.prepare(lambda tokenizer: prepare_lm_data(
         args.text, data_dir, tokenizer=tokenizer, kind=args.tokenizer or "bpe", vocab_size=_pick(args, "vocab_size", d),
         min_frequency=args.min_frequency, block=block, valid_files=args.valid or (),
@@ -252,18 +349,21 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     if args.max_len is not None:
         fields["max_len"] = args.max_len
     config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
+    factor, warmup = schedule_settings(args, config.d_model, d)
     trainer = make_lm_trainer(data, config, max_tokens=_pick(args, "max_tokens", d), steps=args.steps or d["steps"],
-                              warmup=_pick(args, "warmup", d), factor=_pick(args, "lr_factor", d, "factor"),
+                              warmup=warmup, factor=factor,
                               seed=args.seed, device=run.device, progress=not args.no_progress,
                               eval_every=d["eval_every"] if args.eval_every is None else args.eval_every, out_dir=out)
     run.start(trainer)
     print(f"lm: {data.describe()}; {data.report.summary()}")
     print(f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({args.formulation or 'paper'} "
           f"formulation, {config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
-          f"{trainer.config.steps} steps, {run.describe()}", flush=True)
+          f"{trainer.config.steps} steps, {run.describe()}")
+    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train()
     results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
+    require_finite(results["eval_loss"], trainer.step)
     trainer.metadata["results"] = results
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
     sample = _sample_text(model, data) if run.strategy.is_main else None
@@ -306,14 +406,16 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
 
     d, out = TRANSLATE_DEFAULTS, run.out
     max_len = _pick(args, "max_len", d)
+    run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d)})
     data = run.prepare(lambda tokenizer: prepare_translation_data(
-        args.train, args.valid[0], data_dir, max_len=max_len, tokenizer=tokenizer, kind=args.tokenizer or "bpe",
+        args.train, args.valid, data_dir, max_len=max_len, tokenizer=tokenizer, kind=args.tokenizer or "bpe",
         vocab_size=_pick(args, "vocab_size", d), min_frequency=args.min_frequency, format=args.format,
         encoding_errors=args.encoding_errors or "strict", too_long=args.too_long or "refuse"), tokenizer)
     config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
+    factor, warmup = schedule_settings(args, config.d_model, d)
     trainer = make_translation_trainer(
         data, config, max_tokens=_pick(args, "max_tokens", d), steps=args.steps or d["steps"],
-        warmup=_pick(args, "warmup", d), factor=_pick(args, "lr_factor", d, "factor"),
+        warmup=warmup, factor=factor,
         label_smoothing=_pick(args, "label_smoothing", d), seed=args.seed, device=run.device,
         progress=not args.no_progress, eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
         out_dir=out)
@@ -321,11 +423,12 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     print(f"translate: {data.describe()}; {data.report.summary()}")
     print(f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
           f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
-          f"{run.describe()}", flush=True)
+          f"{run.describe()}")
+    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - start
-    eval_loss = trainer.evaluate()  # every rank: the held-out batches are split between the ranks and reduced
+    eval_loss = require_finite(trainer.evaluate(), trainer.step)  # every rank: split between the ranks, reduced
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
     if run.strategy.is_main:  # decoding the held-out sources for BLEU: rank 0 alone, with the gathered model
         results, examples = translation_results(model, trainer, eval_loss, data, train_seconds,
@@ -339,6 +442,8 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
         print(f"  {source!r} -> {output!r} (reference {reference!r})")
     print(f"on {results['eval_lines']} held-out lines: BLEU {results['bleu']:.2f}, chrF {results['chrf']:.2f}, "
           f"exact match {results['exact_match']:.1%}")
+    if results["bleu_note"]:
+        print(f"note: {results['bleu_note']}")
     print(run.saved("decode"))
     print("RESULTS " + json.dumps(results))
     return 0

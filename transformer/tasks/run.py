@@ -22,6 +22,7 @@ def make_trainer(
     steps: int | None = None,
     batch_size: int | None = None,
     warmup: int | None = None,
+    factor: float | None = None,
     seed: int = 0,
     device: str | torch.device = "cpu",
     out_dir: str | None = None,
@@ -33,13 +34,16 @@ def make_trainer(
     **config_changes: Any,
 ) -> Trainer:
     """A Trainer for ``task`` with the tutorial's optimizer: Adam(lr=1 x Noam(d_model, factor, warmup),
-    betas=(0.9, 0.98), eps=1e-9), label smoothing per the task's defaults; seeded by ``seed``."""
+    betas=(0.9, 0.98), eps=1e-9), label smoothing per the task's defaults; seeded by ``seed``. ``warmup`` and
+    ``factor`` default to the task's (``task.default_training()``); ``transformer.training.noam_factor`` gives the
+    factor of a peak learning rate."""
     defaults = task.default_training()
     torch.manual_seed(seed)
     config = config or task.default_config(**config_changes)
     model = make_model(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    schedule = NoamSchedule(config.d_model, defaults.factor, warmup if warmup is not None else defaults.warmup)
+    schedule = NoamSchedule(config.d_model, defaults.factor if factor is None else factor,
+                            defaults.warmup if warmup is None else warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=schedule)
     bs = batch_size or defaults.batch_size
     eval_set = task.eval_batches(n_batches=eval_batches, batch_size=bs)

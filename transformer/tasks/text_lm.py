@@ -114,7 +114,7 @@ def make_lm_trainer(data: LMData, config: LMConfig, *, max_tokens: int, steps: i
         return (data.valid.make_batch(indices) for indices in valid_plan.epoch(0))
 
     meta = {"task": "lm", "tokenizer": tokenizer_metadata(data.tokenizer),
-            "data": {"block_len": data.train.block, "max_tokens": max_tokens}}
+            "data": {"block_len": data.train.block, "max_tokens": max_tokens, "seed": seed}}
     meta.update(metadata or {})
     return Trainer(model, optimizer, batches, criterion=LabelSmoothing(config.vocab, config.pad_id or 0, 0.0),
                    scheduler=scheduler, eval_batches=eval_batches, seed=seed, device=device, metadata=meta,

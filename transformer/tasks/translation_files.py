@@ -29,7 +29,7 @@ from ..training import LabelSmoothing, NoamSchedule
 from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
 
 __all__ = ["TranslationData", "prepare_translation_data", "translation_config", "make_translation_trainer",
-           "translate", "corpus_scores", "translation_results", "TRANSLATE_DEFAULTS"]
+           "translate", "corpus_scores", "bleu_note", "translation_results", "TRANSLATE_DEFAULTS"]
 
 #: The model and data defaults of ``train translate`` (the dates task's model size: a CPU trains it in minutes).
 TRANSLATE_DEFAULTS: dict[str, Any] = dict(vocab_size=1000, max_len=128, max_tokens=2048, d_model=64, n_layers=2,
@@ -101,7 +101,7 @@ def make_translation_trainer(data: TranslationData, config: TransformerConfig, *
     def eval_batches():
         return (data.valid.make_batch(indices) for indices in valid_plan.epoch(0))
 
-    meta = {"task": "translate", "tokenizer": tokenizer_metadata(data.tokenizer), "data": {"max_tokens": max_tokens}}
+    meta = {"task": "translate", "tokenizer": tokenizer_metadata(data.tokenizer), "data": {"max_tokens": max_tokens, "seed": seed}}
     meta.update(metadata or {})
     return Trainer(model, optimizer, batches, criterion=LabelSmoothing(config.tgt_vocab, config.pad_id, label_smoothing),
                    scheduler=scheduler, eval_batches=eval_batches, seed=seed, device=device, metadata=meta,
@@ -139,8 +139,31 @@ def _until_end(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos)] if eos in ids else ids
 
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Corpus BLEU and chrF (sacrebleu's defaults: 13a tokenization, chrF with character 6-grams, beta 2)."""
+def bleu_note(references: Sequence[str], tokenize=None, order: int = 4) -> str | None:
+    """A sentence when corpus BLEU cannot mean much on ``references``, else None.
+
+    BLEU multiplies the precisions of 1- to ``order``-grams (sacrebleu: 4), counted over the corpus in ``tokenize``'s
+    tokens (sacrebleu's 13a). When no reference has ``order`` tokens there is no 4-gram to count and BLEU is 0 for
+    any output, exact copies included; when most references are shorter, it scores only the few long ones."""
+    if tokenize is None:
+        from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+        tokenize = Tokenizer13a()
+    lengths = [len(tokenize(r).split()) for r in references]
+    short = sum(n < order for n in lengths)
+    if not lengths or short * 2 <= len(lengths):
+        return None
+    if short == len(lengths):
+        return (f"BLEU cannot mean anything here: none of the {len(lengths)} references has {order} tokens (BLEU "
+                f"multiplies the 1- to {order}-gram precisions, and these references have no {order}-grams), so it "
+                "is 0 even for exact copies; read chrF and exact match")
+    return (f"BLEU counts only the {len(lengths) - short} of {len(lengths)} references that have {order} tokens or "
+            f"more (the {short} shorter ones have no {order}-grams); read it with chrF and exact match")
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """Corpus BLEU and chrF (sacrebleu's defaults: 13a tokenization, chrF with character 6-grams, beta 2), exact
+    match, and ``bleu_note``: a sentence when BLEU cannot mean much on these references (see :func:`bleu_note`)."""
     from sacrebleu.metrics import BLEU, CHRF
 
     bleu, chrf = BLEU(), CHRF()
@@ -148,7 +171,8 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
     exact = sum(h == r for h, r in zip(hypotheses, references)) / max(len(references), 1)
     return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
             "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2), "exact_match": exact,
-            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature())}
+            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+            "bleu_note": bleu_note(references, bleu.tokenizer, bleu.max_ngram_order)}
 
 
 def translation_results(model: nn.Module, trainer: Trainer, eval_loss: float, data: TranslationData,

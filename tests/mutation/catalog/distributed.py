@@ -44,8 +44,8 @@ MUTANTS: list[Mutant] = [
       "FSDP shards each rank's own initial weights: ranks seeded differently give a model nobody initialised"),
     # --- losses and evaluation
     D("dist-train-loss-not-reduced", _T,
-      "        loss_sum, ntokens = self.strategy.all_reduce_sum([loss_sum, ntokens])  # the global batch's loss and tokens\n",
-      "",
+      "        loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, float(requested)])\n",
+      "        stops = self.strategy.all_reduce_sum([float(requested)])[0]\n",
       "the reported train loss and token count are the rank's own, not the global batch's"),
     D("dist-eval-not-reduced", _T,
       "        total_loss, total_tokens = self.strategy.all_reduce_sum([total_loss, total_tokens])\n",
@@ -74,7 +74,7 @@ MUTANTS: list[Mutant] = [
       "consolidation loads the shards into copies and saves the freshly initialised model"),
     # --- the command line
     D("dist-restart-not-resumed", _LAUNCH,
-      '    return world is not None and world.restart_count > 0 and os.path.isfile(os.path.join(out, "meta.json"))',
+      "    return world is not None and world.restart_count > 0 and find_checkpoint(out) is not None",
       "    return False",
       "after torchrun restarts a failed job, train starts again from step 0 instead of the last checkpoint"),
     D("dist-every-rank-prints", _C,
@@ -137,4 +137,16 @@ MUTANTS += [
       "    _refuse_sharded(args.checkpoint)\n    with _backend(args.attention_backend):\n        return generate_command",
       "    with _backend(args.attention_backend):\n        return generate_command",
       "generate on a sharded checkpoint fails on a missing weights file instead of saying to consolidate it"),
+]
+
+MUTANTS += [
+    # --- issue 20: per-rank randomness, the restart's rule for finding a checkpoint
+    D("dist-same-dropout-on-every-rank", _STRATEGY,
+      "        if self.world_size > 1:\n            torch.manual_seed(torch.initial_seed() + self.rank)",
+      "        if False:\n            torch.manual_seed(torch.initial_seed() + self.rank)",
+      "every rank keeps the same torch seed after wrapping: the ranks drop the same units of their examples"),
+    D("dist-restart-ignores-the-copy-aside", _LAUNCH,
+      "    return world is not None and world.restart_count > 0 and find_checkpoint(out) is not None",
+      '    return world is not None and world.restart_count > 0 and os.path.isfile(os.path.join(out, "meta.json"))',
+      "a torchrun restart looks only for OUT/meta.json: after a crash between a save's renames it starts from step 0"),
 ]

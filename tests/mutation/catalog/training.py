@@ -77,3 +77,112 @@ MUTANTS += [
       "sloss = self.criterion(x.contiguous().view(-1, x.size(-1)), y.contiguous().view(-1))",
       "SimpleLossCompute back-propagates the summed loss, not the loss / norm"),
 ]
+
+# --- issue 20, never silently wrong: the command line, divergence, non-finite weights, label ids, disk writes,
+# leftovers, the rule that finds a checkpoint, Ctrl-C, resumes. Each runs the sharpest of the files written for it.
+_RS, _CF, _TP = ("tests/test_run_safety.py",), ("tests/test_cli_flags.py",), ("tests/test_training_promises.py",)
+_CLI, _F, _CK, _TR = "transformer/cli.py", "transformer/tasks/file_commands.py", "transformer/checkpoint.py", \
+    "transformer/training.py"
+
+
+def S(id: str, file: str, old: str, new: str, what: str, tests: tuple[str, ...] = _RS) -> Mutant:
+    return Mutant(id, file, ((old, new),), what, tests)
+
+
+MUTANTS += [
+    # the command line
+    S("cli-abbreviations-allowed", _CLI, '        kwargs["allow_abbrev"] = False', '        kwargs["allow_abbrev"] = True',
+      "argparse expands prefixes again: --lr-fac 2 is read as --lr-factor 2", _CF),
+    S("cli-abbreviation-prescan-skipped", _CLI, "    _refuse_abbreviations(parser, argv)\n", "",
+      "an abbreviated required option is reported as missing instead of as an abbreviation", _CF),
+    S("cli-lr-flag-ignored", _F, "    if args.lr is not None:\n        return noam_factor(",
+      "    if False:\n        return noam_factor(", "--lr is accepted and ignored: the task's factor trains", _CF),
+    S("cli-lr-factor-formula-inverted", _TR, "    return peak * math.sqrt(model_size * warmup)",
+      "    return peak / math.sqrt(model_size * warmup)", "noam_factor divides where it multiplies: the peak is wrong"),
+    S("cli-resume-keeps-old-schedule", _F, "    if not schedule_given(args):\n        return None",
+      "    if True:\n        return None", "--lr on --resume is silently ignored (the checkpoint's schedule stays)", _CF),
+    S("cli-resume-schedule-task-warmup", _F, '{"factor": saved.factor, "warmup": saved.warmup})',
+      '{"factor": saved.factor, "warmup": 200})',
+      "--lr alone on a resume replaces the checkpoint's warm-up by the task's default", _CF),
+    S("cli-resume-data-unchecked", _F, "            if name in recorded and recorded[name] != value:",
+      "            if False:", "a resumed file task trains on another plan of batches (--seed/--max-tokens) silently", _CF),
+    S("cli-bleu-note-only-when-all-short", "transformer/tasks/translation_files.py",
+      "    if not lengths or short * 2 <= len(lengths):", "    if not lengths or short < len(lengths):",
+      "BLEU's note is given only when every reference is short, not when most are", _CF),
+    S("cli-out-refusal-missing", _CLI, "        if found is not None and not args.overwrite:", "        if False:",
+      "a new run into an --out that holds a checkpoint replaces it unasked"),
+    S("cli-foreign-directory-replaced", _CLI,
+      "        if found is None and os.path.isdir(out) and os.listdir(out):", "        if False:",
+      "train replaces a non-empty directory it did not write (the user's files)"),
+    S("cli-out-not-tried", _CLI, '        check_writable(out, "--out")', "        pass",
+      "an --out that cannot be written is found out at the first save, after training"),
+    # divergence and non-finite weights
+    S("trainer-divergence-unchecked", "transformer/trainer.py",
+      "        if not math.isfinite(loss_sum):\n            self._diverged(", "        if False:\n            self._diverged(",
+      "a NaN loss is trained on and saved"),
+    Mutant("trainer-divergence-after-the-step", "transformer/trainer.py", ((
+        "        if not math.isfinite(loss_sum):\n            self._diverged(group, loss_sum / max(ntokens, 1))\n"
+        "        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n",
+        "        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n"
+        "        if not math.isfinite(loss_sum):\n            self._diverged(group, loss_sum / max(ntokens, 1))\n"),),
+        "the optimizer steps on the NaN loss before the run stops: the weights in memory are ruined", _RS),
+    S("trainer-eval-divergence-unchecked", "transformer/trainer.py",
+      "                    if not math.isfinite(eval_loss):", "                    if False:",
+      "a NaN held-out loss is recorded and training goes on"),
+    S("trainer-saves-nonfinite-weights", "transformer/trainer.py",
+      "        if self.strategy.all_reduce_sum([len(bad)])[0]:", "        if False:",
+      "Trainer.save hands NaN weights to the strategy (only save_checkpoint's own check is left)"),
+    S("checkpoint-saves-nonfinite-weights", _CK, "    if not allow_nonfinite:\n        bad = nonfinite_tensors",
+      "    if False:\n        bad = nonfinite_tensors", "save_checkpoint writes NaN weights over a good checkpoint"),
+    S("checkpoint-loads-nonfinite-weights", _CK, "    bad = nonfinite_tensors(model.state_dict().items())\n    if bad:",
+      "    bad = []\n    if bad:", "load_checkpoint (decode, generate, --resume) takes NaN weights silently"),
+    S("checkpoint-counts-nan-only", _CK, "        counts.append((~torch.isfinite(local.detach())).sum())",
+      "        counts.append(torch.isnan(local.detach()).sum())", "infinite weights pass the non-finite check"),
+    # label ids
+    S("labels-upper-bound-off-by-one", _TR, "    invalid = (labels < 0) | (labels >= vocab)",
+      "    invalid = (labels < 0) | (labels > vocab)", "a label equal to the vocabulary size passes the check"),
+    S("labels-gpu-path-not-nan", _TR,
+      '            loss = torch.where(invalid.any(), torch.full_like(loss, float("nan")), loss)', "            pass",
+      "on a GPU an out-of-range label gives a finite loss (it is silently trained as another label)"),
+    S("labels-gpu-path-unclamped", _TR,
+      "        keep = target != self.padding_idx if invalid is None else (target != self.padding_idx) & ~invalid",
+      "        keep = target != self.padding_idx", "on a GPU an out-of-range label is gathered: a device-side assert"),
+    S("batch-last-target-position-unchecked", "transformer/batching.py",
+      '            _check_ids(tgt, tgt_vocab, "tgt", "target")', '            _check_ids(tgt[:, :-1], tgt_vocab, "tgt", "target")',
+      "Batch checks the decoder input only, never the last label"),
+    S("label-smoothing-entropy-zero-division", _TR, "    if smoothing == 0.0:\n        return 0.0\n    if style",
+      "    if style", "annotated label smoothing of size 2 without smoothing divides by zero", _TP),
+    # disk writes and leftovers
+    S("checkpoint-write-failure-traceback", _CK, "        if is_write_failure(error):\n            needed =",
+      "        if False:\n            needed =", "a full disk during a save is a raw OSError traceback"),
+    S("token-store-write-failure-traceback", "transformer/data/token_store.py",
+      "        if is_write_failure(error):\n            return write_failure(",
+      "        if False:\n            return write_failure(", "a full disk while tokenizing is a raw OSError traceback"),
+    S("leftovers-of-other-hosts-removed", "transformer/output_dirs.py",
+      '        if match is None or match["host"] != host or _alive(int(match["pid"])):',
+      '        if match is None or _alive(int(match["pid"])):',
+      "another host's temporary directory (a shared filesystem) is removed while its save may be running"),
+    S("leftovers-of-live-processes-removed", "transformer/output_dirs.py",
+      '        if match is None or match["host"] != host or _alive(int(match["pid"])):',
+      '        if match is None or match["host"] != host:', "a live process's temporary directory is removed mid-save"),
+    S("find-checkpoint-ignores-the-copy-aside", _CK, "    if os.path.exists(path):\n        return None\n    aside =",
+      "    if True:\n        return None\n    aside =", "after a crash between a save's renames no checkpoint is found"),
+    # Ctrl-C
+    S("ctrl-c-request-not-reduced", "transformer/trainer.py",
+      "        loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, float(requested)])",
+      "        loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, 0.0])",
+      "Ctrl-C is never acted on at the step boundary"),
+    S("ctrl-c-no-save", "transformer/trainer.py",
+      "                    if cfg.out_dir and self.saved_step != self.step:", "                    if False:",
+      "Ctrl-C stops without saving: everything since the last periodic checkpoint is lost"),
+    S("second-ctrl-c-ignored", "transformer/trainer.py", "        if self.requested:\n            signal.signal",
+      "        if False:\n            signal.signal", "a second Ctrl-C waits for the step to end instead of stopping at once"),
+    # the training setup
+    S("make-trainer-ignores-factor", "transformer/tasks/run.py",
+      "    schedule = NoamSchedule(config.d_model, defaults.factor if factor is None else factor,",
+      "    schedule = NoamSchedule(config.d_model, defaults.factor,",
+      "make_trainer (so train copy/dates --lr) ignores the factor it is given", _TP),
+    S("checks-first-checks-always", "transformer/trainer.py",
+      '                check = cfg.checks == "always" or (cfg.checks == "first" and first)',
+      '                check = cfg.checks != "never"', 'checks="first" checks every step', _TP),
+]
