@@ -5,6 +5,7 @@ and optimizer, and the Trainer's refusals."""
 from __future__ import annotations
 
 import contextlib
+import math
 
 import pytest
 import torch
@@ -15,8 +16,14 @@ from transformer.checkpoint import decode_state, encode_state, save_checkpoint
 from transformer.distributed import SingleProcess
 from transformer.tasks import CopyTask, DatesTask, data_gen
 from transformer.tasks.run import make_trainer
-from transformer.trainer import TrainerConfig, autocast_context, run_epoch
-from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, rate
+from transformer.trainer import TrainerConfig, TrainState, autocast_context, run_epoch
+from transformer.training import (
+    LabelSmoothing,
+    NoamSchedule,
+    SimpleLossCompute,
+    label_smoothing_entropy,
+    rate,
+)
 
 TINY = dict(batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2, eval_every=0)
 
@@ -165,3 +172,87 @@ def test_noam_schedule_state_is_plain_json_and_restores_the_factor():
                                               NoamSchedule(64, 1.0, 200))
     other.load_state_dict(state)
     assert (other.lr_lambdas[0].factor, other.lr_lambdas[0].warmup) == (0.25, 9)
+
+
+# ------------------------------------------------------------------ found missing by a blind review
+# Each test below kills a bug that a reviewer who never read the tests planted and the tests missed
+# (tests/mutation/catalog/blind_*.py).
+
+def test_run_epoch_train_and_log_mode_trains():
+    """run_epoch: mode is "train", "train+log" or "eval"; both training modes step the optimizer and scheduler."""
+    torch.manual_seed(0)
+    model = T.make_model(11, 11, N=1, d_model=32, d_ff=64, h=4, dropout=0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    compute = SimpleLossCompute(model.generator, LabelSmoothing(11, 0, 0.0))
+    before = [p.detach().clone() for p in model.parameters()]
+    loss, state = run_epoch(data_gen(11, 4, 3, torch.Generator().manual_seed(0)), model, compute, optimizer,
+                            scheduler, mode="train+log", train_state=TrainState())
+    assert math.isfinite(loss)
+    assert (state.step, state.accum_step, state.samples) == (3, 3, 12)
+    assert scheduler.last_epoch == 3
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("style", ["torch", "annotated"])
+@pytest.mark.parametrize("size,smoothing", [(7, 0.2), (5, 0.1), (11, 0.4)])
+def test_label_smoothing_of_the_smoothed_target_itself_is_zero(size, smoothing, style):
+    """LabelSmoothing is KL(q || p): zero when p is the smoothed target q itself. Built here from the docstring's
+    definition of q, independently of label_smoothing_entropy, whose value is checked against it too."""
+    pad, labels = 0, torch.tensor([3, 1, size - 1, 2])
+    q = torch.zeros(len(labels), size, dtype=torch.float64)
+    for row, label in enumerate(labels.tolist()):
+        if style == "torch":  # (1 - s) * onehot + s / size over all classes
+            q[row] = smoothing / size
+            q[row, label] += 1.0 - smoothing
+        else:  # 1 - s on the label, s / (size - 2) on every other class except the padding id
+            q[row] = smoothing / (size - 2)
+            q[row, pad] = 0.0
+            q[row, label] = 1.0 - smoothing
+    assert torch.allclose(q.sum(-1), torch.ones(len(labels), dtype=torch.float64))
+    entropy = -(q[0] * q[0].clamp_min(1e-300).log()).sum().item()
+    assert label_smoothing_entropy(size, smoothing, style) == pytest.approx(entropy, rel=1e-12)
+    loss = LabelSmoothing(size, pad, smoothing, style=style)(q.clamp_min(1e-300).log().float(), labels)
+    assert abs(loss.item()) < 1e-5
+
+
+def test_a_checkpoint_loads_into_a_model_that_differs_only_in_run_time_fields(tmp_path):
+    """load_checkpoint: run-time fields such as attention_backend may differ; the architecture may not."""
+    config = T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1, d_model=16,
+                                 d_ff=32, n_heads=2)
+    saved = T.make_model(config)
+    T.save_checkpoint(tmp_path / "ckpt", saved)
+    for backend in ("eager", "torch"):
+        other = T.make_model(config.replace(attention_backend=backend))
+        T.load_checkpoint(tmp_path / "ckpt", other)
+        assert other.config.attention_backend == backend
+        assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), other.state_dict().values()))
+    with pytest.raises(T.ConfigMismatchError, match="d_ff"):
+        T.load_checkpoint(tmp_path / "ckpt", T.make_model(config.replace(d_ff=64)))
+
+
+def test_a_changed_asset_is_refused_by_its_checksum(tmp_path):
+    """save_checkpoint: assets are covered by the SHA-256 manifest, so a changed byte is refused on load."""
+    model = T.make_model(T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1,
+                                             d_model=16, d_ff=32, n_heads=2))
+    T.save_checkpoint(tmp_path / "ckpt", model, assets={"tokenizer.json": '{"kind": "char"}'})
+    assert T.load_checkpoint(tmp_path / "ckpt").assets == ["tokenizer.json"]
+    (tmp_path / "ckpt" / "tokenizer.json").write_text('{"kind": "bpe!"}')
+    with pytest.raises(T.CheckpointError, match="tokenizer.json does not match its recorded SHA-256"):
+        T.load_checkpoint(tmp_path / "ckpt")
+
+
+def test_make_trainer_passes_every_setting_through_zero_included():
+    """make_trainer: each argument given reaches the Trainer; None means the task's default. 0 is a value
+    (eval_every=0: evaluate only at the end), not "unset"."""
+    from transformer.tasks import CopyTask
+    from transformer.tasks.run import make_trainer
+
+    task = CopyTask()
+    defaults = task.default_training()
+    given = make_trainer(task, steps=7, eval_every=0, checkpoint_every=0, accum_iter=3, batch_size=5, warmup=9)
+    assert (given.config.steps, given.config.eval_every, given.config.checkpoint_every,
+            given.config.accum_iter) == (7, 0, 0, 3)
+    assert defaults.eval_every != 0
+    assert make_trainer(task).config.eval_every == defaults.eval_every
+    assert make_trainer(task, eval_every=3).config.eval_every == 3
