@@ -87,3 +87,68 @@ MUTANTS: list[Mutant] = [
       "        generator.manual_seed(seed)\n", "        pass\n",
       "an int seed does not seed the generator"),
 ]
+
+# --- the drop-in for F.scaled_dot_product_attention (transformer/sdpa.py) and grouped-query attention
+_SDPA, _DROPIN_TESTS, _GQA_TESTS = "transformer/sdpa.py", ("tests/test_sdpa_dropin.py",), ("tests/test_gqa.py",)
+
+
+def _dropin(id: str, old: str, new: str, what: str, tests: tuple[str, ...] = _DROPIN_TESTS,
+            file: str = _SDPA) -> Mutant:
+    return Mutant(id, file, ((old, new),), what, tests)
+
+
+MUTANTS += [
+    _dropin("dropin-empty-rows-uniform",
+            "probs = scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)",
+            "probs = scores.masked_fill(empty, 0.0).softmax(dim=-1)",
+            "the reference averages a fully masked row uniformly instead of returning 0"),
+    _dropin("dropin-float-mask-as-bool", "scores = scores + attn_mask.to(acc)",
+            "scores = scores.masked_fill(attn_mask == 0, float(\"-inf\"))",
+            "a float (additive) mask is read as a boolean one (nonzero = attend)"),
+    _dropin("dropin-causal-bottom-right",
+            "attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()",
+            "attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))",
+            "is_causal aligned bottom-right (FlashAttention 2.1+) instead of torch's top-left"),
+    _dropin("dropin-gqa-tiles-heads", "k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)",
+            "k = k.repeat(*([1] * (k.dim() - 3)), q.size(-3) // k.size(-3), 1, 1)",
+            "GQA tiles the key heads (head i reads i % kv_heads) instead of grouping them (i // group)"),
+    _dropin("dropin-scale-ignored", "scores = scores * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)",
+            "scores = scores * (1.0 / math.sqrt(q.size(-1)))", "the reference ignores a given scale"),
+    _dropin("dropin-dropout-ignored", "    if dropout_p > 0.0:\n        probs = F.dropout",
+            "    if dropout_p > 1.0:\n        probs = F.dropout", "the reference never drops"),
+    _dropin("dropin-mask-with-causal-accepted", "    if is_causal and attn_mask is not None:\n        raise",
+            "    if False:\n        raise", "a mask together with is_causal is not refused (torch's fused CPU path ignores "
+            "one of them)"),
+    _dropin("dropin-value-length-unchecked", "    if value.size(-2) != key.size(-2):\n", "    if False:\n",
+            "values of another length than the keys are not refused (torch's fused CPU path reads past them)"),
+    _dropin("dropin-mask-grows-weights", "if len(shape) > len(weights) or any(",
+            "if any(", "a mask with more dims than the attention weights is not refused"),
+    _dropin("dropin-kernel-gets-repeated-heads", "h = t.size(-3) if enable_gqa and not own_heads else heads",
+            "h = heads", "the kernel gets key/value heads expanded to the query heads instead of in place"),
+    _dropin("dropin-kernel-mask-padded-wrong-side",
+            "return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))",
+            "return mask.reshape(tuple(mask.shape[:-2]) + (1,) * (4 - mask.dim()) + tuple(mask.shape[-2:]))",
+            "a low-rank mask reaches the kernel with its ones inserted before L instead of in front"),
+    _dropin("dropin-structured-key-only-drops-causal", "    if mask.key_only():\n        return mask.to_dense(1, k_len)",
+            "    if mask.key_only() or mask.causal:\n        return mask.to_dense(1, k_len)",
+            "a causal AttentionMask with key lengths reaches torch as one key row (causality lost)"),
+    _dropin("dropin-old-torch-tiles-heads", "key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)",
+            "key = key.repeat(1, query.size(-3) // key.size(-3), 1, 1)",
+            "torch < 2.5 (no enable_gqa) gets tiled key heads"),
+    _dropin("dropin-context-ignored",
+            'else (current_backend() or "auto")', 'else "auto"',
+            "a use_backend block does not choose the drop-in's backend"),
+    _dropin("gqa-module-repeat-tiles", "return k.repeat_interleave(heads // k.size(1), dim=1), v.repeat_interleave(",
+            "return k.repeat(1, heads // k.size(1), 1, 1), v.repeat_interleave(",
+            "the modules' reference path tiles the shared key heads", _GQA_TESTS),
+    _dropin("gqa-module-torch-without-gqa", "return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)",
+            "return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, False)",
+            "the modules' torch path forgets enable_gqa", _GQA_TESTS),
+    _dropin("gqa-config-unchecked", 'check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", '
+            'prefix="LMConfig: ")', "pass", "LMConfig accepts a kv head count that does not divide n_heads",
+            _GQA_TESTS, "transformer/lm_config.py"),
+    _dropin("gqa-lm-builds-full-heads",
+            'grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}', "grouped = {}",
+            "build_lm ignores n_kv_heads (full key/value heads, a cache per query head)", _GQA_TESTS,
+            "transformer/lm.py"),
+]
