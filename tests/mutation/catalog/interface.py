@@ -152,3 +152,52 @@ MUTANTS += [
             "build_lm ignores n_kv_heads (full key/value heads, a cache per query head)", _GQA_TESTS,
             "transformer/lm.py"),
 ]
+
+# --- Hugging Face transformers (transformer/integrations/huggingface.py)
+_HF, _HF_TESTS = "transformer/integrations/huggingface.py", ("tests/test_huggingface.py",)
+MUTANTS += [
+    _dropin("hf-no-mask-function", "    AttentionMaskInterface.register(name, sdpa_mask)\n", "",
+            "only the attention function is registered: the model builds no mask (padding lost)", _HF_TESTS, _HF),
+    _dropin("hf-causal-for-one-query", "is_causal = bool(q_len > 1 and attention_mask is None and is_causal)",
+            "is_causal = bool(attention_mask is None and is_causal)",
+            "one new token with a cache is run causally (top-left: it sees only the first key)", _HF_TESTS, _HF),
+    _dropin("hf-module-causality-ignored",
+            'is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)',
+            "is_causal = True if is_causal is None else is_causal",
+            "an encoder (BERT) without a mask is run causally", _HF_TESTS, _HF),
+    _dropin("hf-gqa-not-enabled", "enable_gqa=grouped)", "enable_gqa=False)",
+            "grouped-query models reach the drop-in without enable_gqa", _HF_TESTS, _HF),
+    _dropin("hf-dropout-ignored", "dropout_p=float(dropout),", "dropout_p=0.0,",
+            "the attention dropout transformers passes while training is dropped", _HF_TESTS, _HF),
+]
+MUTANTS += [
+    _dropin("hf-imports-transformers-eagerly", "from ..sdpa import scaled_dot_product_attention\n",
+            "import transformers  # noqa: F401\n\nfrom ..sdpa import scaled_dot_product_attention\n",
+            "importing the integration imports transformers (seconds, and a hard dependency)", _HF_TESTS, _HF),
+]
+
+# --- torch's flash-attention provider registry (transformer/integrations/sdpa_registry.py)
+_REG, _REG_TESTS = "transformer/integrations/sdpa_registry.py", ("tests/test_sdpa_registry.py",)
+MUTANTS += [
+    _dropin("registry-lse-transposed", "return out, lse, None, None, query.size(2)",
+            "return out, lse.transpose(1, 2).contiguous(), None, None, query.size(2)",
+            "the logsumexp comes back as (batch, q_len, heads) instead of aten's (batch, heads, q_len)", _REG_TESTS, _REG),
+    _dropin("registry-backward-fresh-seed", "lse, None, None, None, _seed(rng_state, dropout_p)",
+            "lse, None, None, None, _seed(_rng_state(dropout_p, q.device)[0], dropout_p)",
+            "the backward drops with a new seed instead of the forward's (rng_state ignored)", _REG_TESTS, _REG),
+    _dropin("registry-output-left-bhsd", "return out.transpose(1, 2), lse, rng_state, offset, debug",
+            "return out, lse, rng_state, offset, debug",
+            "_flash_attention_forward returns (batch, heads, seq, dim) instead of aten's (batch, seq, heads, dim)",
+            _REG_TESTS, _REG),
+    _dropin("registry-default-scale", "return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)",
+            "return 1.0 / head_dim if scale is None else float(scale)", "scale=None is 1/d, not 1/sqrt(d)",
+            _REG_TESTS, _REG),
+    _dropin("registry-refusals-ignored", "if value is not None and value is not False and not (",
+            "if False and not (", "varlen, windows, ALiBi, a debug mask are ignored instead of refused",
+            _REG_TESTS, _REG),
+    _dropin("registry-restore-keeps-overrides", "            self.library._destroy()\n", "            pass\n",
+            "restore_flash_attention_impl leaves our kernels registered", _REG_TESTS, _REG),
+    _dropin("registry-causal-dropped", "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), bool(is_causal),",
+            "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), False,",
+            "the forward adapter ignores is_causal", _REG_TESTS, _REG),
+]
