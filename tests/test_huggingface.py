@@ -105,6 +105,18 @@ def test_gpt2_matches_eager_logits_and_gradients(gpt2):
     _compare(gpt2, {"input_ids": ids}, torch.ones(2, 8, dtype=torch.bool), lambda o: o.logits)
 
 
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_one_new_token_after_a_cache_sees_every_cached_key(which, request):
+    """A decoding step (one query, a cache of earlier keys) gives the logits of the full recompute."""
+    eager, ours, _ = request.getfixturevalue(which)
+    ids = torch.randint(3, 50, (2, 8), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        want = eager(input_ids=ids).logits[:, -1]
+        prefix = ours(input_ids=ids[:, :-1], use_cache=True)
+        step = ours(input_ids=ids[:, -1:], past_key_values=prefix.past_key_values).logits[:, -1]
+    torch.testing.assert_close(step, want, atol=1e-5, rtol=1e-5)
+
+
 def test_gpt2_generate_gives_eagers_tokens(gpt2):
     ids = torch.randint(0, 53, (2, 4), generator=torch.Generator().manual_seed(3))
     settings = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)

@@ -36,9 +36,12 @@ from ..sdpa import scaled_dot_product_attention
 __all__ = ["NAME", "MIN_TRANSFORMERS", "register", "attention_forward"]
 
 NAME = "typed_transformer"
-#: The oldest transformers this integration was run against (its AttentionMaskInterface appeared in 4.53).
+#: The oldest transformers :func:`register` works with: its ``AttentionMaskInterface`` appeared in 4.53. Which models
+#: then run on it depends on the version (checked: 4.53.0, 4.56.2, 5.0.0, 5.23.0): Llama from 4.53; GPT-2 from 4.53,
+#: but with its own float masks (which the kernel does not take: torch's function runs) before 4.56; BERT from 5.0
+#: (before, its attention ignores AttentionInterface and raises KeyError). The ``hf`` extra asks for 5.0.
 MIN_TRANSFORMERS = "4.53.0"
-INSTALL_HINT = 'pip install "typed-transformer[hf]" (or pip install "transformers>=4.53")'
+INSTALL_HINT = 'pip install "typed-transformer[hf]" (or pip install "transformers>=5.0")'
 logger = logging.getLogger(__name__)
 _warned_output_attentions = False
 
@@ -96,6 +99,8 @@ def attention_forward(
     cache = kwargs.get("cache")
     if cache is not None and hasattr(cache, "update") and hasattr(module, "layer_idx"):  # a paged cache, as SDPA
         key, value = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx, kwargs=kwargs)
+    if attention_mask is not None and attention_mask.dim() == 4:  # older models' masks cover a static cache's length
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
     q_len = query.shape[2]
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(q_len > 1 and attention_mask is None and is_causal)

@@ -195,8 +195,6 @@ MUTANTS += [
     _dropin("registry-refusals-ignored", "if value is not None and value is not False and not (",
             "if False and not (", "varlen, windows, ALiBi, a debug mask are ignored instead of refused",
             _REG_TESTS, _REG),
-    _dropin("registry-restore-keeps-overrides", "            self.library._destroy()\n", "            pass\n",
-            "restore_flash_attention_impl leaves our kernels registered", _REG_TESTS, _REG),
     _dropin("registry-causal-dropped", "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), bool(is_causal),",
             "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), False,",
             "the forward adapter ignores is_causal", _REG_TESTS, _REG),
