@@ -68,8 +68,11 @@ def scaled_dot_product_attention(
     """
     batch = check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     requested = _check_backend(backend) if backend is not None else (current_backend() or "auto")
-    q4, k4, v4 = _as_4d(query, key, value, batch, enable_gqa)
-    mask4 = AttentionMask(causal=True) if is_causal else _mask_4d(attn_mask, batch)
+    if requested == "triton" or (requested == "auto" and query.is_cuda):  # the kernel may run: its layout
+        q4, k4, v4 = _as_4d(query, key, value, batch, enable_gqa)
+        mask4 = AttentionMask(causal=True) if is_causal else _mask_4d(attn_mask, batch)
+    else:  # resolve_backend only reads the dtype and the device to choose between torch and eager
+        q4, k4, v4, mask4 = query, key, value, attn_mask
     name = resolve_backend(requested, q4, k4, v4, mask4, dropout_p, scale)
     if logger.isEnabledFor(logging.DEBUG) and not torch.compiler.is_compiling():
         logger.debug("%s runs on %s: %s", _NAME, name, _why(requested, name, q4, k4, v4, mask4, dropout_p, scale))
@@ -93,13 +96,12 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
     if attn_mask is not None and not isinstance(attn_mask, (Tensor, AttentionMask)):
         raise TypeError(f"{_NAME}(): argument 'attn_mask' must be Tensor, AttentionMask or None, not "
                         f"{type(attn_mask).__name__}")
-    for name, value_, kinds, kind in (("dropout_p", dropout_p, (int, float), "float"),
-                                      ("is_causal", is_causal, (bool,), "bool"),
-                                      ("enable_gqa", enable_gqa, (bool,), "bool")):
-        if not isinstance(value_, kinds) or (kind == "float" and isinstance(value_, bool)):
-            raise TypeError(f"{_NAME}(): argument '{name}' must be {kind}, not {type(value_).__name__}")
-    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool)):
-        raise TypeError(f"{_NAME}(): argument 'scale' must be float, not {type(scale).__name__}")
+    for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if type(flag) is not bool:
+            raise TypeError(f"{_NAME}(): argument '{name}' must be bool, not {type(flag).__name__}")
+    for name, number in (("dropout_p", dropout_p), ("scale", 1.0 if scale is None else scale)):
+        if type(number) is bool or not isinstance(number, (int, float)):
+            raise TypeError(f"{_NAME}(): argument '{name}' must be float, not {type(number).__name__}")
     if not query.dtype == key.dtype == value.dtype:
         raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
                            f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
@@ -143,12 +145,25 @@ def _batch_shape(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) ->
                                f"has {heads[0]}, key {heads[1]}, value {heads[2]} (dim -3)")
         shapes = [s[:-1] for s in shapes]
     try:
-        lead = tuple(torch.broadcast_shapes(*shapes))
-    except RuntimeError:
+        lead = _broadcast(shapes)
+    except ValueError:
         raise RuntimeError(f"{_NAME}: the leading dims of query {list(query.shape)}, key {list(key.shape)} and "
                            f"value {list(value.shape)} do not broadcast"
                            + (" (heads, dim -3, excepted: enable_gqa=True)" if enable_gqa else "")) from None
     return (*lead, query.size(-3)) if enable_gqa else lead
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """torch's broadcasting of shapes (ValueError when they do not broadcast); plain Python, as fast as it gets."""
+    n = max(len(shape) for shape in shapes)
+    out = [1] * n
+    for shape in shapes:
+        for i, size in enumerate(shape, n - len(shape)):
+            if size != 1:
+                if out[i] != 1 and out[i] != size:
+                    raise ValueError(f"dim {i}: {out[i]} vs {size}")
+                out[i] = size
+    return tuple(out)
 
 
 def _check_mask(mask: Tensor, query: Tensor, weights: tuple[int, ...]) -> None:
