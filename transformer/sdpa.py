@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .backends import _TORCH_ZEROES_EMPTY_ROWS, _check_backend, _triton_reason, current_backend, resolve_backend, run_backend
+from .backends import _check_backend, _triton_reason, current_backend, resolve_backend, run_backend
 from .masks import AttentionMask
 
 __all__ = ["scaled_dot_product_attention", "reference", "run_heads", "repeat_kv_heads"]
@@ -277,6 +277,8 @@ def _why(requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropo
         return "the kernel takes these inputs"
     if q.dtype == torch.float64 and name == "eager":
         return "float64: only the reference supports every autograd mode"
+    if name == "eager":
+        return "this torch's fused attention returns NaN on fully masked rows (torch < 2.5)"
     if not q.is_cuda:
         return f"{q.device.type} tensors: auto runs the kernel on CUDA only"
     return f"the kernel does not take these inputs: {_triton_reason(q, k, v, mask, dropout_p, scale)}"
