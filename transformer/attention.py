@@ -76,8 +76,9 @@ class MultiHeadedAttention(nn.Module):
         """
         return rearrange(x, "b s (h d) -> b h s d", h=self.h)
 
-    def split_kv_heads(self, x: Float[Tensor, "batch seq kv_width"]) -> Float[Tensor, "batch {self.kv_heads} seq {self.d_k}"]:
-        """(batch, seq, kv_heads * d_k) -> (batch, kv_heads, seq, d_k): the projected keys or values."""
+    def split_kv_heads(self, x: Tensor) -> Float[Tensor, "batch {self.kv_heads} seq {self.d_k}"]:
+        """(batch, seq, kv_heads * d_k) -> (batch, kv_heads, seq, d_k): the projected keys or values (checked, as
+        :meth:`split_heads`' results, by :meth:`attend`)."""
         return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)
 
     @checked
