@@ -196,3 +196,17 @@ def test_importing_the_integrations_imports_neither_transformers_nor_the_kernel(
             "or m.startswith('transformer.kernels')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_t5_relative_position_bias_with_padding_matches_eager():
+    """T5 hands its learned position bias to the attention function (``position_bias``): an additive float mask,
+    combined with the padding and causal masks as transformers' SDPA path does (torch's function runs it)."""
+    config = transformers.T5Config(vocab_size=43, d_model=32, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=2,
+                                   num_heads=2, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+    models = _pair(transformers.T5ForConditionalGeneration, config)
+    g = torch.Generator().manual_seed(8)
+    ids, labels = torch.randint(1, 43, (2, 7), generator=g), torch.randint(1, 43, (2, 5), generator=g)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[0, 5:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": labels}
+    _compare(models, inputs, torch.ones(2, 5, dtype=torch.bool), lambda o: o.logits)

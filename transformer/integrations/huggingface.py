@@ -14,11 +14,14 @@ build no attention mask at all for a new name (padding and causality silently lo
 
 :func:`attention_forward` mirrors transformers' ``sdpa_attention_forward`` (``integrations/sdpa_attention.py``):
 the same arguments, the same ``is_causal`` rule (only without a mask and with more than one query), the same
-``position_bias`` handling, the same refusal of ``softcap``; it returns ``(attn_output (batch, seq, heads, dim),
-None)``. Attention itself is :func:`transformer.scaled_dot_product_attention`: our kernel where it takes the inputs,
+``position_bias`` handling, the same refusal of ``softcap`` (and of attention sinks, ``s_aux``); it returns
+``(attn_output (batch, seq, heads, dim), None)``. Attention itself is :func:`transformer.scaled_dot_product_attention`: our kernel where it takes the inputs,
 torch's function where it does not, and :func:`transformer.use_backend` chooses as everywhere. Grouped-query models
 (Llama's ``num_key_value_groups``) pass ``enable_gqa``: the kernel reads the shared key/value heads in place,
 where transformers' SDPA path often repeats them.
+
+Continuous batching (``generate_batch``, a paged cache) is not available: transformers (5.23) accepts only its own
+implementations there.
 
 transformers is optional (``pip install "typed-transformer[hf]"``); this module imports it only inside the
 functions, and refuses a missing or older one with an ImportError that names the version and the command.
@@ -96,9 +99,6 @@ def attention_forward(
         _warned_output_attentions = True
         logger.warning("attn_implementation=%r returns no attention weights (output_attentions=True); use 'eager' "
                        "for them", NAME)
-    cache = kwargs.get("cache")
-    if cache is not None and hasattr(cache, "update") and hasattr(module, "layer_idx"):  # a paged cache, as SDPA
-        key, value = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx, kwargs=kwargs)
     if attention_mask is not None and attention_mask.dim() == 4:  # older models' masks cover a static cache's length
         attention_mask = attention_mask[:, :, :, : key.shape[-2]]
     q_len = query.shape[2]

@@ -167,6 +167,8 @@ MUTANTS += [
             "an encoder (BERT) without a mask is run causally", _HF_TESTS, _HF),
     _dropin("hf-gqa-not-enabled", "enable_gqa=grouped)", "enable_gqa=False)",
             "grouped-query models reach the drop-in without enable_gqa", _HF_TESTS, _HF),
+    _dropin("hf-position-bias-ignored", "    if position_bias is not None:  # an additive bias",
+            "    if False:  # an additive bias", "T5's relative position bias is dropped", _HF_TESTS, _HF),
     _dropin("hf-dropout-ignored", "dropout_p=float(dropout),", "dropout_p=0.0,",
             "the attention dropout transformers passes while training is dropped", _HF_TESTS, _HF),
 ]
