@@ -76,8 +76,8 @@ def scaled_dot_product_attention(
     name = resolve_backend(requested, q4, k4, v4, mask4, dropout_p, scale)
     if logger.isEnabledFor(logging.DEBUG) and not torch.compiler.is_compiling():
         logger.debug("%s runs on %s: %s", _NAME, name, _why(requested, name, q4, k4, v4, mask4, dropout_p, scale))
-    if name == "triton":
-        out = run_backend("triton", q4, k4, v4, mask4, dropout_p, scale)
+    if name not in ("torch", "eager"):  # triton, or a refusal that run_backend raises (from the graph, if compiled)
+        out = run_backend(name, q4, k4, v4, mask4, dropout_p, scale)
         return out.reshape(*batch, query.size(-2), value.size(-1))
     mask, causal = _torch_form(attn_mask, query.size(-2), key.size(-2), is_causal)
     if name == "torch":
