@@ -58,8 +58,9 @@ def scaled_dot_product_attention(
     *,
     backend: str | None = None,
 ) -> Tensor:
-    """``softmax(query @ key^T * scale + mask) @ value``, exactly as ``torch.nn.functional.scaled_dot_product_attention``
-    (see the module docstring), on our kernel where it takes the inputs.
+    """``softmax(query @ key^T * scale + mask) @ value``, exactly as
+    ``torch.nn.functional.scaled_dot_product_attention`` (see the module docstring), on our kernel where it takes the
+    inputs.
 
     The arguments are torch's; ``attn_mask`` may also be an :class:`~transformer.masks.AttentionMask` (4-D inputs
     only), and ``backend`` (keyword only) names the implementation: ``"auto"`` (the default, through

@@ -15,8 +15,9 @@ build no attention mask at all for a new name (padding and causality silently lo
 :func:`attention_forward` mirrors transformers' ``sdpa_attention_forward`` (``integrations/sdpa_attention.py``):
 the same arguments, the same ``is_causal`` rule (only without a mask and with more than one query), the same
 ``position_bias`` handling, the same refusal of ``softcap`` (and of attention sinks, ``s_aux``); it returns
-``(attn_output (batch, seq, heads, dim), None)``. Attention itself is :func:`transformer.scaled_dot_product_attention`: our kernel where it takes the inputs,
-torch's function where it does not, and :func:`transformer.use_backend` chooses as everywhere. Grouped-query models
+``(attn_output (batch, seq, heads, dim), None)``. Attention itself is
+:func:`transformer.scaled_dot_product_attention`: our kernel where it takes the inputs, torch's function where it
+does not, and :func:`transformer.use_backend` chooses as everywhere. Grouped-query models
 (Llama's ``num_key_value_groups``) pass ``enable_gqa``: the kernel reads the shared key/value heads in place,
 where transformers' SDPA path often repeats them.
 

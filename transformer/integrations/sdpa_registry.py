@@ -42,7 +42,8 @@ __all__ = ["NAME", "register", "missing_reason", "sdpa_flash_forward", "sdpa_fla
 NAME = "typed_transformer"
 #: The aten ops an activated provider overrides on the CUDA key (each only where this torch has it).
 OVERRIDDEN_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
-                  "_flash_attention_forward", "_flash_attention_backward", "_flash_attention_forward_no_dropout_inplace")
+                  "_flash_attention_forward", "_flash_attention_backward",
+                  "_flash_attention_forward_no_dropout_inplace")
 
 
 def missing_reason() -> str | None:
