@@ -254,7 +254,7 @@ print("the same error:", eager_error == compiled_error)
 #
 # | # | Rocq invariant | Our contract | Test |
 # |---|---|---|---|
-# | 1 | Q·Kᵀ needs matching inner dimensions (d_k of queries = d_k of keys) | `attention`, `scaled_dot_product_attention`: `*batch q_len d_k` and `*batch k_len d_k` | `properties/test_rocq_invariants.py::test_qk_inner_dimensions_must_agree_in_the_reference` |
+# | 1 | Q·Kᵀ needs matching inner dimensions (d_k of queries = d_k of keys) | `attention`: `*batch q_len d_k` and `*batch k_len d_k` (the drop-in `scaled_dot_product_attention` raises torch's `RuntimeError`) | `properties/test_rocq_invariants.py::test_qk_inner_dimensions_must_agree_in_the_reference` |
 # | 2 | h divides d_model | `TransformerConfig` construction (the message lists head counts that would) | `properties/test_rocq_invariants.py::test_heads_must_divide_d_model` |
 # | 3 | Residual operands have equal shapes | `layers.residual`: `*batch d_model` twice, used by `SublayerConnection` | `properties/test_rocq_invariants.py::test_residual_operands_must_have_equal_shapes` |
 # | 4 | Self-attention keeps (batch, seq, d_model) | `MultiHeadedAttention.forward`: `batch q_len {self.d_model}` in and out | `properties/test_rocq_invariants.py::test_self_attention_whose_output_changes_shape_breaks_its_contract` |

@@ -104,10 +104,12 @@ def test_multi_head_attention_matches_torch_across_backends():
     torch.testing.assert_close(eager, via_torch, rtol=1e-5, atol=1e-5)
 
 
-def test_dropout_p_is_validated():
+def test_dropout_p_is_validated_as_torch_validates_it():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.0"):
-        T.scaled_dot_product_attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(RuntimeError, match=r"dropout probability has to be between 0 and 1, but got 1.5"):
+        T.scaled_dot_product_attention(q, k, v, dropout_p=1.5)
+    # dropout_p=1.0 drops everything, as in torch's function
+    assert torch.equal(T.scaled_dot_product_attention(q, k, v, dropout_p=1.0), torch.zeros(2, 3, 5, 8))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

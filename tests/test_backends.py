@@ -11,6 +11,7 @@ import torch
 
 import transformer as T
 from transformer import backends
+from transformer import sdpa as sdpa_module
 from transformer.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -32,8 +33,15 @@ def spy(monkeypatch):
         seen.append("eager")
         return real_ref(*args, **kwargs)
 
+    real_dropin_ref = sdpa_module.reference
+
+    def ref_dropin(*args, **kwargs):
+        seen.append("eager")
+        return real_dropin_ref(*args, **kwargs)
+
     monkeypatch.setattr(backends.F, "scaled_dot_product_attention", sdpa)
     monkeypatch.setattr(backends.attention, "unchecked", ref)
+    monkeypatch.setattr(sdpa_module, "reference", ref_dropin)  # the drop-in's eager backend: torch's definition
     from transformer import kernels
 
     real_flash = kernels.flash_attention

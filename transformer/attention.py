@@ -1,7 +1,8 @@
 """Multi-head attention (section 3.2.2), with an optional key/value cache for incremental decoding.
 
-The attention function itself, its reference and its backends are in :mod:`transformer.backends`
-(re-exported here: ``attention``, ``scaled_dot_product_attention``, ``use_backend``).
+The attention reference and its backends are in :mod:`transformer.backends`, the drop-in for
+``F.scaled_dot_product_attention`` in :mod:`transformer.sdpa` (re-exported here: ``attention``,
+``scaled_dot_product_attention``, ``use_backend``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from .backends import (
     current_backend,
     dense_heads_mask,
     resolve_backend,
-    run_backend,
-    scaled_dot_product_attention,
     triton_missing_reason,
     use_backend,
 )
 from .cache import KVCache
-from .config import AttentionBackend
+from .config import AttentionBackend, check_kv_heads
 from .contracts import Bool, Float, Tensor, checked
 from .masks import AttentionMask
+from .sdpa import repeat_kv_heads, run_heads, scaled_dot_product_attention
 
 __all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "MultiHeadedAttention",
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
@@ -38,6 +38,12 @@ class MultiHeadedAttention(nn.Module):
     ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``. The projections of all heads are one
     Linear each (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``).
 
+    ``kv_heads`` (default ``h``) gives grouped-query attention (GQA; multi-query attention with ``kv_heads=1``):
+    keys and values get ``kv_heads`` heads of width d_k, shared by groups of ``h / kv_heads`` query heads (query head
+    i reads key/value head ``i // (h / kv_heads)``), so ``k_proj``/``v_proj`` map d_model to ``kv_heads * d_k`` and a
+    cache holds ``kv_heads`` heads. The kernel reads the shared heads in place and torch's function gets
+    ``enable_gqa``; only the eager reference repeats them.
+
     ``backend`` is this module's default attention backend (``TransformerConfig.attention_backend``); a
     :func:`use_backend` block overrides it. Set ``record_attention = True`` to keep the last probabilities
     in ``self.attn`` (computed by the eager reference, as the Annotated Transformer does for its pictures).
@@ -47,14 +53,16 @@ class MultiHeadedAttention(nn.Module):
     the memory and reused (cross-attention), and the queries attend to every position the cache holds.
     """
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, backend: AttentionBackend = "auto") -> None:
+    def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, backend: AttentionBackend = "auto",
+                 kv_heads: int | None = None) -> None:
         super().__init__()
         if d_model % h != 0:
             raise ValueError(f"h={h} does not divide d_model={d_model}")
         self.h, self.d_model, self.d_k = h, d_model, d_model // h
+        self.kv_heads = check_kv_heads(kv_heads, h)
         self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
+        self.v_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
         self.out_proj = nn.Linear(d_model, d_model)
         self.dropout_p = dropout
         self.backend: str = _check_backend(backend)
@@ -67,6 +75,11 @@ class MultiHeadedAttention(nn.Module):
         Not checked itself: its results go straight into :meth:`attend`, whose contract checks them.
         """
         return rearrange(x, "b s (h d) -> b h s d", h=self.h)
+
+    def split_kv_heads(self, x: Tensor) -> Float[Tensor, "batch {self.kv_heads} seq {self.d_k}"]:
+        """(batch, seq, kv_heads * d_k) -> (batch, kv_heads, seq, d_k): the projected keys or values (checked, as
+        :meth:`split_heads`' results, by :meth:`attend`)."""
+        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)
 
     @checked
     def forward(
@@ -84,7 +97,7 @@ class MultiHeadedAttention(nn.Module):
         if cache is not None and cache.filled:
             k, v = cache.keys, cache.values
         else:
-            k, v = self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(value))
+            k, v = self.split_kv_heads(self.k_proj(key)), self.split_kv_heads(self.v_proj(value))
             if cache is not None:
                 k, v = cache.extend(k, v)
         return self.attend(q, k, v, mask)
@@ -93,8 +106,8 @@ class MultiHeadedAttention(nn.Module):
     def attend(
         self,
         q: Float[Tensor, "batch {self.h} q_len {self.d_k}"],
-        k: Float[Tensor, "batch {self.h} k_len {self.d_k}"],
-        v: Float[Tensor, "batch {self.h} k_len {self.d_k}"],
+        k: Float[Tensor, "batch {self.kv_heads} k_len {self.d_k}"],
+        v: Float[Tensor, "batch {self.kv_heads} k_len {self.d_k}"],
         mask: Bool[Tensor, "#batch #q_len k_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """Attention over projected heads (the same mask for every head), then W^O."""
@@ -105,8 +118,9 @@ class MultiHeadedAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
         if self.record_attention:
             dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
+            k, v = repeat_kv_heads(k, v, self.h)
             x, self.attn = attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout)
         else:
             name = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p)
-            x = run_backend(name, q, k, v, mask, dropout_p)
+            x = run_heads(name, q, k, v, mask, dropout_p)
         return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))

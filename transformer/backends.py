@@ -14,8 +14,8 @@ dropout on the probabilities, and rows whose every key is masked giving zeros (f
   where torch < 2.5 (whose fused attention returns NaN on fully masked rows).
 
 Choosing one is a run-time decision, never part of a model's identity. From strongest to weakest: the
-``backend=`` argument of :func:`scaled_dot_product_attention`; the innermost :func:`use_backend` block (a
-context variable, so threads and asyncio tasks each keep their own); the module's default
+``backend=`` argument of :func:`transformer.sdpa.scaled_dot_product_attention`; the innermost :func:`use_backend`
+block (a context variable, so threads and asyncio tasks each keep their own); the module's default
 (``TransformerConfig.attention_backend``); ``"auto"``. A backend asked for by name never falls back: it raises.
 """
 
@@ -36,7 +36,7 @@ from .config import AttentionBackend
 from .contracts import Bool, Float, Tensor, checked
 from .masks import AttentionMask
 
-__all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "resolve_backend",
+__all__ = ["attention", "use_backend", "current_backend", "resolve_backend",
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
 
 logger = logging.getLogger(__name__)
@@ -202,29 +202,3 @@ def run_backend(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Atten
         return _torch_sdpa(q, k, v, mask, dropout_p, scale)
     dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
     return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout, scale)[0]
-
-
-@checked
-def scaled_dot_product_attention(
-    query: Float[Tensor, "batch heads q_len d_k"],
-    key: Float[Tensor, "batch heads k_len d_k"],
-    value: Float[Tensor, "batch heads k_len d_v"],
-    mask: Bool[Tensor, "#batch #heads #q_len k_len"] | AttentionMask | None = None,
-    *,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-    backend: str | None = None,
-) -> Float[Tensor, "batch heads q_len d_v"]:
-    """Attention on the chosen backend: ``backend`` argument > :func:`use_backend` > ``"auto"``.
-
-    ``mask`` is a dense boolean (True = may attend) or an :class:`~transformer.masks.AttentionMask`, whose
-    dense part (if any) has no heads axis. ``dropout_p`` is applied to the attention probabilities; pass 0.0
-    in evaluation. ``scale`` multiplies the scores (default 1/sqrt(d_k)). The fused kernel needs d_v = d_k.
-    """
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    if isinstance(mask, AttentionMask):
-        mask.check_fits(query.size(0), query.size(-2), key.size(-2))
-    name = resolve_backend(backend if backend is not None else current_backend(), query, key, value, mask, dropout_p,
-                           scale)
-    return run_backend(name, query, key, value, mask, dropout_p, scale)

@@ -18,7 +18,9 @@ __all__ = ["KVCache", "LayerCache", "DecoderCache"]
 
 
 class KVCache:
-    """Keys and values of one attention, (batch, heads, steps, d_k) each.
+    """Keys and values of one attention, (batch, heads, steps, d_k) each, where ``heads`` is the attention's key/value
+    heads: with grouped-query attention (``kv_heads`` < ``h``) the cache holds ``kv_heads`` heads, never a copy per
+    query head.
 
     ``static=False`` (self-attention): every call appends the new positions' keys and values.
     ``static=True`` (cross-attention over a fixed memory): the first call stores them, later calls reuse them.

@@ -34,6 +34,20 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+def check_kv_heads(kv_heads: int | None, heads: int, name: str = "kv_heads", heads_name: str = "h",
+                   prefix: str = "") -> int:
+    """The number of key/value heads of grouped-query attention (None: ``heads``), validated: a positive int that
+    divides ``heads``. Errors name both (``name``, ``heads_name``), after ``prefix``."""
+    if kv_heads is None:
+        return heads
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1:
+        raise ValueError(f"{prefix}{name} must be a positive int or None, got {name}={kv_heads!r}")
+    if heads % kv_heads != 0:
+        raise ValueError(f"{prefix}{name}={kv_heads} does not divide {heads_name}={heads} (each key/value head serves "
+                         f"{heads_name} / {name} query heads); values that would: {_divisors(heads)}")
+    return kv_heads
+
+
 class ConfigRecord:
     """What every config of the package does besides validating itself: validated copies, JSON, and the
     comparisons checkpoints make (``TransformerConfig``, ``LMConfig``). Subclasses are frozen dataclasses."""

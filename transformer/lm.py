@@ -168,8 +168,9 @@ def _positions(config: LMConfig) -> nn.Module:
 
 def _attention(config: LMConfig) -> nn.Module:
     kind = PerHeadValueAttention if config.value_projection == "per_head" else CausalSelfAttention
+    grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}  # GQA: the W^O form only
     return kind(config.n_heads, config.d_model, config.attention_dropout, scale=config.tau,
-                backend=config.attention_backend)
+                backend=config.attention_backend, **grouped)
 
 
 def _initialise(model: TransformerLM, config: LMConfig) -> None:

@@ -30,6 +30,7 @@ from einops import rearrange
 from torch import nn
 
 from .backends import _check_backend, attention, current_backend, dense_heads_mask, resolve_backend, run_backend
+from .sdpa import repeat_kv_heads, run_heads
 from .cache import KVCache
 from .config import AttentionBackend
 from .contracts import Bool, Float, Tensor, checked
@@ -46,9 +47,10 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None
     """
     if record:
         dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
+        k, v = repeat_kv_heads(k, v, q.size(1))
         return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, scale)
     name = resolve_backend(current_backend() or default_backend, q, k, v, mask, dropout_p, scale)
-    return run_backend(name, q, k, v, mask, dropout_p, scale), None
+    return run_heads(name, q, k, v, mask, dropout_p, scale), None
 
 
 def _heads_mask(mask: Tensor | AttentionMask | None, batch: int, q_len: int, k_len: int):
@@ -69,13 +71,13 @@ class CausalSelfAttention(MultiHeadedAttention):
     """Masked multi-head self-attention (sections 3.2.2 and 3.2.3) with W^O and a score temperature.
 
     ``MultiHead(X) = Concat(head_1, ..., head_h) W^O``, ``head_i = softmax(tau * Q_i K_i^T + M) V_i``, where ``M``
-    hides later positions and ``tau`` is ``scale`` (default 1/sqrt(d_k), the paper's). The projections and the
-    key/value cache are :class:`~transformer.attention.MultiHeadedAttention`'s.
+    hides later positions and ``tau`` is ``scale`` (default 1/sqrt(d_k), the paper's). The projections, the
+    key/value cache and grouped-query attention (``kv_heads``) are :class:`~transformer.attention.MultiHeadedAttention`'s.
     """
 
     def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, scale: float | None = None,
-                 backend: AttentionBackend = "auto") -> None:
-        super().__init__(h, d_model, dropout, backend=backend)
+                 backend: AttentionBackend = "auto", kv_heads: int | None = None) -> None:
+        super().__init__(h, d_model, dropout, backend=backend, kv_heads=kv_heads)
         self.scale = 1.0 / math.sqrt(self.d_k) if scale is None else float(scale)
 
     @checked
@@ -93,8 +95,8 @@ class CausalSelfAttention(MultiHeadedAttention):
     def attend(
         self,
         q: Float[Tensor, "batch {self.h} q_len {self.d_k}"],
-        k: Float[Tensor, "batch {self.h} k_len {self.d_k}"],
-        v: Float[Tensor, "batch {self.h} k_len {self.d_k}"],
+        k: Float[Tensor, "batch {self.kv_heads} k_len {self.d_k}"],
+        v: Float[Tensor, "batch {self.kv_heads} k_len {self.d_k}"],
         mask: Bool[Tensor, "#batch #q_len k_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """Attention over projected heads with the score scale tau, then W^O."""

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors
+from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors, check_kv_heads
 
 NormKind = Literal["layer", "std"]
 PositionalInit = Literal["normal", "zeros"]
@@ -53,6 +53,9 @@ class LMConfig(ConfigRecord):
         vocab: vocabulary size (the tokenizer's).
         n_layers: decoder layers (masked self-attention and a feed-forward network each).
         d_model, d_ff, n_heads: widths as in the paper; d_k = d_model / n_heads.
+        n_kv_heads: key/value heads for grouped-query attention (GQA; 1 is multi-query attention): each serves
+            n_heads / n_kv_heads query heads, and the key/value cache holds n_kv_heads heads. None (the default)
+            means n_heads (the paper's attention). Needs ``value_projection="output"``.
         dropout, attention_dropout: P_drop on sub-layer outputs and embeddings, and on attention probabilities.
         max_len: the longest sequence (prompt plus generated tokens) the positions cover.
         norm: ``"layer"`` (LayerNorm: biased variance plus eps inside the square root) or ``"std"``
@@ -81,6 +84,7 @@ class LMConfig(ConfigRecord):
     d_model: int = 512
     d_ff: int = 2048
     n_heads: int = 8
+    n_kv_heads: int | None = None
     dropout: float = 0.1
     attention_dropout: float = 0.1
     max_len: int = 1024
@@ -117,6 +121,10 @@ class LMConfig(ConfigRecord):
             raise ValueError(f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "
                              f"(d_k = d_model / n_heads must be an integer); head counts that would: "
                              f"{_divisors(self.d_model)}")
+        check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", prefix="LMConfig: ")
+        if self.n_kv_heads not in (None, self.n_heads) and self.value_projection != "output":
+            raise ValueError(f"LMConfig: n_kv_heads={self.n_kv_heads} (grouped-query attention) needs "
+                             f"value_projection='output', got value_projection={self.value_projection!r}")
         if self.positional_encoding == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"LMConfig: d_model={self.d_model} is odd: sinusoidal positional encoding needs an even "
                              "d_model (or use positional_encoding='learned')")
@@ -146,6 +154,11 @@ class LMConfig(ConfigRecord):
     def d_k(self) -> int:
         """Width of one head's queries and keys (d_model / n_heads)."""
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or ``n_heads`` when it is None."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
     def lambda_e(self) -> float:

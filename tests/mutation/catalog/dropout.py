@@ -87,7 +87,7 @@ MUTANTS: list[Mutant] = [
       "dropout = nn.Dropout(self.dropout_p) if self.dropout_p > 0 else None",
       "record_attention=True drops in evaluation too (a fresh nn.Dropout is in training mode)"),
     D("dropout-backends-in-eval", "transformer/attention.py",
-      "x = run_backend(name, q, k, v, mask, dropout_p)", "x = run_backend(name, q, k, v, mask, self.dropout_p)",
+      "x = run_heads(name, q, k, v, mask, dropout_p)", "x = run_heads(name, q, k, v, mask, self.dropout_p)",
       "eager/torch/triton attention get the module's dropout_p in evaluation too"),
     # --- each backend (transformer/backends.py)
     D("dropout-eager-backend-ignored", "transformer/backends.py",

@@ -28,7 +28,7 @@ MUTANTS = [
       '"b h s d -> b s (h d)"', '"b h s d -> b s (d h)"',
       "concatenate the heads in the wrong order"),
     M("attn-key-from-query", "transformer/attention.py",
-      "k, v = self.split_heads(self.k_proj(key)),", "k, v = self.split_heads(self.k_proj(query)),",
+      "k, v = self.split_kv_heads(self.k_proj(key)),", "k, v = self.split_kv_heads(self.k_proj(query)),",
       "project the keys from the query input"),
     M("attn-dropout-in-eval", "transformer/attention.py",
       "dropout_p = self.dropout_p if self.training else 0.0", "dropout_p = self.dropout_p",

@@ -1,0 +1,118 @@
+"""Hugging Face transformers: run a model's attention on typed-transformer's dispatch (our kernel on CUDA).
+
+```python
+from transformer.integrations import huggingface
+
+huggingface.register()  # once per process
+model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="typed_transformer")
+```
+
+:func:`register` adds :func:`attention_forward` to transformers' ``AttentionInterface`` and transformers' own SDPA
+mask builder (``masking_utils.sdpa_mask``: a boolean mask, or None where ``is_causal`` says it all) to its
+``AttentionMaskInterface``, both under the name ``"typed_transformer"``. Without the mask function a model would
+build no attention mask at all for a new name (padding and causality silently lost).
+
+:func:`attention_forward` mirrors transformers' ``sdpa_attention_forward`` (``integrations/sdpa_attention.py``):
+the same arguments, the same ``is_causal`` rule (only without a mask and with more than one query), the same
+``position_bias`` handling, the same refusal of ``softcap`` (and of attention sinks, ``s_aux``); it returns
+``(attn_output (batch, seq, heads, dim), None)``. Attention itself is
+:func:`transformer.scaled_dot_product_attention`: our kernel where it takes the inputs, torch's function where it
+does not, and :func:`transformer.use_backend` chooses as everywhere. Grouped-query models
+(Llama's ``num_key_value_groups``) pass ``enable_gqa``: the kernel reads the shared key/value heads in place,
+where transformers' SDPA path often repeats them.
+
+Continuous batching (``generate_batch``, a paged cache) is not available: transformers (5.23) accepts only its own
+implementations there.
+
+transformers is optional (``pip install "typed-transformer[hf]"``); this module imports it only inside the
+functions, and refuses a missing or older one with an ImportError that names the version and the command.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+
+from torch import Tensor, nn
+
+from ..sdpa import scaled_dot_product_attention
+
+__all__ = ["NAME", "MIN_TRANSFORMERS", "register", "attention_forward"]
+
+NAME = "typed_transformer"
+#: The oldest transformers :func:`register` works with: its ``AttentionMaskInterface`` appeared in 4.53. Which models
+#: then run on it depends on the version (checked: 4.53.0, 4.56.2, 5.0.0, 5.23.0): Llama from 4.53; GPT-2 from 4.53,
+#: but with its own float masks (which the kernel does not take: torch's function runs) before 4.56; BERT from 5.0
+#: (before, its attention ignores AttentionInterface and raises KeyError). The ``hf`` extra asks for 5.0.
+MIN_TRANSFORMERS = "4.53.0"
+INSTALL_HINT = 'pip install "typed-transformer[hf]" (or pip install "transformers>=5.0")'
+logger = logging.getLogger(__name__)
+_warned_output_attentions = False
+
+
+def _require_transformers() -> None:
+    """Raise ImportError naming the required version and the pip command when transformers is missing or older."""
+    try:
+        found = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        raise ImportError(f"transformer.integrations.huggingface needs transformers>={MIN_TRANSFORMERS}, which is "
+                          f"not installed; install it with: {INSTALL_HINT}") from None
+    from packaging.version import Version  # a dependency of transformers
+
+    if Version(found) < Version(MIN_TRANSFORMERS):
+        raise ImportError(f"transformer.integrations.huggingface needs transformers>={MIN_TRANSFORMERS}, found "
+                          f"{found}; upgrade with: {INSTALL_HINT}")
+
+
+def register(name: str = NAME) -> str:
+    """Make ``attn_implementation=name`` (default ``"typed_transformer"``) available to every transformers model that
+    uses the attention interface: registers :func:`attention_forward` and transformers' SDPA mask builder under
+    ``name``. Idempotent; returns ``name``."""
+    _require_transformers()
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
+
+
+def attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    """A transformers attention function (the signature of ``sdpa_attention_forward``): ``query`` (batch, heads,
+    q_len, dim), ``key``/``value`` (batch, kv_heads, k_len, dim), ``attention_mask`` from the mask function (boolean,
+    True = attend; or a float mask a caller built) or None; returns ((batch, q_len, heads, dim), None)."""
+    global _warned_output_attentions
+    if kwargs.get("softcap") is not None:
+        raise ValueError(f"attn_implementation={NAME!r} does not support `softcap`; use 'eager' or 'flex_attention'")
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(f"attn_implementation={NAME!r} does not support attention sinks (`s_aux`); use 'eager'")
+    if kwargs.get("output_attentions", False) and not _warned_output_attentions:
+        _warned_output_attentions = True
+        logger.warning("attn_implementation=%r returns no attention weights (output_attentions=True); use 'eager' "
+                       "for them", NAME)
+    if attention_mask is not None and attention_mask.dim() == 4:  # older models' masks cover a static cache's length
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+    q_len = query.shape[2]
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    is_causal = bool(q_len > 1 and attention_mask is None and is_causal)
+    position_bias = kwargs.get("position_bias")
+    if position_bias is not None:  # an additive bias per head, combined with the mask as transformers' SDPA does
+        from transformers.integrations.sdpa_attention import create_position_bias_mask
+
+        attention_mask = create_position_bias_mask(position_bias, attention_mask, is_causal, query, key)
+        is_causal = False
+    grouped = getattr(module, "num_key_value_groups", 1) > 1 or key.shape[1] != query.shape[1]
+    out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=float(dropout),
+                                       is_causal=is_causal, scale=scaling, enable_gqa=grouped)
+    return out.transpose(1, 2).contiguous(), None
+
