@@ -29,7 +29,8 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .backends import _check_backend, attention, current_backend, dense_heads_mask, resolve_backend, run_backend
+from .backends import (_check_backend, attention, current_backend, dense_heads_mask, refuse, resolve_backend,
+                       run_backend)
 from .cache import KVCache
 from .config import AttentionBackend
 from .contracts import Bool, Float, Tensor, checked
@@ -168,10 +169,11 @@ class PerHeadValueAttention(nn.Module):
         if name == "triton":
             if dropout_p > 0:
                 if (current_backend() or self.backend) != "auto":
-                    raise ValueError("attention backend 'triton' cannot run these inputs: the per-head value form "
-                                     "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
-                                     "value chunk); use the torch or eager backend, or attention_dropout=0")
-                name = "torch"
+                    name = refuse("attention backend 'triton' cannot run these inputs: the per-head value form "
+                                  "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
+                                  "value chunk); use the torch or eager backend, or attention_dropout=0")
+                else:
+                    name = "torch"
         if name == "triton":  # h x (h + 1) problems of width d_k: chunk c of [X, 1, 0...] for every head i
             extra = torch.cat([ones, ones.new_zeros(batch, 1, k_len, d_k - 1)], dim=-1)
             chunks = torch.cat([shared, extra], dim=1)  # (batch, h + 1, k_len, d_k)
