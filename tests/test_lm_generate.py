@@ -130,7 +130,7 @@ def test_the_maximum_length_is_enforced_with_a_clear_error(checks_on):
             generate(model, _prompt(), 3, stop_sequences=[[4]])
         with pytest.raises(ValueError, match=r"stop_sequences\[0\] is empty"):
             generate(model, _prompt(), 3, end_symbol=2, stop_sequences=[[]])
-        with pytest.raises(ValueError, match="temperature must be a positive float"):
+        with pytest.raises(ValueError, match="generate: temperature must be a positive finite number, got 0.0"):
             generate(model, _prompt(), 3, sample=True, temperature=0.0)
 
 

@@ -102,9 +102,9 @@ def test_sampling_stops_and_pads_after_the_end_symbol():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"temperature": 0.0}, "temperature must be a positive float"),
-    ({"top_k": 0}, "top_k must be a positive int or None"),
-    ({"top_p": 1.5}, r"top_p must be in \(0, 1\] or None"),
+    ({"temperature": 0.0}, "sample_decode: temperature must be a positive finite number, got 0.0"),
+    ({"top_k": 0}, "sample_decode: top_k must be a positive int or None, got 0"),
+    ({"top_p": 1.5}, r"sample_decode: top_p must be a number in \(0, 1\] or None, got 1.5"),
     ({"seed": "x"}, "seed"),  # the contract names it; with checks off, the ValueError does
 ])
 @pytest.mark.parametrize("checks_on", [True, False])

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import AttentionBackend
-from .contracts import Bool, Float, Tensor, checked
+from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 
 __all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "resolve_backend",
@@ -122,7 +122,9 @@ def attention(
     Masked scores are filled with the dtype's most negative finite value (not -1e9, which fp16
     cannot hold), and the probabilities are multiplied by the mask afterwards, so a fully
     masked row becomes all zeros with zero gradient instead of the uniform average (or NaN).
+    ``key``, ``value`` and ``mask`` must be on the query's device, and ``key`` and ``value`` of its dtype (ValueError).
     """
+    validate_dtype_device("attention", {"key": key, "value": value, "mask": mask}, query, "argument 'query'")
     if scale is None:
         scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
     else:

@@ -6,9 +6,9 @@ from torch import nn
 
 from .attention import MultiHeadedAttention
 from .config import NormPlacement
-from .contracts import Bool, Float, Tensor, checked
+from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
-from .masks import AttentionMask
+from .masks import AttentionMask, mask_parts
 
 __all__ = ["EncoderLayer", "Encoder"]
 
@@ -35,6 +35,8 @@ class EncoderLayer(nn.Module):
     def forward(
         self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
+        validate_dtype_device("EncoderLayer.forward", {"x": x, **mask_parts("mask", mask)},
+                              self.sublayer[0].norm.weight, "the module's parameters")
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayer[1](x, self.feed_forward)
 
@@ -52,6 +54,8 @@ class Encoder(nn.Module):
     def forward(
         self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
+        validate_dtype_device("Encoder.forward", {"x": x, **mask_parts("mask", mask)}, self.norm.weight,
+                              "the module's parameters")
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)
