@@ -248,3 +248,12 @@ def test_a_use_backend_block_inside_a_compiled_function_governs_its_calls():
         assert T.current_backend() == "torch"
     assert len(graphs) == 1 and "softmax" in graphs.calls(0) and "scaled_dot_product_attention" not in graphs.calls(0)
     assert backends._TRACE_BACKENDS == []
+
+
+def test_auto_takes_the_reference_where_torchs_fused_attention_gives_nan_on_fully_masked_rows(monkeypatch, spy):
+    """torch < 2.5 returns NaN for a query row whose every key is masked; auto must not pick it there."""
+    monkeypatch.setattr(backends, "_TORCH_ZEROES_EMPTY_ROWS", False)
+    q, k, v = _qkv()
+    mask = T.AttentionMask(key_lengths=torch.tensor([0, 7]))
+    out = T.scaled_dot_product_attention(q, k, v, mask, backend="auto")
+    assert spy == ["eager"] and out[0].abs().sum() == 0

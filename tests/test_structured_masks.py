@@ -275,3 +275,45 @@ def test_every_combination_of_parts_computes_its_dense_form_on_every_backend(bac
     (expected_grad,) = torch.autograd.grad(expected.pow(2).sum(), x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+
+
+ALIGNMENTS = {  # (q_len, k_len) -> parts: causal is top-left aligned, lengths fit the side they bound
+    (3, 7): dict(causal=True, key_lengths=[6, 2], query_lengths=[3, 2]),
+    (7, 3): dict(causal=True, key_lengths=[3, 1], query_lengths=[5, 7]),
+    (1, 6): dict(causal=True, key_lengths=[6, 4]),  # one query (a decoding step) sees key 0 only: top-left
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", list(ALIGNMENTS), ids=[f"q{q}-k{k}" for q, k in ALIGNMENTS])
+def test_structured_masks_with_more_or_fewer_queries_than_keys_mean_the_same_on_every_backend(backend, shape):
+    """Cross-attention shapes: the structured mask equals its dense form (top-left causal, as torch's is_causal) on
+    every backend, forward and backward, with key and query lengths that bind different sides."""
+    q_len, k_len = shape
+    torch.manual_seed(0)
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
+    x, memory = torch.randn(2, q_len, 32, requires_grad=True), torch.randn(2, k_len, 32)
+    mask = _mask_of(ALIGNMENTS[shape], q_len=q_len, k_len=k_len)
+    dense = mask.to_dense(q_len, k_len)
+    assert dense[0, 0].tolist() == [j <= 0 and j < int(mask.key_lengths[0]) for j in range(k_len)]
+    with T.use_backend(backend):
+        out = mha(x, memory, memory, mask)
+    (grad,) = torch.autograd.grad(out.pow(2).sum(), x)
+    with T.use_backend("eager"):
+        expected = mha(x, memory, memory, dense)
+    (expected_grad,) = torch.autograd.grad(expected.pow(2).sum(), x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_views_of_a_mask():
+    lengths, dense = torch.tensor([3, 1]), torch.rand(1, 4, 5) > 0.5
+    mask = T.AttentionMask(causal=True, key_lengths=lengths, dense=dense)
+    moved = mask.to("meta")
+    assert moved.causal and moved.key_lengths.device.type == "meta" and moved.dense.device.type == "meta"
+    assert mask.replace(causal=False).causal is False and mask.replace(causal=False).key_lengths is lengths
+    assert T.AttentionMask().is_empty() and not T.AttentionMask(causal=True).is_empty()
+    assert not T.AttentionMask(key_lengths=lengths).is_empty()
+    assert T.AttentionMask(key_lengths=lengths).key_only() and T.AttentionMask(key_mask=dense[0, :2]).key_only()
+    assert not mask.key_only() and not T.AttentionMask(key_lengths=lengths, query_lengths=lengths).key_only()
+    assert repr(mask).startswith("AttentionMask(causal=True, key_lengths=tensor([3, 1]), dense=tensor(")
