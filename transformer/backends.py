@@ -9,7 +9,8 @@ dropout on the probabilities, and rows whose every key is masked giving zeros (f
 * ``"triton"``: our fused kernel (``transformer.kernels``) on CUDA tensors, or CPU tensors under
   ``TRITON_INTERPRET=1``; it takes the causal flag, key lengths and key masks without a dense mask;
 * ``"auto"``: the fastest correct backend for the device and inputs: triton on CUDA when the kernel takes the
-  inputs, else torch (measured in docs/benchmarks.md, "Attention backends"); eager for float64 inputs (what
+  inputs (float32 excepted: its dots run without tensor cores, so SDPA, said at DEBUG level), else torch (measured
+  in docs/benchmarks.md, "Attention backends"); eager for float64 inputs (what
   gradcheck, double backward and forward-mode AD use: SDPA's fused CPU kernel has no double backward) and
   where torch < 2.5 (whose fused attention returns NaN on fully masked rows).
 
@@ -17,6 +18,7 @@ Choosing one is a run-time decision, never part of a model's identity. From stro
 ``backend=`` argument of :func:`scaled_dot_product_attention`; the innermost :func:`use_backend` block (a
 context variable, so threads and asyncio tasks each keep their own); the module's default
 (``TransformerConfig.attention_backend``); ``"auto"``. A backend asked for by name never falls back: it raises.
+Under torch.compile the choice is guarded (another choice traces again) and a refusal raises from the graph.
 """
 
 from __future__ import annotations
