@@ -257,3 +257,12 @@ def test_auto_takes_the_reference_where_torchs_fused_attention_gives_nan_on_full
     mask = T.AttentionMask(key_lengths=torch.tensor([0, 7]))
     out = T.scaled_dot_product_attention(q, k, v, mask, backend="auto")
     assert spy == ["eager"] and out[0].abs().sum() == 0
+
+
+def test_importing_the_package_does_not_import_dynamo_for_the_backend_choice():
+    """`@torch._dynamo.assume_constant_result` on current_backend imported Dynamo at `import transformer` (about a
+    second, in every process) and froze the choice under torch.compile; nothing in backends.py touches Dynamo now."""
+    import inspect
+
+    assert "_dynamo" not in inspect.getsource(backends)
+    assert not [name for name in vars(backends.current_backend) if "dynamo" in name]

@@ -193,7 +193,7 @@ class Refusal:
 def refuse(message: str) -> Refusal:
     """Raise ``ValueError(message)``; while torch.compile traces, return a :class:`Refusal` instead, which
     :func:`run_backend` turns into an operator that raises the same ValueError from the compiled graph (raising while
-    tracing would reach a ``fullgraph=True`` caller as ``torch._dynamo.exc.Unsupported``)."""
+    tracing would reach a ``fullgraph=True`` caller as Dynamo's ``Unsupported``)."""
     if torch.compiler.is_compiling():
         return Refusal(message)
     raise ValueError(message)
