@@ -86,8 +86,8 @@ class Decoder(nn.Module):
         """With ``cache``, ``x`` holds the positions after the cached ones and ``tgt_mask`` must be None: they
         attend to every cached position and causally among themselves. More than one new position at a time is
         taken only into an empty cache (a prompt), where causal is the whole rule."""
-        validate_dtype_device("Decoder.forward", _inputs(x, memory, src_mask, tgt_mask), self.norm.weight,
-                              "the module's parameters")
+        validate_dtype_device("Decoder.forward", _inputs(x, memory, src_mask, tgt_mask),  # what x meets first
+                              self.layers[0].sublayer[0].norm.weight, "the module's parameters")
         if cache is not None:
             tgt_mask = self._cached_mask(x.size(1), cache, tgt_mask)
         for i, layer in enumerate(self.layers):

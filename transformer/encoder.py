@@ -54,8 +54,8 @@ class Encoder(nn.Module):
     def forward(
         self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
-        validate_dtype_device("Encoder.forward", {"x": x, **mask_parts("mask", mask)}, self.norm.weight,
-                              "the module's parameters")
+        validate_dtype_device("Encoder.forward", {"x": x, **mask_parts("mask", mask)},  # what x meets first
+                              self.layers[0].sublayer[0].norm.weight, "the module's parameters")
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

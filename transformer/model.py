@@ -84,7 +84,7 @@ class EncoderDecoder(nn.Module):
     ) -> Float[Tensor, "batch src_len {self.d_model}"]:
         validate_nonempty(src, "EncoderDecoder.encode: argument 'src'", "batch src_len")
         validate_dtype_device("EncoderDecoder.encode", {"src": src, **mask_parts("src_mask", src_mask)},
-                              self.generator.proj.weight, "the model's parameters")
+                              self.encoder.layers[0].sublayer[0].norm.weight, "the model's parameters")
         return self.encoder(self.src_embed(src), src_mask)
 
     @checked
@@ -103,7 +103,7 @@ class EncoderDecoder(nn.Module):
         validate_nonempty(memory, "EncoderDecoder.decode: argument 'memory'", "batch src_len d_model", axis=1)
         validate_dtype_device("EncoderDecoder.decode", {"memory": memory, "tgt": tgt, **mask_parts("src_mask", src_mask),
                                                         **mask_parts("tgt_mask", tgt_mask)},
-                              self.generator.proj.weight, "the model's parameters")
+                              self.decoder.layers[0].sublayer[0].norm.weight, "the model's parameters")
         offset = 0 if cache is None else cache.length
         return self.decoder(self.tgt_embed(tgt, offset=offset), memory, src_mask, tgt_mask, cache)
 
