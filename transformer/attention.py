@@ -25,7 +25,7 @@ from .backends import (
 from .cache import KVCache
 from .config import AttentionBackend
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
-from .masks import AttentionMask, mask_parts
+from .masks import AttentionMask
 
 __all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "MultiHeadedAttention",
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
@@ -81,9 +81,8 @@ class MultiHeadedAttention(nn.Module):
         """``mask`` covers the keys attended (the ``k_len`` new positions, or with a cache every cached one), so
         :meth:`attend` checks its shape against them: (#batch, #q_len, keys attended). Inputs and mask must be on the
         module's device, and the inputs of its dtype (ValueError naming the argument)."""
-        validate_dtype_device("MultiHeadedAttention.forward",
-                              {"query": query, "key": key, "value": value, **mask_parts("mask", mask)},
-                              self.q_proj.weight, "the module's parameters")
+        validate_dtype_device("MultiHeadedAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
+                              query=query, key=key, value=value, mask=mask)
         q = self.split_heads(self.q_proj(query))
         if cache is not None and cache.filled:
             k, v = cache.keys, cache.values

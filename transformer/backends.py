@@ -126,7 +126,7 @@ def attention(
     masked row becomes all zeros with zero gradient instead of the uniform average (or NaN).
     ``key``, ``value`` and ``mask`` must be on the query's device, and ``key`` and ``value`` of its dtype (ValueError).
     """
-    validate_dtype_device("attention", {"key": key, "value": value, "mask": mask}, query, "argument 'query'")
+    validate_dtype_device("attention", query, "argument 'query'", key=key, value=value, mask=mask)
     if scale is None:
         scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
     else:

@@ -32,7 +32,7 @@ from .lm_layers import (
     ScaledPositionalEncoding,
     make_norm,
 )
-from .masks import AttentionMask, mask_parts, subsequent_mask
+from .masks import AttentionMask, subsequent_mask
 from .model import Generator
 
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
@@ -87,8 +87,8 @@ class TransformerLM(nn.Module):
         :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones and ``mask`` is
         None: a prompt of several positions goes into an empty cache, then one position at a time."""
         validate_nonempty(tokens, "TransformerLM.forward: argument 'tokens'", "batch seq")
-        validate_dtype_device("TransformerLM.forward", {"tokens": tokens, **mask_parts("mask", mask)},
-                              self.generator.proj.weight, "the model's parameters")
+        validate_dtype_device("TransformerLM.forward", lambda: self.generator.proj.weight, "the model's parameters",
+                              tokens=tokens, mask=mask)
         offset = 0 if cache is None else cache.length
         validate_length(offset + tokens.size(1), self.max_len, "TransformerLM input")
         mask = self._causal(mask, tokens.size(1)) if cache is None else self._cached_mask(tokens.size(1), cache, mask)

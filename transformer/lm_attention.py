@@ -34,7 +34,7 @@ from .backends import (_check_backend, attention, current_backend, dense_heads_m
 from .cache import KVCache
 from .config import AttentionBackend
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
-from .masks import AttentionMask, mask_parts
+from .masks import AttentionMask
 from .attention import MultiHeadedAttention
 
 __all__ = ["CausalSelfAttention", "PerHeadValueAttention"]
@@ -88,8 +88,8 @@ class CausalSelfAttention(MultiHeadedAttention):
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
         """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all)."""
-        validate_dtype_device("CausalSelfAttention.forward", {"x": x, **mask_parts("mask", mask)}, self.q_proj.weight,
-                              "the module's parameters")
+        validate_dtype_device("CausalSelfAttention.forward", lambda: self.q_proj.weight, "the module's parameters", x=x,
+                              mask=mask)
         return super().forward(x, x, x, mask, cache=cache)
 
     @checked
@@ -146,8 +146,8 @@ class PerHeadValueAttention(nn.Module):
         *,
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        validate_dtype_device("PerHeadValueAttention.forward", {"x": x, **mask_parts("mask", mask)},
-                              self.q_proj.weight, "the module's parameters")
+        validate_dtype_device("PerHeadValueAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
+                              x=x, mask=mask)
         q, k, shared = self.split_heads(self.q_proj(x)), self.split_heads(self.k_proj(x)), self.split_heads(x)
         if cache is not None:
             k, shared = cache.extend(k, shared)

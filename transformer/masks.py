@@ -21,7 +21,7 @@ import torch
 
 from .contracts import Bool, Int, Tensor, TypeCheckError, checked, checks_enabled
 
-__all__ = ["AttentionMask", "subsequent_mask", "padding_mask", "target_mask", "mask_parts"]
+__all__ = ["AttentionMask", "subsequent_mask", "padding_mask", "target_mask"]
 
 
 def subsequent_mask(size: int, device: torch.device | str | None = None) -> Bool[Tensor, "1 size size"]:
@@ -168,6 +168,11 @@ class AttentionMask:
             mask = mask & part
         return mask.expand(*mask.shape[:-1], k_len)  # a view: the key axis is always whole, as dense masks' is
 
+    def named_parts(self) -> dict[str, Tensor]:
+        """The tensor parts given, by field name (``{"key_lengths": ..., "dense": ...}``)."""
+        return {name: getattr(self, name) for name in ("key_lengths", "key_mask", "query_lengths", "dense")
+                if getattr(self, name) is not None}
+
     def tensors(self) -> list[Tensor]:
         return [t for t in (self.key_lengths, self.key_mask, self.query_lengths, self.dense) if t is not None]
 
@@ -227,15 +232,6 @@ class AttentionMask:
                 bound = ", ".join(f"{d}={n}" for d, n in sizes.items())
                 raise TypeCheckError(f"argument 'mask.{name}' is {_shape(value)}, expected "
                                      f"{kind}[Tensor, '{' '.join(dims)}'] with {bound}")
-
-
-def mask_parts(name: str, mask: Tensor | AttentionMask | None) -> dict[str, Tensor | None]:
-    """The tensors of a mask argument by name, for a device check: ``{name: mask}``, or one entry per part of an
-    :class:`AttentionMask` (``"mask.key_lengths"``, ...)."""
-    if isinstance(mask, AttentionMask):
-        return {f"{name}.{part}": getattr(mask, part) for part in ("key_lengths", "key_mask", "query_lengths", "dense")
-                if getattr(mask, part) is not None}
-    return {name: mask}
 
 
 def _values(lengths: Tensor) -> str:

@@ -165,10 +165,10 @@ MUTANTS += [
         " and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):", " and tensor.dtype != dtype:",
         "autocast's mixed dtypes are refused", _ENTRY_TESTS),
     I20("entry-decode-memory-unchecked", "transformer/model.py",
-        'validate_dtype_device("EncoderDecoder.decode", {"memory": memory, "tgt": tgt,',
-        'validate_dtype_device("EncoderDecoder.decode", {"tgt": tgt,',
+        '"the model\'s parameters", memory=memory, tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)',
+        '"the model\'s parameters", tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)',
         "model.decode given float64 memory reaches torch's error (the issue's case)", _ENTRY_TESTS),
     I20("entry-cache-extend-unchecked", _CACHE,
-        '            validate_dtype_device("KVCache.extend", {"k": k, "v": v}, self.keys, "the cached keys")\n', "",
+        '            validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)\n', "",
         "a cache extended with float64 keys is promoted silently by torch.cat", _ENTRY_TESTS),
 ]
