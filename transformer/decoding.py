@@ -249,7 +249,7 @@ def sampler(temperature: float, top_k: int | None, top_p: float | None, generato
         if bool(broken.any()):
             row = int(broken.nonzero()[0, 0])
             raise ValueError(f"{who}: the next-token log-probabilities of row {row} are NaN, +inf or all -inf; "
-                             f"there is nothing to sample from (a diverged model?): {log_probs[row].tolist()[:8]}...")
+                             f"there is nothing to sample from (a diverged model?): {log_probs[row, :8].tolist()}...")
         return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(log_probs.device)
 
     return pick
