@@ -177,3 +177,100 @@ def test_the_backend_is_not_part_of_a_checkpoint(tmp_path):
         load_checkpoint(tmp_path / "ckpt", model=T.make_model(11, 11, N=1, d_model=32, d_ff=64, h=2))
     assert T.TransformerConfig(src_vocab=3, tgt_vocab=3, attention_backend="torch").differences(
         T.TransformerConfig(src_vocab=3, tgt_vocab=3), architecture_only=True) == {}
+
+
+def test_auto_takes_torch_for_float32_on_cuda_and_says_why_at_debug_level(monkeypatch, caplog):
+    """Issue 18: the kernel's float32 dots run without tensor cores, so auto takes SDPA for float32 on CUDA (even
+    where the kernel would take the inputs) and logs why at DEBUG; other dtypes still get the kernel, and the kernel
+    stays available by name for float32."""
+    q, k, v = _qkv(d=16)
+    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)  # the kernel would take every input
+    cuda = {dtype: type("FakeCuda", (), {"is_cuda": True, "dtype": dtype})() for dtype in (torch.float32, torch.float16)}
+    with caplog.at_level(logging.DEBUG, logger="transformer.backends"):
+        assert backends.resolve_backend("auto", cuda[torch.float32], k, v, None, 0.0) == "torch"
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    assert "does not use triton for float32 inputs" in caplog.text and "by name" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="transformer.backends"):
+        assert backends.resolve_backend("auto", cuda[torch.float16], k, v, None, 0.0) == "triton"
+        assert backends.resolve_backend("triton", cuda[torch.float32], k, v, None, 0.0) == "triton"
+    assert caplog.records == []
+
+
+class _Graphs(list):
+    """A torch.compile backend that keeps every graph it is given (one per trace) and runs it as traced."""
+
+    def __call__(self, gm, example_inputs):
+        self.append(gm)
+        return gm.forward
+
+    def calls(self, index: int) -> set[str]:
+        return {getattr(node.target, "__name__", str(node.target)) for node in self[index].graph.nodes
+                if node.op in ("call_function", "call_method")}
+
+
+def test_under_torch_compile_the_backend_choice_is_guarded_and_a_refusal_raises_as_in_eager(monkeypatch):
+    """A model compiled under one choice traces again inside use_backend(...) for another (and runs the new backend:
+    its graph calls it, its output is eager mode's under that choice); back outside, the first graph is reused. A
+    backend that cannot run raises eager mode's ValueError from the compiled graph (fullgraph=True holds), also when
+    Triton is missing. Before, current_backend() was assume_constant_result: the first graph served every choice."""
+    torch._dynamo.reset()
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
+    x = torch.randn(2, 3, 32)
+    graphs = _Graphs()
+    compiled = torch.compile(mha, backend=graphs, fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(compiled(x, x, x), mha(x, x, x))
+        assert len(graphs) == 1 and "scaled_dot_product_attention" in graphs.calls(0)  # auto: torch on a CPU
+        with T.use_backend("eager"):
+            assert torch.equal(compiled(x, x, x), mha(x, x, x))
+        assert len(graphs) == 2  # traced again under the new choice
+        assert "softmax" in graphs.calls(1) and "scaled_dot_product_attention" not in graphs.calls(1)
+        assert torch.equal(compiled(x, x, x), mha(x, x, x))
+        assert len(graphs) == 2  # back outside: the first graph again
+
+        missing = f"Triton is not installed; install it with: {backends.TRITON_INSTALL_HINT}"
+        monkeypatch.setattr(backends, "triton_missing_reason", lambda: missing)  # as on a machine without Triton
+        with T.use_backend("triton"):
+            with pytest.raises(ValueError) as eager:
+                mha(x, x, x)
+            with pytest.raises(ValueError) as from_graph:
+                compiled(x, x, x)
+        assert str(from_graph.value) == str(eager.value) == f"attention backend 'triton' cannot run these inputs: {missing}"
+        assert len(graphs) == 3
+
+
+def test_a_use_backend_block_inside_a_compiled_function_governs_its_calls():
+    torch._dynamo.reset()
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
+    x = torch.randn(1, 3, 32)
+
+    def inside(x):
+        with T.use_backend("eager"):
+            return mha(x, x, x) + 0 * len(T.current_backend())
+
+    graphs = _Graphs()
+    compiled = torch.compile(inside, backend=graphs, fullgraph=True)
+    with torch.no_grad(), T.use_backend("torch"):
+        assert torch.equal(compiled(x), inside(x))
+        assert T.current_backend() == "torch"
+    assert len(graphs) == 1 and "softmax" in graphs.calls(0) and "scaled_dot_product_attention" not in graphs.calls(0)
+    assert backends._TRACE_BACKENDS == []
+
+
+def test_auto_takes_the_reference_where_torchs_fused_attention_gives_nan_on_fully_masked_rows(monkeypatch, spy):
+    """torch < 2.5 returns NaN for a query row whose every key is masked; auto must not pick it there."""
+    monkeypatch.setattr(backends, "_TORCH_ZEROES_EMPTY_ROWS", False)
+    q, k, v = _qkv()
+    mask = T.AttentionMask(key_lengths=torch.tensor([0, 7]))
+    out = T.scaled_dot_product_attention(q, k, v, mask, backend="auto")
+    assert spy == ["eager"] and out[0].abs().sum() == 0
+
+
+def test_importing_the_package_does_not_import_dynamo_for_the_backend_choice():
+    """`@torch._dynamo.assume_constant_result` on current_backend imported Dynamo at `import transformer` (about a
+    second, in every process) and froze the choice under torch.compile; nothing in backends.py touches Dynamo now."""
+    import inspect
+
+    assert "_dynamo" not in inspect.getsource(backends)
+    assert not [name for name in vars(backends.current_backend) if "dynamo" in name]

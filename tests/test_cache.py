@@ -128,3 +128,66 @@ def test_cache_contracts_and_reordering():
     memory = model.encode(torch.randint(1, 11, (1, 4)), None)
     with pytest.raises(ValueError, match="the cache has 2 layers, the decoder 3"):
         model.decode(memory, None, torch.ones(1, 1, dtype=torch.long), None, cache=decoder_cache)
+
+
+@pytest.mark.parametrize("structured", [False, True], ids=["dense-mask", "structured-mask"])
+def test_after_a_reorder_every_cache_the_memory_and_the_mask_follow_the_rows(structured):
+    """Three sources of different padding, three cached steps, then rows [2, 0, 0] (a repeat, a drop, a move): every
+    later step equals the full recompute of the reordered prefixes over the reordered sources, in every layer's
+    self- and cross-attention cache (a cross-attention cache left behind would attend another row's memory)."""
+    model = _model(N=2)
+    src = torch.randint(1, 11, (3, 7), generator=torch.Generator().manual_seed(5))
+    src[0, 3:] = 0
+    src[2, 5:] = 0
+    mask = T.AttentionMask.padding(src, 0) if structured else T.padding_mask(src, 0)
+    tgt = torch.randint(1, 13, (3, 6), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        steps = model.next_tokens(model.encode(src, mask), mask)
+        for t in range(1, 4):
+            steps(tgt[:, :t])
+        index = torch.tensor([2, 0, 0])
+        steps.reorder(index)
+        assert steps.cache.length == 3
+        for layer in steps.cache.layers:
+            assert layer.self_attn.keys.size(0) == 3 and layer.src_attn.keys.size(0) == 3
+        torch.testing.assert_close(steps.cache.layers[1].src_attn.keys[1], steps.cache.layers[1].src_attn.keys[2])
+        src_r, tgt_r = src[index], tgt[index]
+        mask_r = T.AttentionMask.padding(src_r, 0) if structured else T.padding_mask(src_r, 0)
+        memory_r = model.encode(src_r, mask_r)
+        for t in (4, 5):
+            expected = model.next_token_log_probs(memory_r, mask_r, tgt_r[:, :t])
+            torch.testing.assert_close(steps(tgt_r[:, :t]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_after_a_reorder_the_language_models_cache_follows_the_rows():
+    from transformer.lm import build_lm
+    from transformer.lm_config import LMConfig
+
+    torch.manual_seed(0)
+    for config in (LMConfig(vocab=13, n_layers=2, d_model=16, d_ff=16, n_heads=2, dropout=0.0, attention_dropout=0.0),
+                   LMConfig.functional(13, n_layers=2, d_model=16, d_ff=16, n_heads=2)):
+        lm = build_lm(config).eval()
+        ys = torch.randint(0, 13, (3, 6), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            steps = lm.next_tokens()
+            steps(ys[:, :3])  # a prompt fills the empty cache
+            steps(ys[:, :4])
+            index = torch.tensor([1, 1, 2])
+            steps.reorder(index)
+            for t in (5, 6):
+                torch.testing.assert_close(steps(ys[index, :t]), lm.next_token_log_probs(ys[index, :t]),
+                                           rtol=1e-5, atol=1e-5)
+
+
+def test_a_cache_refuses_what_it_cannot_continue():
+    model = _model(N=1)
+    memory = model.encode(torch.randint(1, 11, (2, 4)), None)
+    cache = model.new_cache()
+    model.next_token_log_probs(memory, None, torch.ones(2, 1, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=r"DecoderCache holds 1 positions but ys has 3; expected 2"):
+        model.next_token_log_probs(memory, None, torch.ones(2, 3, dtype=torch.long), cache)
+    static = KVCache(static=True)
+    static.extend(torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8))
+    assert static.filled and static.length == 4
+    with pytest.raises(ValueError, match="a static \\(cross-attention\\) cache is filled once"):
+        static.extend(torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8))

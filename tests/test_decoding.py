@@ -432,3 +432,48 @@ def test_live_hypotheses_that_reach_max_len_compete_even_when_beam_size_finish_o
     assert log_p(tokens) > log_p(dropped) + 1e-3
     got = _hypothesis(result.tokens[0].tolist(), END)
     assert got == list(tokens) and result.scores[0].item() == pytest.approx(score, abs=1e-4)
+
+
+BAD_BEAM = [
+    ({"length_penalty": float("nan")}, "length_penalty must be a finite number >= 0, got nan"),
+    ({"length_penalty": float("inf")}, "length_penalty must be a finite number >= 0, got inf"),
+    ({"length_penalty": -0.5}, "length_penalty must be a finite number >= 0, got -0.5"),
+    ({"length_penalty": True}, "length_penalty must be a finite number >= 0, got True"),
+    ({"length_penalty": "0.6"}, "length_penalty must be a finite number >= 0, got '0.6'"),
+    ({"beam_size": 0}, "beam_size must be a positive int, got 0"),
+    ({"beam_size": 2.0}, "beam_size must be a positive int, got 2.0"),
+    ({"beam_size": True}, "beam_size must be a positive int, got True"),
+]
+
+
+@pytest.mark.parametrize("options, message", BAD_BEAM, ids=[str(o) for o, _ in BAD_BEAM])
+def test_beam_options_without_a_meaning_are_refused_naming_the_value_in_both_searches(options, message):
+    """A NaN length penalty used to give NaN scores without a word; both beam searches refuse it, checks on or off."""
+    from transformer.lm import build_lm
+    from transformer.lm_config import LMConfig
+    from transformer.lm_generate import beam_generate
+
+    model = _model(N=1)
+    src, mask = _src(batch=1)
+    lm = build_lm(LMConfig(vocab=13, n_layers=1, d_model=16, d_ff=16, n_heads=2, max_len=20)).eval()
+    name = list(options)[0]
+    with T.checks(False):  # the guard's own message, in full
+        with pytest.raises(ValueError, match="beam_search: " + message):
+            beam_search(model, src, mask, 5, 1, end_symbol=2, **options)
+        with pytest.raises(ValueError, match="beam_generate: " + message):
+            beam_generate(lm, torch.tensor([[1, 2]]), 3, end_symbol=2, **options)
+    with T.checks(True):  # the signature may name a wrong type first; either way the argument is named
+        for call in (lambda: beam_search(model, src, mask, 5, 1, end_symbol=2, **options),
+                     lambda: beam_generate(lm, torch.tensor([[1, 2]]), 3, end_symbol=2, **options)):
+            with pytest.raises((ValueError, T.TypeCheckError), match=name):
+                call()
+
+
+def test_max_len_one_is_the_start_symbol_alone_in_every_search():
+    model = _model(N=1)
+    src, mask = _src(batch=3)
+    start = torch.full((3, 1), 4)
+    assert torch.equal(greedy_decode(model, src, mask, 1, 4, end_symbol=2), start)
+    assert torch.equal(T.sample_decode(model, src, mask, 1, 4, end_symbol=2, seed=0), start)
+    result = beam_search(model, src, mask, 1, 4, end_symbol=2, beam_size=3, length_penalty=1.0)
+    assert torch.equal(result.tokens, start) and result.scores.tolist() == [0.0, 0.0, 0.0]

@@ -337,3 +337,23 @@ def test_under_attention_dropout_the_per_head_form_is_the_reference_with_the_sam
 def test_tied_weights_share_the_embedding_with_the_output():
     model = build_lm(LMConfig(vocab=23, tie_weights=True, **SIZES))
     assert model.generator.proj.weight is model.embed[0].lut.weight
+
+
+def test_an_lm_cache_refuses_what_it_cannot_continue():
+    from transformer.lm import LMCache
+
+    model = build_lm(LMConfig(vocab=23, dropout=0.0, attention_dropout=0.0, **SIZES)).eval()
+    tokens = torch.randint(0, 23, (2, 5))
+    with pytest.raises(ValueError, match="LMCache: n_layers must be a positive int, got 0"):
+        LMCache(0)
+    with pytest.raises(ValueError, match="the cache has 1 layers, the model 2"):
+        model(tokens, cache=LMCache(1))
+    cache = model.new_cache()
+    with pytest.raises(ValueError, match=r"with a cache, pass mask=None"):
+        model(tokens, torch.ones(2, 5, 5, dtype=torch.bool), cache=cache)
+    model(tokens[:, :3], cache=cache)  # a prompt into the empty cache
+    assert cache.length == 3
+    with pytest.raises(ValueError, match="2 new positions after 3 cached ones"):
+        model(tokens[:, 3:], cache=cache)
+    with pytest.raises(ValueError, match=r"LMCache holds 3 positions but ys has 5; expected 0 \(a prompt\) or 4"):
+        model.next_token_log_probs(tokens, cache)

@@ -2,6 +2,8 @@
 stop sequence ends a row (padding after it), the maximum length is enforced with a clear error, and the searches of
 transformer.decoding run on the language model's step function."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -130,7 +132,7 @@ def test_the_maximum_length_is_enforced_with_a_clear_error(checks_on):
             generate(model, _prompt(), 3, stop_sequences=[[4]])
         with pytest.raises(ValueError, match=r"stop_sequences\[0\] is empty"):
             generate(model, _prompt(), 3, end_symbol=2, stop_sequences=[[]])
-        with pytest.raises(ValueError, match="temperature must be a positive float"):
+        with pytest.raises(ValueError, match="generate: temperature must be a positive finite number, got 0.0"):
             generate(model, _prompt(), 3, sample=True, temperature=0.0)
 
 
@@ -147,3 +149,39 @@ def test_the_decoding_searches_run_on_the_language_model_step_function():
     uncached, uncached_score = beam_generate(model, prompt, 12, beam_size=4, use_cache=False)
     assert torch.equal(wide, uncached) and abs(wide_score - uncached_score) < 1e-4
     assert wide_score >= score - 1e-6  # a wider beam finds a sequence at least as probable
+
+
+class _Constant(nn.Module):
+    """A stand-in language model whose next-token distribution is always Q, whatever the prefix (vocabulary 5)."""
+
+    Q = torch.tensor([0.125, 0.5, 0.0625, 0.25, 0.0625])
+
+    def __init__(self):
+        super().__init__()
+        self.config = LMConfig(vocab=5, d_model=8, n_heads=2, d_ff=8, n_layers=1, max_len=50, pad_id=0)
+
+    def next_tokens(self, *, use_cache=True):
+        q = self.Q
+
+        class Steps:
+            def __call__(self, ys):
+                return q.log().expand(ys.size(0), -1)
+
+            def reorder(self, index):
+                pass
+
+        return Steps()
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_generate_scores_the_generated_tokens_only_and_pads_after_the_end_token(alpha):
+    """The GNMT penalty counts the generated tokens (end included), not the prompt: 5 new tokens after a prompt of 3,
+    each log 0.5 (token 1). With end token 3, [3] finishes at step 1 and [1, 3] at step 2: two finished hypotheses
+    stop a beam of 2 early, and [3] (log 0.25, |Y| = 1, so a penalty of 1 whatever alpha) wins; padding follows."""
+    prompt = torch.tensor([[2, 4, 2]])
+    out, score = beam_generate(_Constant(), prompt, 5, beam_size=2, length_penalty=alpha)
+    assert out.tolist() == [[2, 4, 2, 1, 1, 1, 1, 1]]
+    assert score == pytest.approx(5 * math.log(0.5) / ((5 + 5) / 6) ** alpha, rel=1e-6)
+    out, score = beam_generate(_Constant(), prompt, 5, beam_size=2, length_penalty=alpha, end_symbol=3, pad_symbol=0)
+    assert out.tolist() == [[2, 4, 2, 3, 0, 0, 0, 0]]
+    assert score == pytest.approx(math.log(0.25), rel=1e-6)

@@ -228,3 +228,34 @@ def test_attention_scale_is_one_over_sqrt_dk():
     expected = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), -1)
     torch.testing.assert_close(p, expected)
     torch.testing.assert_close(out, expected)
+
+
+def test_make_model_passes_the_tutorials_defaults_and_its_arguments_to_the_config(monkeypatch):
+    """make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8, dropout=0.1, **more): the documented
+    defaults, N for both stacks, attention_dropout = dropout unless given (build_model is stubbed: no 6+6 model)."""
+    from transformer import model as model_module
+
+    built = []
+    monkeypatch.setattr(model_module, "build_model", lambda config: built.append(config) or config)
+    c = T.make_model(11, 13)
+    assert (c.src_vocab, c.tgt_vocab, c.n_encoder_layers, c.n_decoder_layers, c.d_model, c.d_ff, c.n_heads, c.dropout,
+            c.attention_dropout) == (11, 13, 6, 6, 512, 2048, 8, 0.1, 0.1)
+    c = T.make_model(7, 5, N=2, d_model=24, d_ff=40, h=3, dropout=0.3, attention_dropout=0.05, tie_weights="target")
+    assert (c.src_vocab, c.tgt_vocab, c.n_encoder_layers, c.n_decoder_layers, c.d_model, c.d_ff, c.n_heads, c.dropout,
+            c.attention_dropout, c.tie_weights) == (7, 5, 2, 2, 24, 40, 3, 0.3, 0.05, "target")
+    assert T.make_model(c) is c  # a config goes to build_model as it is
+    with pytest.raises(ValueError, match="make_model: tgt_vocab is required when src_vocab is an int"):
+        T.make_model(11)
+
+
+def test_build_model_initialises_every_matrix_glorot_uniform_and_leaves_the_sinusoids():
+    torch.manual_seed(0)
+    model = T.make_model(11, 13, N=1, d_model=32, d_ff=96, h=4)
+    for name, p in model.named_parameters():
+        if p.dim() > 1:
+            fan_out, fan_in = p.shape
+            bound = (6.0 / (fan_in + fan_out)) ** 0.5
+            assert p.abs().max() <= bound, name
+            assert abs(float(p.detach().std()) - bound / 3**0.5) < 0.15 * bound / 3**0.5, name  # uniform on [-bound, bound]
+    pe = model.src_embed[1].pe[0]
+    assert torch.allclose(pe[3, 0::2], torch.sin(3 * torch.exp(torch.arange(0, 32, 2) * -(math.log(10000.0) / 32))))

@@ -1,12 +1,16 @@
 """AttentionMask: the structured mask equals its dense form, every backend computes the same function from either,
 and each backend receives the most structured form it supports (no dense mask for the kernel of a Batch-fed model)."""
 
+import re
+
 import pytest
 import torch
 
 import transformer as T
 from transformer import backends
 from transformer.batching import Batch
+from transformer.lm import build_lm
+from transformer.lm_config import LMConfig
 
 BACKENDS = ["eager", "torch", "triton"]  # triton: Triton's interpreter on the CPU (tests/conftest.py)
 
@@ -71,6 +75,44 @@ def test_malformed_parts_are_refused_with_the_field_named():
         T.AttentionMask(key_lengths=torch.tensor([1]), key_mask=torch.ones(1, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="causal must be a bool"):
         T.AttentionMask(causal=1)
+
+
+@pytest.mark.parametrize("part", ["key_lengths", "query_lengths"])
+def test_lengths_must_be_integers_and_never_negative(part):
+    for lengths, shown in ((torch.tensor([1.0, 2.0]), "f32[2]"), (torch.tensor([1, 2]).to(torch.complex64), "complex64[2]"),
+                           (torch.tensor([True, False]), "bool[2]"), (torch.tensor([[1, 2]]), "i64[1,2]")):
+        with pytest.raises(ValueError, match=rf"AttentionMask: {part} must be an integer tensor of shape \(batch,\), "
+                                             rf"got {re.escape(shown)}"):
+            T.AttentionMask(**{part: lengths})
+    for lengths, low, row in ((torch.tensor([-3]), -3, 0), (torch.tensor([4, -1, -2], dtype=torch.int32), -2, 1)):
+        with pytest.raises(ValueError, match=rf"AttentionMask: {part} must be >= 0, got {low} in batch row {row} "
+                                             rf"\({part}={re.escape(str(lengths.tolist()))}\)"):
+            T.AttentionMask(**{part: lengths})
+    for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        T.AttentionMask(**{part: torch.tensor([0, 3], dtype=dtype)})  # every integer dtype, 0 included
+    T.AttentionMask(**{part: torch.tensor([-3], device="meta")})  # off the host, the values are not read (no sync)
+
+
+@pytest.mark.parametrize("checks_on", [True, False])
+def test_lengths_longer_than_the_attention_are_refused_and_the_full_length_is_not(checks_on):
+    """key_lengths up to k_len (here 7, the memory) and query_lengths up to q_len (4) are allowed, one more is refused:
+    a guard (checks on or off), whichever module or model the mask reaches. Row 1 keeps 0 keys: zeros, by definition."""
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
+    x, memory = torch.randn(2, 4, 32), torch.randn(2, 7, 32)
+    with T.checks(checks_on):
+        full = mha(x, memory, memory, T.AttentionMask(key_lengths=torch.tensor([7, 0]), query_lengths=torch.tensor([4, 4])))
+        torch.testing.assert_close(full[0], mha(x, memory, memory)[0])
+        torch.testing.assert_close(full[1], mha.out_proj.bias.expand(4, 32))  # no key: zero attention, then W^O
+        with pytest.raises(ValueError, match=re.escape("AttentionMask: key_lengths holds 8 in batch row 1, more than the "
+                                                       "7 positions attended (k_len=7; key_lengths=[7, 8])")):
+            mha(x, memory, memory, T.AttentionMask(key_lengths=torch.tensor([7, 8])))
+        with pytest.raises(ValueError, match=re.escape("AttentionMask: query_lengths holds 5 in batch row 0, more than "
+                                                       "the 4 positions attended (q_len=4; query_lengths=[5, 2])")):
+            mha(x, memory, memory, T.AttentionMask(query_lengths=torch.tensor([5, 2])))
+        lm = build_lm(LMConfig(vocab=11, n_layers=1, d_model=16, d_ff=16, n_heads=2, max_len=20)).eval()
+        mask = T.AttentionMask(key_lengths=torch.tensor([3, 6]), query_lengths=torch.tensor([3, 5]))
+        with pytest.raises(ValueError, match="key_lengths holds 6 in batch row 1, more than the 5 positions"):
+            lm(torch.ones(2, 5, dtype=torch.long), mask)  # survives mask.replace(causal=True) inside the model
 
 
 @pytest.mark.parametrize("part, value, expected", [
@@ -233,3 +275,45 @@ def test_every_combination_of_parts_computes_its_dense_form_on_every_backend(bac
     (expected_grad,) = torch.autograd.grad(expected.pow(2).sum(), x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+
+
+ALIGNMENTS = {  # (q_len, k_len) -> parts: causal is top-left aligned, lengths fit the side they bound
+    (3, 7): dict(causal=True, key_lengths=[6, 2], query_lengths=[3, 2]),
+    (7, 3): dict(causal=True, key_lengths=[3, 1], query_lengths=[5, 7]),
+    (1, 6): dict(causal=True, key_lengths=[6, 4]),  # one query (a decoding step) sees key 0 only: top-left
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", list(ALIGNMENTS), ids=[f"q{q}-k{k}" for q, k in ALIGNMENTS])
+def test_structured_masks_with_more_or_fewer_queries_than_keys_mean_the_same_on_every_backend(backend, shape):
+    """Cross-attention shapes: the structured mask equals its dense form (top-left causal, as torch's is_causal) on
+    every backend, forward and backward, with key and query lengths that bind different sides."""
+    q_len, k_len = shape
+    torch.manual_seed(0)
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
+    x, memory = torch.randn(2, q_len, 32, requires_grad=True), torch.randn(2, k_len, 32)
+    mask = _mask_of(ALIGNMENTS[shape], q_len=q_len, k_len=k_len)
+    dense = mask.to_dense(q_len, k_len)
+    assert dense[0, 0].tolist() == [j <= 0 and j < int(mask.key_lengths[0]) for j in range(k_len)]
+    with T.use_backend(backend):
+        out = mha(x, memory, memory, mask)
+    (grad,) = torch.autograd.grad(out.pow(2).sum(), x)
+    with T.use_backend("eager"):
+        expected = mha(x, memory, memory, dense)
+    (expected_grad,) = torch.autograd.grad(expected.pow(2).sum(), x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_views_of_a_mask():
+    lengths, dense = torch.tensor([3, 1]), torch.rand(1, 4, 5) > 0.5
+    mask = T.AttentionMask(causal=True, key_lengths=lengths, dense=dense)
+    moved = mask.to("meta")
+    assert moved.causal and moved.key_lengths.device.type == "meta" and moved.dense.device.type == "meta"
+    assert mask.replace(causal=False).causal is False and mask.replace(causal=False).key_lengths is lengths
+    assert T.AttentionMask().is_empty() and not T.AttentionMask(causal=True).is_empty()
+    assert not T.AttentionMask(key_lengths=lengths).is_empty()
+    assert T.AttentionMask(key_lengths=lengths).key_only() and T.AttentionMask(key_mask=dense[0, :2]).key_only()
+    assert not mask.key_only() and not T.AttentionMask(key_lengths=lengths, query_lengths=lengths).key_only()
+    assert repr(mask).startswith("AttentionMask(causal=True, key_lengths=tensor([3, 1]), dense=tensor(")

@@ -23,7 +23,7 @@ from .backends import (
 )
 from .cache import KVCache
 from .config import AttentionBackend, check_kv_heads
-from .contracts import Bool, Float, Tensor, checked
+from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 from .sdpa import repeat_kv_heads, run_heads, scaled_dot_product_attention
 
@@ -92,7 +92,10 @@ class MultiHeadedAttention(nn.Module):
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """``mask`` covers the keys attended (the ``k_len`` new positions, or with a cache every cached one), so
-        :meth:`attend` checks its shape against them: (#batch, #q_len, keys attended)."""
+        :meth:`attend` checks its shape against them: (#batch, #q_len, keys attended). Inputs and mask must be on the
+        module's device, and the inputs of its dtype (ValueError naming the argument)."""
+        validate_dtype_device("MultiHeadedAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
+                              query=query, key=key, value=value, mask=mask)
         q = self.split_heads(self.q_proj(query))
         if cache is not None and cache.filled:
             k, v = cache.keys, cache.values

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .contracts import Float, Tensor, checked
+from .contracts import Float, Tensor, checked, validate_dtype_device
 
 __all__ = ["KVCache", "LayerCache", "DecoderCache"]
 
@@ -49,6 +49,7 @@ class KVCache:
         if self.filled:
             raise ValueError("KVCache: a static (cross-attention) cache is filled once; read keys and values instead")
         if self.keys is not None:
+            validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)
             if self.keys.shape[:2] != k.shape[:2] or self.keys.size(3) != k.size(3):
                 raise ValueError(f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
                                  f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)")

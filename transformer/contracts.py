@@ -234,3 +234,30 @@ def validate_nonempty(tokens: Tensor, name: str, dims: str = "batch seq", axis: 
     if tokens.size(axis) == 0:
         shape = ", ".join(f"{d}={n}" for d, n in zip(dims.split(), tokens.shape))
         raise ValueError(f"{name} is an empty sequence: shape ({shape}); every sequence needs at least one position")
+
+
+def validate_dtype_device(who: str, reference, reference_name: str, **tensors) -> None:
+    """Raise ValueError when a tensor of ``tensors`` (by argument name) is on another device than ``reference``, or is
+    floating with another dtype (under autocast on that device, floating dtypes may differ), naming the argument and
+    both dtypes or devices. ``reference`` is a tensor, or a function giving one (read only while checks are on);
+    ``reference_name`` says what it is ("the module's parameters", "argument 'query'"). A value that is not a tensor
+    (an ``AttentionMask``) is checked part by part (``mask.key_lengths``, ...) through its ``named_parts()``.
+
+    Part of the contracts: it follows the switch (off, it costs the call: torch's own error comes later), and under
+    torch.compile it reads static dtypes and devices, so a valid graph holds no check.
+    """
+    if not checks_enabled():
+        return
+    reference = reference if isinstance(reference, Tensor) else reference()
+    device, dtype = reference.device, reference.dtype
+    for name, value in tensors.items():
+        if value is None:
+            continue
+        parts = {name: value} if isinstance(value, Tensor) else {f"{name}.{k}": t for k, t in value.named_parts().items()}
+        for part, tensor in parts.items():
+            if tensor.device != device:
+                raise ValueError(f"{who}: argument '{part}' is on {tensor.device}, {reference_name} on {device}; "
+                                 f"put them on one device (e.g. {part}.to({str(device)!r}))")
+            if tensor.is_floating_point() and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):
+                raise ValueError(f"{who}: argument '{part}' is {tensor.dtype}, {reference_name} {dtype}; "
+                                 f"convert one of them (e.g. {part}.to({dtype}))")

@@ -7,7 +7,7 @@ from torch import nn
 from .attention import MultiHeadedAttention
 from .cache import DecoderCache, LayerCache
 from .config import NormPlacement
-from .contracts import Bool, Float, Tensor, checked
+from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
 from .masks import AttentionMask
 
@@ -48,6 +48,8 @@ class DecoderLayer(nn.Module):
         tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
         cache: LayerCache | None = None,
     ) -> Float[Tensor, "batch tgt_len {self.size}"]:
+        validate_dtype_device("DecoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters",
+                              x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
         m = memory
         self_cache, src_cache = (None, None) if cache is None else (cache.self_attn, cache.src_attn)
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, cache=self_cache))
@@ -80,6 +82,8 @@ class Decoder(nn.Module):
         """With ``cache``, ``x`` holds the positions after the cached ones and ``tgt_mask`` must be None: they
         attend to every cached position and causally among themselves. More than one new position at a time is
         taken only into an empty cache (a prompt), where causal is the whole rule."""
+        validate_dtype_device("Decoder.forward", lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
+                              "the module's parameters", x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
         if cache is not None:
             tgt_mask = self._cached_mask(x.size(1), cache, tgt_mask)
         for i, layer in enumerate(self.layers):

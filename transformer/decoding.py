@@ -13,6 +13,8 @@ row's end symbol hold ``pad_symbol``, never cut. :func:`greedy_step` states the 
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,7 +27,8 @@ from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
 from .masks import AttentionMask
 
 __all__ = ["StepFunction", "greedy_decode", "greedy_step", "next_token_log_probs", "sample_decode", "beam_search",
-           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler", "seeded_generator"]
+           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler", "seeded_generator",
+           "validate_sampling", "validate_beam"]
 
 
 class StepFunction(Protocol):
@@ -189,29 +192,65 @@ def _encode_and_search(model: nn.Module, src: Tensor, src_mask: Tensor | Attenti
         return search(steps, _start(src, request.start), request.max_len, request.end, request.pad, pick)
 
 
-def sampler(temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator):
+# Where the nucleus is cut: a prefix whose mass falls short of top_p by less than this counts as reaching it. The
+# model's log-probabilities are float32 (relative error about 6e-8), so a nucleus exactly at top_p (top_p=0.75 over
+# probabilities 0.5, 0.25, ...) must not depend on which way the rounding went.
+TOP_P_SLACK = 1e-6
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def validate_sampling(who: str, temperature: object, top_k: object, top_p: object) -> None:
+    """Refuse sampling options that have no meaning, naming the argument and its value (a guard: always on)."""
+    if not (_is_real(temperature) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"{who}: temperature must be a positive finite number, got {temperature!r} "
+                         "(a temperature near 0 is greedy decoding)")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
+        raise ValueError(f"{who}: top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not (_is_real(top_p) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"{who}: top_p must be a number in (0, 1] or None, got {top_p!r}")
+
+
+def validate_beam(who: str, beam_size: object, length_penalty: object) -> None:
+    """Refuse beam options that have no meaning, naming the argument and its value (a guard: always on)."""
+    if isinstance(beam_size, bool) or not isinstance(beam_size, numbers.Integral) or beam_size < 1:
+        raise ValueError(f"{who}: beam_size must be a positive int, got {beam_size!r}")
+    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):
+        raise ValueError(f"{who}: length_penalty must be a finite number >= 0, got {length_penalty!r}")
+
+
+def sampler(temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator, *,
+            who: str = "sampler"):
     """``pick(log_probs)``: a token drawn from softmax(log_probs / temperature), cut to the top k and the top-p nucleus
-    (the ``pick`` of :func:`search`; :func:`sample_decode` and the language model's ``generate`` use it)."""
-    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0):
-        raise ValueError(f"temperature must be a positive float, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    (the ``pick`` of :func:`search`; :func:`sample_decode` and the language model's ``generate`` use it).
+
+    The tempered logits are computed in float64 from each row's best token (``(log_probs - max) / temperature``), so
+    no temperature overflows: as it tends to 0 the draw becomes the most probable token (greedy decoding; tokens tied
+    with it share the draw). Tokens tied with the k-th most probable are all kept. Log-probabilities that are NaN or
+    +inf (a diverged model) raise ValueError naming the row."""
+    validate_sampling(who, temperature, top_k, top_p)
 
     def pick(log_probs: Tensor) -> Tensor:
-        logits = log_probs.float() / temperature
+        logits = log_probs.detach().to(torch.float64)
+        logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # the row's best token at 0, the rest <= 0
         if top_k is not None and top_k < logits.size(-1):
             kth = logits.topk(top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         if top_p is not None and top_p < 1.0:
-            sorted_logits, order = logits.sort(dim=-1, descending=True)
-            cumulative = sorted_logits.softmax(-1).cumsum(-1)
-            drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
+            sorted_probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
+            before = sorted_probs.cumsum(-1) - sorted_probs  # the mass of the more probable tokens
+            drop_sorted = before >= top_p - TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             logits = logits.masked_fill(drop, float("-inf"))
-        probs = logits.softmax(-1)
-        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(log_probs.device)
+        probs = logits.softmax(-1).cpu()
+        broken = probs.isnan().any(-1)
+        if bool(broken.any()):
+            row = int(broken.nonzero()[0, 0])
+            raise ValueError(f"{who}: the next-token log-probabilities of row {row} are NaN, +inf or all -inf; "
+                             f"there is nothing to sample from (a diverged model?): {log_probs[row, :8].tolist()}...")
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(log_probs.device)
 
     return pick
 
@@ -251,7 +290,7 @@ def sample_decode(
     or None: torch's default seed), so a seed reproduces the output. Length and padding as :func:`greedy_decode`.
     """
     request = _validate(model, "sample_decode", src, max_len, start_symbol, end_symbol, pad_symbol)
-    pick = sampler(temperature, top_k, top_p, seeded_generator(seed))
+    pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="sample_decode")
     return _encode_and_search(model, src, src_mask, request, pick, use_cache)
 
 
@@ -333,10 +372,7 @@ def beam_search(
     Each source is searched separately (:func:`beam_search_steps`). Output is (batch, max_len), padded like greedy.
     """
     request = _validate(model, "beam_search", src, max_len, start_symbol, end_symbol, pad_symbol)
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
-    if length_penalty < 0:
-        raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
+    validate_beam("beam_search", beam_size, length_penalty)
     batch = src.size(0)
     src_mask = _full_batch_mask(src_mask, batch)
     out = torch.full((batch, max_len), request.pad, dtype=src.dtype, device=src.device)

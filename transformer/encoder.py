@@ -6,7 +6,7 @@ from torch import nn
 
 from .attention import MultiHeadedAttention
 from .config import NormPlacement
-from .contracts import Bool, Float, Tensor, checked
+from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
 from .masks import AttentionMask
 
@@ -35,6 +35,8 @@ class EncoderLayer(nn.Module):
     def forward(
         self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
+        validate_dtype_device("EncoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters",
+                              x=x, mask=mask)
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayer[1](x, self.feed_forward)
 
@@ -52,6 +54,8 @@ class Encoder(nn.Module):
     def forward(
         self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.size}"]:
+        validate_dtype_device("Encoder.forward", lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
+                              "the module's parameters", x=x, mask=mask)
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

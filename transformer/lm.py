@@ -20,7 +20,7 @@ import math
 from torch import nn
 
 from .cache import KVCache
-from .contracts import Bool, Float, Int, Tensor, checked, validate_length, validate_nonempty
+from .contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
 from .embeddings import EmbeddingStack
 from .layers import PositionwiseFeedForward, clones
 from .lm_attention import CausalSelfAttention, PerHeadValueAttention
@@ -87,6 +87,8 @@ class TransformerLM(nn.Module):
         :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones and ``mask`` is
         None: a prompt of several positions goes into an empty cache, then one position at a time."""
         validate_nonempty(tokens, "TransformerLM.forward: argument 'tokens'", "batch seq")
+        validate_dtype_device("TransformerLM.forward", lambda: self.generator.proj.weight, "the model's parameters",
+                              tokens=tokens, mask=mask)
         offset = 0 if cache is None else cache.length
         validate_length(offset + tokens.size(1), self.max_len, "TransformerLM input")
         mask = self._causal(mask, tokens.size(1)) if cache is None else self._cached_mask(tokens.size(1), cache, mask)

@@ -29,11 +29,12 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .backends import _check_backend, attention, current_backend, dense_heads_mask, resolve_backend, run_backend
+from .backends import (_check_backend, attention, current_backend, dense_heads_mask, refuse, resolve_backend,
+                       run_backend)
 from .sdpa import repeat_kv_heads, run_heads
 from .cache import KVCache
 from .config import AttentionBackend
-from .contracts import Bool, Float, Tensor, checked
+from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 from .attention import MultiHeadedAttention
 
@@ -89,6 +90,8 @@ class CausalSelfAttention(MultiHeadedAttention):
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
         """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all)."""
+        validate_dtype_device("CausalSelfAttention.forward", lambda: self.q_proj.weight, "the module's parameters", x=x,
+                              mask=mask)
         return super().forward(x, x, x, mask, cache=cache)
 
     @checked
@@ -145,6 +148,8 @@ class PerHeadValueAttention(nn.Module):
         *,
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
+        validate_dtype_device("PerHeadValueAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
+                              x=x, mask=mask)
         q, k, shared = self.split_heads(self.q_proj(x)), self.split_heads(self.k_proj(x)), self.split_heads(x)
         if cache is not None:
             k, shared = cache.extend(k, shared)
@@ -170,10 +175,11 @@ class PerHeadValueAttention(nn.Module):
         if name == "triton":
             if dropout_p > 0:
                 if (current_backend() or self.backend) != "auto":
-                    raise ValueError("attention backend 'triton' cannot run these inputs: the per-head value form "
-                                     "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
-                                     "value chunk); use the torch or eager backend, or attention_dropout=0")
-                name = "torch"
+                    name = refuse("attention backend 'triton' cannot run these inputs: the per-head value form "
+                                  "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
+                                  "value chunk); use the torch or eager backend, or attention_dropout=0")
+                else:
+                    name = "torch"
         if name == "triton":  # h x (h + 1) problems of width d_k: chunk c of [X, 1, 0...] for every head i
             extra = torch.cat([ones, ones.new_zeros(batch, 1, k_len, d_k - 1)], dim=-1)
             chunks = torch.cat([shared, extra], dim=1)  # (batch, h + 1, k_len, d_k)

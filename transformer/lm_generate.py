@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
-from .decoding import beam_search_steps, sampler, search, seeded_generator
+from .decoding import beam_search_steps, sampler, search, seeded_generator, validate_beam, validate_sampling
 
 __all__ = ["generate", "beam_generate", "GenerationRequest", "StopSequences"]
 
@@ -123,9 +123,15 @@ def generate(
     once every row has ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout).
     """
     request = validate_request(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
+    validate_sampling("generate", temperature, top_k, top_p)
     if sample:
-        pick = sampler(temperature, top_k, top_p, seeded_generator(seed))
+        pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
+        given = [f"{name}={value!r}" for name, value, default in
+                 (("temperature", temperature, 1.0), ("top_k", top_k, None), ("top_p", top_p, None)) if value != default]
+        if given:
+            raise ValueError(f"generate: {', '.join(given)} only applies to sampling; pass sample=True (or leave it "
+                             "out for greedy decoding)")
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
     with torch.no_grad():
         steps = model.next_tokens(use_cache=use_cache)
@@ -149,10 +155,7 @@ def beam_generate(
     """Beam search continuing one prompt (:func:`transformer.decoding.beam_search_steps`, GNMT length penalty over
     the generated tokens): the best continuation, padded like :func:`generate`, and its normalised score."""
     request = validate_request(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_generate: beam_size must be a positive int, got {beam_size!r}")
-    if length_penalty < 0:
-        raise ValueError(f"beam_generate: length_penalty must be >= 0, got {length_penalty}")
+    validate_beam("beam_generate", beam_size, length_penalty)
     with torch.no_grad():
         tokens, score = beam_search_steps(model.next_tokens(use_cache=use_cache), prompt, request.max_len,
                                           request.end, beam_size, length_penalty)

@@ -83,15 +83,20 @@ class AttentionMask:
     query_lengths: Tensor | None = None
     dense: Tensor | None = None
 
+    # The largest key and query length, read at construction from lengths held on the host (see _read_bounds).
+    _longest: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+
     def __post_init__(self) -> None:
         if not isinstance(self.causal, bool):
             raise ValueError(f"AttentionMask: causal must be a bool, got {self.causal!r}")
         for name in ("key_lengths", "query_lengths"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, Tensor) or value.dim() != 1 or value.is_floating_point()
-                                      or value.dtype == torch.bool):
+                                      or value.is_complex() or value.dtype == torch.bool):
                 raise ValueError(f"AttentionMask: {name} must be an integer tensor of shape (batch,), got "
                                  f"{_shape(value) if isinstance(value, Tensor) else type(value).__name__}")
+            if value is not None:
+                self._read_bounds(name, value)
         for name, dims in (("key_mask", 2), ("dense", 3)):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, Tensor) or value.dtype != torch.bool or value.dim() != dims):
@@ -99,6 +104,20 @@ class AttentionMask:
                                  f"{_shape(value) if isinstance(value, Tensor) else type(value).__name__}")
         if self.key_lengths is not None and self.key_mask is not None:
             raise ValueError("AttentionMask: give key padding as key_lengths or as key_mask, not both")
+
+    def _read_bounds(self, name: str, lengths: Tensor) -> None:
+        """Refuse a negative length, and keep the largest for :meth:`check_fits` to compare with the attention's size.
+
+        Only where reading the values costs no device synchronisation: lengths on the CPU, outside a torch.compile
+        trace. Lengths on a GPU are not read (a host sync per mask); :meth:`padding` and :meth:`target` build valid
+        ones, and the kernel clamps what it reads to [0, k_len]."""
+        if lengths.device.type != "cpu" or lengths.numel() == 0 or torch.compiler.is_compiling():
+            return
+        low, high = (int(x) for x in torch.aminmax(lengths))
+        if low < 0:
+            row = int((lengths < 0).nonzero()[0, 0])
+            raise ValueError(f"AttentionMask: {name} must be >= 0, got {low} in batch row {row} ({name}={_values(lengths)})")
+        self._longest[name] = high
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -149,6 +168,11 @@ class AttentionMask:
             mask = mask & part
         return mask.expand(*mask.shape[:-1], k_len)  # a view: the key axis is always whole, as dense masks' is
 
+    def named_parts(self) -> dict[str, Tensor]:
+        """The tensor parts given, by field name (``{"key_lengths": ..., "dense": ...}``)."""
+        return {name: getattr(self, name) for name in ("key_lengths", "key_mask", "query_lengths", "dense")
+                if getattr(self, name) is not None}
+
     def tensors(self) -> list[Tensor]:
         return [t for t in (self.key_lengths, self.key_mask, self.query_lengths, self.dense) if t is not None]
 
@@ -178,7 +202,18 @@ class AttentionMask:
     def check_fits(self, batch: int, q_len: int, k_len: int) -> None:
         """Raise TypeCheckError when a part does not fit attention of this (batch, q_len, k_len) (while checks are on).
 
-        Called inside a checked function, whose name the error then gains as a prefix."""
+        Called inside a checked function, whose name the error then gains as a prefix.
+
+        Whether checks are on or off, a length above the attention's size (``key_lengths`` above ``k_len``,
+        ``query_lengths`` above ``q_len``) raises ValueError: a guard, read from the largest length kept at
+        construction (lengths on the CPU; see :meth:`_read_bounds`), so it costs a comparison of two ints."""
+        for name, size, dim in (("key_lengths", k_len, "k_len"), ("query_lengths", q_len, "q_len")):
+            longest = self._longest.get(name)
+            if longest is not None and longest > size:
+                lengths = getattr(self, name)
+                row = int((lengths > size).nonzero()[0, 0])
+                raise ValueError(f"AttentionMask: {name} holds {longest} in batch row {row}, more than the {size} "
+                                 f"positions attended ({dim}={size}; {name}={_values(lengths)})")
         if not checks_enabled():
             return
         expected = {
@@ -197,6 +232,12 @@ class AttentionMask:
                 bound = ", ".join(f"{d}={n}" for d, n in sizes.items())
                 raise TypeCheckError(f"argument 'mask.{name}' is {_shape(value)}, expected "
                                      f"{kind}[Tensor, '{' '.join(dims)}'] with {bound}")
+
+
+def _values(lengths: Tensor) -> str:
+    """The lengths as a short list for a message (a host tensor: no synchronisation)."""
+    values = lengths.tolist()
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...]"
 
 
 def _real_lengths(tokens: Tensor, pad_id: int) -> tuple[Tensor, bool]:

@@ -11,7 +11,7 @@ from torch import nn
 from .attention import MultiHeadedAttention
 from .cache import DecoderCache
 from .config import TransformerConfig
-from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
+from .contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_nonempty
 from .decoder import Decoder, DecoderLayer
 from .embeddings import EmbeddingStack, Embeddings, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
@@ -31,6 +31,7 @@ class Generator(nn.Module):
 
     @checked
     def forward(self, x: Float[Tensor, "*batch {self.d_model}"]) -> Float[Tensor, "*batch {self.vocab}"]:
+        validate_dtype_device("Generator.forward", lambda: self.proj.weight, "the module's parameters", x=x)
         return F.log_softmax(self.proj(x), dim=-1)
 
 
@@ -82,6 +83,8 @@ class EncoderDecoder(nn.Module):
         self, src: Int[Tensor, "batch src_len"], src_mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
     ) -> Float[Tensor, "batch src_len {self.d_model}"]:
         validate_nonempty(src, "EncoderDecoder.encode: argument 'src'", "batch src_len")
+        validate_dtype_device("EncoderDecoder.encode", lambda: self.encoder.layers[0].sublayer[0].norm.weight,
+                              "the model's parameters", src=src, src_mask=src_mask)
         return self.encoder(self.src_embed(src), src_mask)
 
     @checked
@@ -98,6 +101,8 @@ class EncoderDecoder(nn.Module):
         positions after the ``cache.length`` already decoded, and ``tgt_mask`` is None (see :class:`Decoder`)."""
         validate_nonempty(tgt, "EncoderDecoder.decode: argument 'tgt'", "batch tgt_len")
         validate_nonempty(memory, "EncoderDecoder.decode: argument 'memory'", "batch src_len d_model", axis=1)
+        validate_dtype_device("EncoderDecoder.decode", lambda: self.decoder.layers[0].sublayer[0].norm.weight,
+                              "the model's parameters", memory=memory, tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)
         offset = 0 if cache is None else cache.length
         return self.decoder(self.tgt_embed(tgt, offset=offset), memory, src_mask, tgt_mask, cache)
 

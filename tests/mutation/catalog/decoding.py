@@ -79,3 +79,27 @@ MUTANTS += [
       "if end_symbol is not None and bool(finished.all()):", "if end_symbol is not None and bool(finished.any()):",
       "greedy stops (and pads every row) as soon as one row has ended"),
 ]
+
+
+# --- issue 20: search options that have no meaning, and generate's sampling options without sample=True
+_GEN = "transformer/lm_generate.py"
+MUTANTS += [
+    Mutant("beam-nan-length-penalty-accepted", _D, ((
+        "if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):",
+        "if not (_is_real(length_penalty) and length_penalty >= 0):"),),
+        "a NaN or infinite length penalty is accepted (NaN scores without a word)", ("tests/test_decoding.py",)),
+    Mutant("beam-bool-beam-size-accepted", _D, ((
+        "if isinstance(beam_size, bool) or not isinstance(beam_size, numbers.Integral) or beam_size < 1:",
+        "if not isinstance(beam_size, numbers.Integral) or beam_size < 1:"),),
+        "beam_size=True is taken as 1", ("tests/test_decoding.py",)),
+    Mutant("generate-sampling-options-ignored", _GEN, (("        if given:\n", "        if False:\n"),),
+        "generate(temperature=0.7) without sample=True decodes greedily without a word", ("tests/test_sampling.py",)),
+    Mutant("generate-options-unvalidated-when-greedy", _GEN, ((
+        '    validate_sampling("generate", temperature, top_k, top_p)\n', ""),),
+        "a NaN temperature passes when sample=False", ("tests/test_sampling.py",)),
+    Mutant("beam-generate-penalty-counts-the-prompt", _D, ((
+        "    prefix = ys.size(1) - 1  # the start symbol is not a generated token",
+        "    prefix = 0"),),
+        "the GNMT penalty counts the prompt (or the start symbol) as generated tokens",
+        ("tests/test_lm_generate.py", "tests/test_decoding.py")),
+]

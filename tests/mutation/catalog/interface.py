@@ -75,13 +75,14 @@ MUTANTS: list[Mutant] = [
       "a structured source mask does not follow beam search's rows"),
     # --- sampling
     M("sample-temperature-multiplies", "transformer/decoding.py",
-      "logits = log_probs.float() / temperature", "logits = log_probs.float() * temperature",
+      "logits = (logits - logits.amax(-1, keepdim=True)) / temperature",
+      "logits = (logits - logits.amax(-1, keepdim=True)) * temperature",
       "temperature multiplies the logits instead of dividing them"),
     M("sample-top-k-keeps-one-more", "transformer/decoding.py",
       "kth = logits.topk(top_k, dim=-1).values[:, -1:]", "kth = logits.topk(min(top_k + 1, logits.size(-1)), dim=-1).values[:, -1:]",
       "top-k keeps k + 1 tokens"),
     M("sample-top-p-inclusive", "transformer/decoding.py",
-      "drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p", "drop_sorted = cumulative > top_p",
+      "drop_sorted = before >= top_p - TOP_P_SLACK", "drop_sorted = before + sorted_probs > top_p",
       "top-p drops the token that crosses p (the nucleus falls short of p)"),
     M("sample-seed-ignored", "transformer/decoding.py",
       "        generator.manual_seed(seed)\n", "        pass\n",
@@ -200,4 +201,88 @@ MUTANTS += [
     _dropin("registry-causal-dropped", "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), bool(is_causal),",
             "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), False,",
             "the forward adapter ignores is_causal", _REG_TESTS, _REG),
+]
+
+
+# --- issue 20 (never silently wrong): the backend choice under torch.compile, sampling at its edges, mask lengths,
+# dtype/device guards, caches after a reorder. Each runs the test files that state the promise (the new ones are not
+# in TEST_FILES), so a run with -k costs one small baseline.
+_DEC = "transformer/decoding.py"
+_BACKEND_TESTS = ("tests/test_backends.py",)
+_SAMPLING_TESTS = ("tests/test_sampling.py",)
+_MASK_TESTS = ("tests/test_structured_masks.py",)
+_ENTRY_TESTS = ("tests/test_entry_guards.py",)
+_CACHE_TESTS = ("tests/test_cache.py",)
+
+
+def I20(id: str, file: str, old: str, new: str, what: str, tests: tuple[str, ...]) -> Mutant:
+    return Mutant(id, file, ((old, new),), what, tests)
+
+
+MUTANTS += [
+    I20("backend-choice-read-with-contextvar-get", _BACKENDS, "    name = _CHOICE.name\n", "    name = _backend.get(_CHOICE)\n",
+        "the choice read with ContextVar.get (the same in eager mode; Dynamo cannot trace it: no guard, a graph break)",
+        _BACKEND_TESTS),
+    I20("backend-trace-block-ignored", _BACKENDS, "    if _TRACE_BACKENDS:\n        return _TRACE_BACKENDS[-1]",
+        "    if False:\n        return _TRACE_BACKENDS[-1]",
+        "a use_backend block inside a compiled function is not seen by current_backend", _BACKEND_TESTS),
+    I20("backend-refusal-raised-while-tracing", _BACKENDS,
+        "    if torch.compiler.is_compiling():\n        return Refusal(message)", "    if False:\n        return Refusal(message)",
+        "a backend that cannot run raises while Dynamo traces (Unsupported under fullgraph, not eager's ValueError)",
+        _BACKEND_TESTS),
+    I20("backend-auto-kernel-for-float32", _BACKENDS, "        if q.dtype == torch.float32:", "        if False:",
+        "auto sends float32 on CUDA to the kernel (no tensor cores) instead of SDPA", _BACKEND_TESTS),
+    I20("backend-auto-float32-log-at-info", _BACKENDS, "            _say(logging.DEBUG, \"attention backend 'auto' does not use triton for float32",
+        "            _say(logging.INFO, \"attention backend 'auto' does not use triton for float32",
+        "auto's float32 choice is logged at INFO (every call) instead of DEBUG", _BACKEND_TESTS),
+    I20("sample-max-not-subtracted", _DEC, "logits = (logits - logits.amax(-1, keepdim=True)) / temperature",
+        "logits = logits / temperature", "tempered logits not taken from the row's best token: a tiny temperature "
+        "overflows to inf/nan", _SAMPLING_TESTS),
+    I20("sample-in-float32", _DEC, "logits = log_probs.detach().to(torch.float64)", "logits = log_probs.detach().float()",
+        "the tempered logits in float32: a temperature below float32's range divides 0 by 0", _SAMPLING_TESTS),
+    I20("sample-top-p-slack-wrong-side", _DEC, "drop_sorted = before >= top_p - TOP_P_SLACK",
+        "drop_sorted = before >= top_p + TOP_P_SLACK", "a nucleus exactly at top_p keeps one token too many",
+        _SAMPLING_TESTS),
+    I20("sample-top-p-not-scattered-back", _DEC, "drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)",
+        "drop = drop_sorted", "the nucleus cut in sorted order is applied in vocabulary order", _SAMPLING_TESTS),
+    I20("sample-top-p-on-untempered", _DEC, "sorted_probs, order = logits.softmax(-1).sort(dim=-1, descending=True)",
+        "sorted_probs, order = (logits * temperature).softmax(-1).sort(dim=-1, descending=True)",
+        "the nucleus is taken over the untempered probabilities", _SAMPLING_TESTS),
+    I20("sample-nan-not-refused", _DEC, "        if bool(broken.any()):", "        if False:",
+        "NaN log-probabilities reach torch.multinomial (its inf/nan error, no row named)", _SAMPLING_TESTS),
+    I20("sample-infinite-temperature-accepted", _DEC,
+        "if not (_is_real(temperature) and math.isfinite(temperature) and temperature > 0):",
+        "if not (_is_real(temperature) and temperature > 0):", "temperature=inf is accepted", _SAMPLING_TESTS),
+    I20("sample-bool-top-p-accepted", _DEC, "if top_p is not None and not (_is_real(top_p) and 0.0 < top_p <= 1.0):",
+        "if top_p is not None and not (0.0 < top_p <= 1.0):", "top_p=True is taken as 1.0", _SAMPLING_TESTS),
+    I20("mask-negative-length-accepted", _MASKS, "        if low < 0:", "        if False:",
+        "AttentionMask(key_lengths=tensor([-3])) is accepted", _MASK_TESTS),
+    I20("mask-complex-lengths-accepted", _MASKS, "\n                                      or value.is_complex() or value.dtype == torch.bool):",
+        "\n                                      or value.dtype == torch.bool):", "complex lengths are accepted", _MASK_TESTS),
+    I20("mask-length-bound-exclusive", _MASKS, "if longest is not None and longest > size:",
+        "if longest is not None and longest >= size:", "a length equal to the attention's size is refused", _MASK_TESTS),
+    I20("mask-length-bounds-swapped", _MASKS,
+        "for name, size, dim in ((\"key_lengths\", k_len, \"k_len\"), (\"query_lengths\", q_len, \"q_len\")):",
+        "for name, size, dim in ((\"key_lengths\", q_len, \"q_len\"), (\"query_lengths\", k_len, \"k_len\")):",
+        "key lengths are bounded by q_len and query lengths by k_len", _MASK_TESTS),
+    I20("mask-length-bound-behind-the-switch", _MASKS,
+        "        for name, size, dim in ((\"key_lengths\"", "        for name, size, dim in () if not checks_enabled() else ((\"key_lengths\"",
+        "the length bound is a contract (off with checks) instead of a guard", _MASK_TESTS),
+    I20("cache-layer-reorder-forgets-cross-attention", _CACHE, "        self.src_attn.reorder(index)\n", "",
+        "a reorder leaves every layer's cross-attention cache on the old rows", _CACHE_TESTS),
+    I20("steps-reorder-forgets-memory", "transformer/model.py", "        self.memory = self.memory.index_select(0, index)\n",
+        "", "a reorder leaves the memory on the old rows (the cache and mask follow)", _CACHE_TESTS),
+    I20("entry-dtype-unchecked", "transformer/contracts.py",
+        "if tensor.is_floating_point() and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):",
+        "if False:", "a floating tensor of another dtype reaches torch's own error", _ENTRY_TESTS),
+    I20("entry-autocast-refused", "transformer/contracts.py",
+        " and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):", " and tensor.dtype != dtype:",
+        "autocast's mixed dtypes are refused", _ENTRY_TESTS),
+    I20("entry-decode-memory-unchecked", "transformer/model.py",
+        '"the model\'s parameters", memory=memory, tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)',
+        '"the model\'s parameters", tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)',
+        "model.decode given float64 memory reaches torch's error (the issue's case)", _ENTRY_TESTS),
+    I20("entry-cache-extend-unchecked", _CACHE,
+        '            validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)\n', "",
+        "a cache extended with float64 keys is promoted silently by torch.cat", _ENTRY_TESTS),
 ]
