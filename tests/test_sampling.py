@@ -118,6 +118,25 @@ def test_bad_sampling_options_are_refused(options, message, checks_on):
         T.sample_decode(_FixedModel(), torch.ones(2, 1, dtype=torch.long), None, 3, 0, **options)
 
 
+def test_seed_none_draws_from_torchs_default_generator_so_manual_seed_reproduces_a_run():
+    """seed=None (the default): the draws are seeded from torch's default generator, so ``torch.manual_seed``
+    reproduces a sampled run (both searches) and two runs without a new manual_seed differ."""
+    model = _FixedModel()
+    src = torch.ones(64, 1, dtype=torch.long)
+    torch.manual_seed(5)
+    a = T.sample_decode(model, src, None, 6, 0)
+    b = T.sample_decode(model, src, None, 6, 0)
+    torch.manual_seed(5)
+    assert torch.equal(a, T.sample_decode(model, src, None, 6, 0)) and not torch.equal(a, b)
+    lm = T.build_lm(LMConfig(vocab=17, n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=16)).eval()
+    prompt = torch.ones(8, 1, dtype=torch.long)
+    torch.manual_seed(5)
+    first = generate(lm, prompt, 6, sample=True)
+    torch.manual_seed(5)
+    assert torch.equal(first, generate(lm, prompt, 6, sample=True))
+    assert not torch.equal(first, generate(lm, prompt, 6, sample=True))
+
+
 def test_with_a_real_model_top_k_1_is_greedy_and_the_cache_changes_nothing():
     torch.manual_seed(0)
     model = T.make_model(11, 13, N=2, d_model=32, d_ff=64, h=4, dropout=0.0).eval()
