@@ -42,6 +42,27 @@ def test_gqa_equals_full_attention_with_repeated_key_value_heads(backend, kv_hea
         torch.testing.assert_close(gqa(x, memory, memory, dense), full(x, memory, memory, dense), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["eager", "torch"])
+def test_gqa_keeps_the_modules_score_scale_on_every_backend(backend):
+    """CausalSelfAttention(scale=tau, kv_heads < h): the scores are scaled by tau whatever the backend and whether the
+    key/value heads are shared or full (the torch backend takes the grouped heads in place, eager repeats them)."""
+    from transformer.lm_attention import CausalSelfAttention
+
+    torch.manual_seed(0)
+    gqa = CausalSelfAttention(4, 64, 0.0, scale=0.7, kv_heads=2).eval()
+    x = torch.randn(2, 5, 64)
+    mask = T.AttentionMask(causal=True)
+    with T.use_backend("eager"):
+        expected = gqa(x, mask)
+    with T.use_backend(backend):
+        got = gqa(x, mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    with T.use_backend(backend):
+        default_scale = CausalSelfAttention(4, 64, 0.0, kv_heads=2).eval()
+        default_scale.load_state_dict(gqa.state_dict())
+        assert not torch.allclose(default_scale(x, mask), got, atol=1e-3)  # tau = 0.7 is not 1/sqrt(16): it matters
+
+
 def test_gqa_gradients_reach_the_shared_projections_in_float64():
     gqa = T.MultiHeadedAttention(4, 16, dropout=0.0, kv_heads=2).double().eval()
     x = torch.randn(1, 3, 16, dtype=torch.float64, requires_grad=True)

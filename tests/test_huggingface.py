@@ -170,6 +170,18 @@ def test_attention_dropout_reaches_the_drop_in_while_training_only(monkeypatch):
     assert seen == [0.25, 0.25, 0.0] and not torch.allclose(first, second)
 
 
+def test_register_under_another_name_registers_both_functions_under_that_name():
+    """register(name): attention function and mask function under ``name`` (returned), so
+    attn_implementation=name works; the default name stays registered too."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    assert huggingface.register("typed_transformer_other") == "typed_transformer_other"
+    assert AttentionInterface()["typed_transformer_other"] is huggingface.attention_forward
+    assert "typed_transformer_other" in AttentionMaskInterface()
+    assert AttentionInterface()["typed_transformer"] is huggingface.attention_forward
+
+
 def test_softcap_is_refused_as_transformers_sdpa_refuses_it():
     q = torch.randn(1, 2, 3, 16)
     with pytest.raises(ValueError, match="does not support `softcap`"):

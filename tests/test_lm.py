@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 import torch.nn.functional as F
 
 import transformer as T
@@ -126,6 +127,20 @@ def test_the_functional_formulation_starts_from_its_initialisation():
     largest = float(attn.value_weight.detach().abs().max())
     assert 0.9 * bound < largest <= bound
     assert torch.count_nonzero(attn.q_proj.bias) == 0 and torch.count_nonzero(attn.value_bias) == 0
+
+
+def test_the_functional_initialisation_bounds_every_linear_by_its_fan_in():
+    """init="functional": U(+-1/sqrt(fan_in)) weights, zero biases, for every Linear of the model (the feed-forward
+    d_model -> d_ff and d_ff -> d_model, the projections, the generator): fan_in, not fan_out, sets each bound."""
+    torch.manual_seed(0)
+    model = build_lm(LMConfig.functional(50, d_model=32, n_layers=1, n_heads=2, d_ff=128, max_len=16))
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert {(m.in_features, m.out_features) for m in linears} >= {(32, 128), (128, 32)}  # fan_in != fan_out
+    for m in linears:
+        bound = 1 / math.sqrt(m.in_features)
+        largest = float(m.weight.detach().abs().max())
+        assert 0.9 * bound < largest <= bound, (m.in_features, m.out_features, largest, bound)
+        assert m.bias is None or torch.count_nonzero(m.bias) == 0
 
 
 # ---------------------------------------------------------------- W^O is the rank-d_k special case

@@ -1,11 +1,12 @@
 """The mutant catalog: one module per area, each with a ``MUTANTS`` list (see tests/mutation/README.md)."""
 
-from . import blind_data, blind_decoding, blind_training, contracts, decoding, distributed, dropout, guards, interface, kernels, lm, model, training
+from . import contracts, decoding, distributed, dropout, guards, interface, kernels, lm, model, training
+from . import blind_data, blind_decoding, blind_dropin, blind_model, blind_training  # blind reviews (docs/guarantees.md)
 from .base import KERNEL_TESTS, K, M, Mutant
 
 ALL: list[Mutant] = [*model.MUTANTS, *interface.MUTANTS, *contracts.MUTANTS, *guards.MUTANTS, *dropout.MUTANTS,
                      *decoding.MUTANTS, *training.MUTANTS, *kernels.MUTANTS, *lm.MUTANTS, *distributed.MUTANTS,
-                     *blind_data.MUTANTS, *blind_training.MUTANTS,
-                     *blind_decoding.MUTANTS]
+                     *blind_data.MUTANTS, *blind_training.MUTANTS, *blind_decoding.MUTANTS, *blind_model.MUTANTS,
+                     *blind_dropin.MUTANTS]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
