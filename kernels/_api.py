@@ -5,7 +5,7 @@ import math
 import torch
 
 from ._op import flash_attn_fwd, flash_attn_fwd_interpreted
-from ._validate import device_reason
+from ._validate import run_reason
 from ._validate import validate as check_inputs
 
 
@@ -26,7 +26,7 @@ def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=N
     """
     if validate:
         check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
-        reason = device_reason(q)
+        reason = run_reason(q, k)
         if reason is not None:
             raise RuntimeError(f"flash_attention cannot run here: {reason}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)

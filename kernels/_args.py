@@ -4,7 +4,10 @@ import torch
 
 
 def mask_args(q: torch.Tensor, k: torch.Tensor, mask, key_mask, key_lengths) -> dict:
-    """Kernel arguments for the three mask kinds; absent ones get a dummy pointer the kernel never reads."""
+    """Kernel arguments for the three mask kinds; absent ones get a dummy pointer the kernel never reads.
+
+    Every tensor goes with its strides (a sliced, transposed or expanded tensor is read where it lies, never
+    copied)."""
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
     args = {}
@@ -20,9 +23,9 @@ def mask_args(q: torch.Tensor, k: torch.Tensor, mask, key_mask, key_lengths) -> 
     else:
         args.update(KMASK=q, s_kmb=0, s_kmn=0, HAS_KMASK=False)
     if key_lengths is not None:
-        args.update(KLEN=key_lengths, HAS_KLEN=True)
+        args.update(KLEN=key_lengths, s_klb=key_lengths.stride(0), HAS_KLEN=True)
     else:
-        args.update(KLEN=q, HAS_KLEN=False)
+        args.update(KLEN=q, s_klb=0, HAS_KLEN=False)
     return args
 
 

@@ -8,13 +8,13 @@ import triton.language as tl
 from . import _tuning
 from ._args import acc_dtype, dot_precision, mask_args, strides
 from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_row_stats, load_rows,
-                      load_seed)
+                      load_seed, program_coords)
+from ._grid import blocks_grid
 
 @triton.jit
 def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh, pid_m = program_coords(q_len, BLOCK_M)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -77,14 +77,13 @@ def _dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dkb, s_dkh, s_dkn, s_dkd, s_dvb, s_dvh, s_dvn, s_dvd,
-    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
     heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh, pid_n = program_coords(k_len, BLOCK_N)
     b = bh // heads
     h = bh % heads
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -95,7 +94,7 @@ def _dkdv_kernel(
     q_base = head_ptr(Q, b, h, s_qb, s_qh)
     do_base = head_ptr(DO, b, h, s_db, s_dh)
 
-    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     lo = 0
     if CAUSAL:  # queries before this key block never see it
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
@@ -158,14 +157,13 @@ def _dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dqb, s_dqh, s_dqm, s_dqd,
-    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
     heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh, pid_m = program_coords(q_len, BLOCK_M)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -178,7 +176,7 @@ def _dq_kernel(
     k_base = head_ptr(K, b, h, s_kb, s_kh)
     v_base = head_ptr(V, b, h, s_vb, s_vh)
 
-    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
     seed = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
@@ -215,10 +213,10 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
     k_len = k.shape[2]
     block_d = max(16, triton.next_power_of_2(head_dim))
     delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    wrap(delta_kernel)[(triton.cdiv(q_len, 32), batch * heads, 1)](
+    wrap(delta_kernel)[blocks_grid(q_len, 32, batch * heads)](
         out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d)
     if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
-        delta = delta - grad_lse.to(delta.dtype)
+        delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     common = dict(
         SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
@@ -227,8 +225,8 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
         HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
         BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
     )
-    wrap(dkdv_kernel)[lambda meta: (triton.cdiv(k_len, meta["BLOCK_N"]), batch * heads, 1)](
+    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * heads)](
         q, k, v, do, lse, delta, dk, dv, **strides("dk", dk, "n"), **strides("dv", dv, "n"), **common)
-    wrap(dq_kernel)[lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads, 1)](
+    wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](
         q, k, v, do, lse, delta, dq, **strides("dq", dq), **common)
     return dq, dk, dv

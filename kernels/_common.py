@@ -38,6 +38,15 @@ def keep_block(seed, bh, qi, kj, q_len, k_len, dropout_p):
 
 
 @triton.jit
+def program_coords(length, BLOCK: tl.constexpr):
+    """(batch x head index, block index) of this program on the 1-D grid of _grid.blocks_grid: the blocks of
+    ``length`` rows of one (batch, head) are adjacent program ids."""
+    pid = tl.program_id(0)
+    blocks = tl.cdiv(length, BLOCK)
+    return pid // blocks, pid % blocks
+
+
+@triton.jit
 def head_ptr(PTR, b, h, s_b, s_h):
     """Pointer to the (batch b, head h) slice of a (batch, heads, len, head_dim) tensor; int64 offsets."""
     return PTR + b.to(tl.int64) * s_b + h.to(tl.int64) * s_h
@@ -51,13 +60,15 @@ def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
 
 
 @triton.jit
-def key_end(KLEN, b, k_len, HAS_KLEN: tl.constexpr):
-    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len. The length is
-    clamped in 64 bits before narrowing, so a huge int64 length (e.g. 2**32 + 3, or int64 max as "no limit")
-    means k_len, not its low 32 bits."""
+def key_end(KLEN, s_klb, b, k_len, HAS_KLEN: tl.constexpr):
+    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len. The lengths are
+    read through their stride ``s_klb`` (a sliced or expanded tensor is not contiguous). The length is clamped in
+    64 bits before narrowing, so a huge int64 length (e.g. 2**32 + 3, or int64 max as "no limit") means k_len,
+    not its low 32 bits."""
     kv_end = k_len
     if HAS_KLEN:
-        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)
+        length = tl.load(KLEN + b.to(tl.int64) * s_klb).to(tl.int64)
+        kv_end = tl.maximum(tl.minimum(length, k_len), 0).to(tl.int32)
     return kv_end
 
 

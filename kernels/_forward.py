@@ -6,7 +6,9 @@ import triton.language as tl
 
 from . import _tuning
 from ._args import acc_dtype, dot_precision, mask_args, strides
-from ._common import allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed
+from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed,
+                      program_coords)
+from ._grid import blocks_grid
 
 
 @triton.jit
@@ -44,14 +46,13 @@ def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_o
 def _fwd_kernel(
     Q, K, V, O, LSE, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_om, s_od,
-    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
     heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh, pid_m = program_coords(q_len, BLOCK_M)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -61,7 +62,7 @@ def _fwd_kernel(
     k_base = head_ptr(K, b, h, s_kb, s_kh)
     v_base = head_ptr(V, b, h, s_vb, s_vh)
 
-    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
     seed = load_seed(SEED, DROPOUT)
 
@@ -104,7 +105,7 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
     kernel = kernel_wrapper(fwd_kernel) if kernel_wrapper is not None else fwd_kernel
 
     def grid(meta):
-        return (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads, 1)
+        return blocks_grid(q_len, meta["BLOCK_M"], batch * heads)
 
     kernel[grid](
         q, k, v, out, lse, SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),

@@ -2,6 +2,7 @@
 
 import torch
 
+from ._grid import launch_reason
 from ._tuning import interpreting
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
@@ -78,6 +79,13 @@ def _check_bool(t, name: str, q: torch.Tensor) -> None:
         raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
 
 
+def run_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
+    """Why the kernels cannot run these (well-formed) inputs here: the device, the dtype, or sizes no launch grid
+    can take (see _grid.py); None when they can."""
+    batch, heads, q_len, _ = q.shape
+    return device_reason(q) or launch_reason(batch, heads, k.shape[1], q_len, k.shape[2])
+
+
 def device_reason(q: torch.Tensor) -> str | None:
     """Why this machine cannot run the kernel on q's device/dtype, or None."""
     if q.is_cuda:
@@ -117,4 +125,4 @@ def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, d
         validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
     except ValueError as error:
         return str(error)
-    return device_reason(q)
+    return run_reason(q, k)

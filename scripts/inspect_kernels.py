@@ -35,7 +35,7 @@ LENGTH = 4096
 
 def launch_integers(heads: int, length: int, head_dim: int) -> dict:
     """The integer arguments a launch on contiguous (4, heads, length, head_dim) tensors passes, no masks."""
-    values = dict(heads=heads, q_len=length, k_len=length, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0,
+    values = dict(heads=heads, q_len=length, k_len=length, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0, s_klb=0,
                   Q_BUCKET=length, K_BUCKET=length)
     for prefix in ("q", "k", "v", "o", "d", "dq", "dk", "dv"):
         seq = "n" if prefix in ("k", "v", "dk", "dv") else "m"

@@ -4,13 +4,12 @@ The rule (from the FlashAttention tests): the kernel's error against float64 may
 that PyTorch eager makes in the same dtype, plus a small floor.
 """
 
-import contextlib
-
 import pytest
 import torch
 
 from attention_reference import allowed_matrix, attention, max_err
-from transformer.kernels import _op, flash_attention_with_lse
+from launch_capture import launched, launches
+from transformer.kernels import flash_attention_with_lse
 
 FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3}
 
@@ -20,41 +19,6 @@ def assert_close_to_reference(name, mine, eager, ref, dtype):
     scale_ = max(1.0, ref.abs().max().item())
     assert max_err(mine, ref) <= 2 * max_err(eager, ref) + FLOOR[dtype] * scale_, (
         f"{name}: kernel error {max_err(mine, ref):.3g} vs eager error {max_err(eager, ref):.3g}")
-
-
-@contextlib.contextmanager
-def launches():
-    """Record every kernel launch: yields a list that fills with (kernel name, {argument name: value}), taken
-    from the wrapper that kernels/_op.py hands the launchers (torch.library.wrap_triton), so it is exactly
-    what each kernel receives."""
-    seen = []
-    real_wrap = _op.wrap_triton
-
-    def wrap(kernel):
-        wrapped, fn = real_wrap(kernel), kernel
-        while hasattr(fn, "fn"):  # Autotuner -> JITFunction -> function; InterpretedFunction -> function
-            fn = fn.fn
-
-        class Launch:
-            def __getitem__(self, grid):
-                def launch(*args, **kwargs):
-                    seen.append((fn.__name__, {**dict(zip(kernel.arg_names, args)), **kwargs}))
-                    return wrapped[grid](*args, **kwargs)
-
-                return launch
-
-        return Launch()
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_op, "wrap_triton", wrap)
-        yield seen
-
-
-def launched(seen, kernel):
-    """The arguments of the one launch of ``kernel`` (e.g. "_dq_kernel") in ``seen``."""
-    calls = [args for name, args in seen if name == kernel]
-    assert len(calls) == 1, f"{kernel} launched {len(calls)} times: {[name for name, _ in seen]}"
-    return calls[0]
 
 
 def _identity(q, k, v, grad_out):
@@ -447,3 +411,92 @@ def test_logsumexp_gradient(device):
     for a, t in zip(mine, (q, k, v)):
         assert max_err(a, torch.zeros_like(t) if t.grad is None else t.grad) < 1e-6
     assert mine[0].abs().max() > 0.01  # the test can fail: dq does depend on lse's gradient
+
+
+# --- side inputs (key_lengths, key_mask, mask, the logsumexp's gradient) in any layout: each is read where it
+# lies, through its own strides. Every layout below hides, where a contiguous read of the same memory would land,
+# values that give a visibly different answer (a length of 0 or k_len, the opposite key mask, ...).
+def _side_inputs(kind, batch, heads, q_len, k_len, device):
+    g = torch.Generator().manual_seed(7)
+
+    def bern(*shape, p=0.6):
+        return torch.rand(*shape, generator=g) < p
+
+    lengths = [k_len - 3, 5, 0]
+    if kind == "key_lengths-column":  # lengths[:, 0] of a (batch, 2) tensor whose other column is k_len
+        base = torch.tensor([[n, k_len] for n in lengths])
+        return {"key_lengths": base.to(device)[:, 0]}
+    if kind == "key_lengths-expanded":  # torch.tensor([7]).expand(batch); the memory after the 7 holds 0s
+        return {"key_lengths": torch.tensor([7, 0, 0]).to(device)[:1].expand(batch)}
+    if kind == "key_lengths-int32-stepped":  # every other element, int32
+        base = torch.tensor([x for n in lengths for x in (n, 0)], dtype=torch.int32)
+        return {"key_lengths": base.to(device)[::2]}
+    if kind == "key_mask-transposed":  # a (k_len, batch) tensor transposed
+        return {"key_mask": bern(k_len, batch).to(device).t()}
+    if kind == "key_mask-sliced":  # every other column; the columns in between are the opposite
+        keys = bern(batch, k_len)
+        return {"key_mask": torch.stack([keys, ~keys], -1).reshape(batch, 2 * k_len).to(device)[:, ::2]}
+    if kind == "key_mask-expanded":  # one row for every batch row (stride 0)
+        return {"key_mask": bern(1, k_len).to(device).expand(batch, k_len)}
+    if kind == "mask-transposed":  # (batch, heads, k_len, q_len) storage
+        return {"mask": bern(batch, heads, k_len, q_len).to(device).transpose(-1, -2)}
+    if kind == "mask-sliced":  # odd columns of a wider mask whose even columns are the opposite
+        mask = bern(batch, heads, q_len, k_len)
+        wide = torch.stack([~mask, mask], -1).reshape(batch, heads, q_len, 2 * k_len)
+        return {"mask": wide.to(device)[..., 1::2]}
+    if kind == "mask-expanded-heads+causal":  # expanded over heads by the caller (stride 0), plus causal
+        return {"mask": bern(batch, 1, q_len, k_len).to(device).expand(batch, heads, q_len, k_len), "causal": True}
+    raise ValueError(kind)
+
+
+SIDE_INPUT_KINDS = ["key_lengths-column", "key_lengths-expanded", "key_lengths-int32-stepped", "key_mask-transposed",
+                    "key_mask-sliced", "key_mask-expanded", "mask-transposed", "mask-sliced",
+                    "mask-expanded-heads+causal"]
+SIDE_ARGS = {"key_lengths": ("KLEN", "s_klb"), "key_mask": ("KMASK", "s_kmb s_kmn"), "mask": ("MASK", "s_mb s_mh s_mm s_mn")}
+
+
+@pytest.mark.one_block_shape
+@pytest.mark.parametrize("kind", SIDE_INPUT_KINDS)
+def test_side_inputs_in_any_layout(kind, device):
+    """key_lengths, key_mask and mask given as non-contiguous, expanded or sliced views: out, lse, dq, dk, dv
+    match float64, and every kernel got the very view (same memory) with its strides, not a copy."""
+    batch, heads, q_len, k_len = 3, 2, 20, 40
+    side = _side_inputs(kind, batch, heads, q_len, k_len, device)
+    name = kind.split("-")[0]
+    view = side[name]
+    assert not view.is_contiguous()
+    bases = [rand((batch, heads, n, 16), torch.float32, device) for n in (q_len, k_len, k_len, q_len)]
+    ref, mine, (seen, _) = compare_on_views(bases, **side)
+    pointer, stride_names = SIDE_ARGS[name]
+    full = view if name != "mask" else torch.broadcast_to(view, (batch, heads, q_len, k_len))
+    for kernel in ("_fwd_kernel", "_dkdv_kernel", "_dq_kernel"):
+        args = launched(seen, kernel)
+        assert args[pointer].data_ptr() == view.data_ptr(), (kernel, "a copy was passed")
+        assert tuple(args[s] for s in stride_names.split()) == full.stride(), kernel
+
+
+@pytest.mark.one_block_shape
+@pytest.mark.parametrize("layout", ["expanded", "transposed"])
+def test_logsumexp_gradient_in_any_layout(layout, device):
+    """The gradient arriving at the logsumexp output may be expanded (from ``lse.sum()``) or laid out in any
+    order (from a permuted use of lse): dq, dk, dv still match float64."""
+    batch, heads, q_len, k_len = 2, 3, 20, 30
+    g = torch.Generator().manual_seed(2)
+    bases = [torch.randn(batch, heads, n, 16, generator=g, dtype=torch.float64).to(device) for n in (q_len, k_len, k_len)]
+    weights = torch.randn(q_len, heads, batch, generator=g, dtype=torch.float64).to(device)
+    allowed = allowed_matrix(batch, heads, q_len, k_len, causal=True, device=device)
+
+    def loss(out, lse):
+        lse = lse.masked_fill(lse.isinf(), 0.0)
+        if layout == "expanded":
+            return out.sum() + lse.sum()
+        return (out * out).sum() + (lse.permute(2, 1, 0) * weights.to(lse.dtype)).sum()
+
+    grads = []
+    for fn, dtype in ((lambda *x: attention(*x, allowed), torch.float64),
+                      (lambda *x: flash_attention_with_lse(*x, causal=True), torch.float32)):
+        leaves = [t.to(dtype, copy=True).requires_grad_() for t in bases]
+        loss(*fn(*leaves)).backward()
+        grads.append([t.grad for t in leaves])
+    for name, mine, ref in zip(("dq", "dk", "dv"), *grads):
+        assert max_err(mine, ref) < 1e-4 * max(1.0, ref.abs().max().item()), name

@@ -140,17 +140,17 @@ MUTANTS += [
       "tl.where((pid_n + 1) * BLOCK_M <= kv_end, mask_end, hi)",
       "dK/dV: a key block with padding keys counts as full when (pid_n + 1) * BLOCK_M <= kv_end"),
     K("kernel-dkdv-grid-block-m", "kernels/_backward.py",
-      'triton.cdiv(k_len, meta["BLOCK_N"])', 'triton.cdiv(k_len, meta["BLOCK_M"])',
+      'blocks_grid(k_len, meta["BLOCK_N"]', 'blocks_grid(k_len, meta["BLOCK_M"]',
       "dK/dV grid counts key blocks of BLOCK_M (too few programs when BLOCK_M > BLOCK_N)"),
     K("kernel-dq-grid-block-n", "kernels/_backward.py",
-      'triton.cdiv(q_len, meta["BLOCK_M"])', 'triton.cdiv(q_len, meta["BLOCK_N"])',
+      'blocks_grid(q_len, meta["BLOCK_M"]', 'blocks_grid(q_len, meta["BLOCK_N"]',
       "dQ grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-fwd-grid-block-n", "kernels/_forward.py",
-      'triton.cdiv(q_len, meta["BLOCK_M"])', 'triton.cdiv(q_len, meta["BLOCK_N"])',
+      'blocks_grid(q_len, meta["BLOCK_M"]', 'blocks_grid(q_len, meta["BLOCK_N"]',
       "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-delta-grid-too-small", "kernels/_backward.py",
-      "wrap(delta_kernel)[(triton.cdiv(q_len, 32), batch * heads, 1)]",
-      "wrap(delta_kernel)[(triton.cdiv(q_len, 64), batch * heads, 1)]",
+      "wrap(delta_kernel)[blocks_grid(q_len, 32, batch * heads)]",
+      "wrap(delta_kernel)[blocks_grid(q_len, 64, batch * heads)]",
       "the delta kernel's grid (fixed 32-row blocks) covers only the first half of the query rows"),
 ]
 
@@ -160,4 +160,22 @@ MUTANTS += [
     K("kernel-interpret-blocks-ignored", "kernels/_tuning.py",
       "extra.update(_interpret_blocks)", "extra.update(INTERPRET_BLOCKS)",
       "interpreted launches ignore the block-shape setting (always the default 32 x 32)"),
+]
+
+# --- side inputs read through their own strides (issue 20). Killed by test_side_inputs_in_any_layout, whose
+# key_lengths, key_mask and mask are sliced, transposed or expanded views with the opposite values where a
+# contiguous read would land.
+MUTANTS += [
+    K("kernel-key-lengths-read-contiguous", "kernels/_common.py",
+      "length = tl.load(KLEN + b.to(tl.int64) * s_klb)", "length = tl.load(KLEN + b)",
+      "key_lengths read as if contiguous (lengths[:, 0] or an expanded tensor gives other rows' values)"),
+    K("kernel-key-mask-key-stride-ignored", "kernels/_common.py",
+      "key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj * s_kn,", "key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj,",
+      "key_mask's key stride taken as 1 (a transposed or sliced key_mask is misread)"),
+    K("kernel-mask-key-stride-ignored", "kernels/_common.py",
+      "qi * s_mm + kj * s_mn", "qi * s_mm + kj",
+      "the dense mask's key stride taken as 1 (a transposed or sliced mask is misread)"),
+    K("kernel-delta-takes-grad-lse-layout", "kernels/_backward.py",
+      "delta -= grad_lse  #", "delta = -grad_lse + delta  #",
+      "delta takes the layout of the logsumexp's gradient, which the kernels then read as contiguous"),
 ]
