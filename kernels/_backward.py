@@ -8,7 +8,7 @@ import triton.language as tl
 from . import _tuning
 from ._args import acc_dtype, dot_precision, mask_args, strides
 from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_row_stats, load_rows,
-                      load_seed, program_coords)
+                      load_seed, program_coords, tile_offsets)
 from ._grid import blocks_grid
 
 @triton.jit
@@ -126,9 +126,9 @@ def _dkdv_kernel(
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
-    tl.store(head_ptr(DK, b, h, s_dkb, s_dkh) + offs_n[:, None] * s_dkn + offs_d[None, :] * s_dkd,
+    tl.store(head_ptr(DK, b, h, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
              dk.to(DK.dtype.element_ty), mask=out_ok)
-    tl.store(head_ptr(DV, b, h, s_dvb, s_dvh) + offs_n[:, None] * s_dvn + offs_d[None, :] * s_dvd,
+    tl.store(head_ptr(DV, b, h, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
              dv.to(DV.dtype.element_ty), mask=out_ok)
 
 
@@ -196,7 +196,7 @@ def _dq_kernel(
                       HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=True)
 
     dq = dq * sm_scale
-    tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + offs_m[:, None] * s_dqm + offs_d[None, :] * s_dqd,
+    tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + tile_offsets(offs_m, offs_d, s_dqm, s_dqd),
              dq.to(DQ.dtype.element_ty), mask=m_ok)
 
 

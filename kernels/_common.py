@@ -21,10 +21,11 @@ def allowed_block(b, h, qi, kj, q_len, kv_end,
     if CAUSAL:  # top-left aligned, as F.scaled_dot_product_attention(is_causal=True)
         allowed = allowed & (kj <= qi)
     if HAS_KMASK:
-        key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj * s_kn, mask=kj < kv_end, other=0)
+        key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj.to(tl.int64) * s_kn, mask=kj < kv_end, other=0)
         allowed = allowed & (key_ok != 0)
     if HAS_MASK:
-        ptrs = MASK + b.to(tl.int64) * s_mb + h.to(tl.int64) * s_mh + qi * s_mm + kj * s_mn
+        ptrs = (MASK + b.to(tl.int64) * s_mb + h.to(tl.int64) * s_mh
+                + qi.to(tl.int64) * s_mm + kj.to(tl.int64) * s_mn)  # q_len x k_len may pass 2**31
         allowed = allowed & (tl.load(ptrs, mask=allowed, other=0) != 0)
     return allowed
 
@@ -53,10 +54,18 @@ def head_ptr(PTR, b, h, s_b, s_h):
 
 
 @triton.jit
+def tile_offsets(offs, offs_d, s_row, s_d):
+    """Element offsets of the tile [len(offs), BLOCK_D] (rows ``offs``, head-dim columns ``offs_d``) inside one
+    (batch, head) slice, in 64 bits: a row index times a row stride passes 2**31 in long or strided layouts (a
+    (batch, seq, heads, head_dim) view has row stride heads * head_dim)."""
+    return offs.to(tl.int64)[:, None] * s_row + offs_d.to(tl.int64)[None, :] * s_d
+
+
+@triton.jit
 def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
     """Tile [len(offs), BLOCK_D] of rows ``offs < n_rows``; padded rows and head-dim columns read as 0."""
     ok = (offs[:, None] < n_rows) & d_ok[None, :]
-    return tl.load(base + offs[:, None] * s_row + offs_d[None, :] * s_d, mask=ok, other=0.0)
+    return tl.load(base + tile_offsets(offs, offs_d, s_row, s_d), mask=ok, other=0.0)
 
 
 @triton.jit

@@ -7,7 +7,7 @@ import triton.language as tl
 from . import _tuning
 from ._args import acc_dtype, dot_precision, mask_args, strides
 from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed,
-                      program_coords)
+                      program_coords, tile_offsets)
 from ._grid import blocks_grid
 
 
@@ -87,7 +87,7 @@ def _fwd_kernel(
     if DROPOUT:
         acc = acc * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
-    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + offs_m[:, None] * s_om + offs_d[None, :] * s_od
+    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + tile_offsets(offs_m, offs_d, s_om, s_od)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < q_len) & d_ok[None, :])
     tl.store(LSE + bh.to(tl.int64) * q_len + offs_m, lse, mask=offs_m < q_len)
 

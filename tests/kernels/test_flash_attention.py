@@ -500,3 +500,72 @@ def test_logsumexp_gradient_in_any_layout(layout, device):
         grads.append([t.grad for t in leaves])
     for name, mine, ref in zip(("dq", "dk", "dv"), *grads):
         assert max_err(mine, ref) < 1e-4 * max(1.0, ref.abs().max().item()), name
+
+
+# --- offsets past 2**31 inside one (batch, head): a row index times a row stride, computed in 32 bits, wraps
+# around. The views below put rows 2**31 elements or more from their start without the memory: a large buffer
+# that is allocated but never touched except where the views read (it is never resident).
+@pytest.mark.one_block_shape
+def test_dense_mask_offsets_past_2_31(device):
+    """A dense mask whose query rows are 2**30 + 64 bytes apart: the last row's offset passes 2**31. A 32-bit
+    offset wraps to 2**32 bytes earlier, where this buffer holds the opposite row, so a wrapped read shows."""
+    if device == "cuda":
+        pytest.skip("the interpreter reads host memory; the CUDA variant would need 4 GiB of device memory")
+    batch, heads, q_len, k_len = 1, 2, 3, 24
+    row_stride, start = 2**30 + 64, 2**31 - 64  # row 2 at start + 2**31 + 128; wrapped: start - 2**31 + 128
+    buffer = torch.empty(start + 2 * row_stride + heads * k_len, dtype=torch.bool)  # 4 GiB, never resident
+    mask = buffer.as_strided((batch, heads, q_len, k_len), (0, k_len, row_stride, 1), start)
+    g = torch.Generator().manual_seed(4)
+    values = torch.rand(batch, heads, q_len, k_len, generator=g) < 0.5
+    values[..., 0] = True  # every row has an allowed key
+    mask.copy_(values)
+    wrapped = buffer.as_strided((heads, k_len), (k_len, 1), start + 2 * row_stride - 2**32)
+    wrapped.copy_(~values[0, :, 2])
+    assert mask[0, 1, 2, 5].item() == values[0, 1, 2, 5].item() and 2 * row_stride >= 2**31
+    bases = [rand((batch, heads, n, 16), torch.float32, device) for n in (q_len, k_len, k_len, q_len)]
+    compare_on_views(bases, mask=mask)
+
+
+_FAR_ROWS = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from attention_reference import allowed_matrix, attention, max_err
+from transformer.kernels import flash_attention_with_lse
+
+q_len = k_len = 3
+row_stride = 2**30 + 64  # elements: row 2 starts 2**31 + 128 elements (4 GiB of float16) after row 0
+buffer = torch.empty(2 * row_stride + 64, dtype=torch.float16)  # 4 GiB, never resident
+views = [buffer.as_strided((1, 1, 3, 16), (0, 0, row_stride, 1), 16 * i) for i in range(4)]  # q, k, v, grad_out
+g = torch.Generator().manual_seed(0)
+for view in views:
+    view.copy_(torch.randn(1, 1, 3, 16, generator=g))
+allowed = allowed_matrix(1, 1, q_len, k_len, causal=True)
+results = []
+for fn, dtype in ((lambda *x: attention(*x, allowed), torch.float64),
+                  (lambda *x: flash_attention_with_lse(*x, causal=True), torch.float16)):
+    leaves = [t.detach().to(dtype) if dtype == torch.float64 else t.detach() for t in views[:3]]
+    for t in leaves:
+        t.requires_grad_()
+    out, lse = fn(*leaves)
+    out.backward(views[3].to(dtype))
+    results.append([out] + [t.grad for t in leaves])
+print(max(max_err(a, b) for a, b in zip(*results)))
+"""
+
+
+@pytest.mark.one_block_shape
+def test_row_offsets_past_2_31(device):
+    """q, k, v and grad_out whose rows are 2**30 + 64 elements apart: the last row's element offset passes 2**31
+    in the forward, delta, dK/dV and dQ kernels; out, dq, dk and dv match float64 (fp16 accuracy). Run in a
+    subprocess: a wrapped 32-bit offset reads 8 GiB before the buffer, which may crash the process."""
+    if device == "cuda":
+        pytest.skip("the interpreter reads host memory; the CUDA variant would need 4 GiB of device memory")
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(__file__)
+    result = subprocess.run([sys.executable, "-c", _FAR_ROWS, here], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-2000:]}"
+    assert float(result.stdout.split()[-1]) < 5e-3, result.stdout

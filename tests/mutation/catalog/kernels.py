@@ -170,12 +170,23 @@ MUTANTS += [
       "length = tl.load(KLEN + b.to(tl.int64) * s_klb)", "length = tl.load(KLEN + b)",
       "key_lengths read as if contiguous (lengths[:, 0] or an expanded tensor gives other rows' values)"),
     K("kernel-key-mask-key-stride-ignored", "kernels/_common.py",
-      "key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj * s_kn,", "key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj,",
+      "+ kj.to(tl.int64) * s_kn, mask=kj < kv_end", "+ kj.to(tl.int64), mask=kj < kv_end",
       "key_mask's key stride taken as 1 (a transposed or sliced key_mask is misread)"),
     K("kernel-mask-key-stride-ignored", "kernels/_common.py",
-      "qi * s_mm + kj * s_mn", "qi * s_mm + kj",
+      "qi.to(tl.int64) * s_mm + kj.to(tl.int64) * s_mn", "qi.to(tl.int64) * s_mm + kj.to(tl.int64)",
       "the dense mask's key stride taken as 1 (a transposed or sliced mask is misread)"),
     K("kernel-delta-takes-grad-lse-layout", "kernels/_backward.py",
       "delta -= grad_lse  #", "delta = -grad_lse + delta  #",
       "delta takes the layout of the logsumexp's gradient, which the kernels then read as contiguous"),
+]
+
+# --- 64-bit offsets inside a (batch, head) slice. Killed by test_row_offsets_past_2_31 and
+# test_dense_mask_offsets_past_2_31 (views whose rows lie 2**30 + 64 elements apart).
+MUTANTS += [
+    K("kernel-row-offsets-32-bit", "kernels/_common.py",
+      "return offs.to(tl.int64)[:, None] * s_row", "return offs[:, None] * s_row",
+      "row index x row stride computed in 32 bits (wraps past 2**31: long or (batch, seq, heads, dim) layouts)"),
+    K("kernel-mask-offsets-32-bit", "kernels/_common.py",
+      "+ qi.to(tl.int64) * s_mm +", "+ qi * s_mm +",
+      "the dense mask's query row offset computed in 32 bits (q_len x k_len passes 2**31 at 46341)"),
 ]
