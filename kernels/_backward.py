@@ -45,11 +45,11 @@ def _probs(rows, cols, lse2, qi, kj, b, h, q_len, kv_end, qk_scale,
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
-               qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, start_n, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
+               qk_scale, seed, offset, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
                MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
                HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     """Add one query block's contribution to dK and dV. Key-major tiles [BLOCK_N, BLOCK_M] (P transposed):
     every dot has BLOCK_N rows, enough for Hopper's warp-group MMA (query-major tiles would give two of the
     four dots only BLOCK_M rows)."""
@@ -61,7 +61,7 @@ def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, 
                  MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL, PRECISION, MASKED)
     dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
     if DROPOUT:
-        keep_t = keep_block(seed, bh, offs_m[None, :], offs_n[:, None], q_len, k_len, dropout_p)
+        keep_t = tl.trans(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N))
         p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)
         dp_t = tl.where(keep_t, dp_t * inv_keep, 0.0)
     else:
@@ -99,7 +99,7 @@ def _dkdv_kernel(
     if CAUSAL:  # queries before this key block never see it
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
     hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)  # a key block past the valid length gets zero grads
-    seed = load_seed(SEED, DROPOUT)
+    seed, offset = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
@@ -114,15 +114,15 @@ def _dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     for start_m in range(lo, mask_end, BLOCK_M):
-        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
-                            kv_end, qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
+                            kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
                             MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, MASKED=True)
+                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
     for start_m in range(mask_end, hi, BLOCK_M):
-        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
-                            kv_end, qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
+                            kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
                             MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, MASKED=False)
+                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
@@ -134,10 +134,10 @@ def _dkdv_kernel(
 
 @triton.jit
 def _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
-             kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+             kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
              MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
              HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-             PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+             PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N])."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
@@ -146,7 +146,7 @@ def _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_
                MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL, PRECISION, MASKED)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     if DROPOUT:
-        keep = keep_block(seed, bh, offs_m[:, None], offs_n[None, :], q_len, k_len, dropout_p)
+        keep = keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N)
         dp = tl.where(keep, dp * inv_keep, 0.0)
     ds = p * (dp - delta[:, None])
     return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
@@ -178,7 +178,7 @@ def _dq_kernel(
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
-    seed = load_seed(SEED, DROPOUT)
+    seed, offset = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
@@ -186,14 +186,14 @@ def _dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
     for start_n in range(0, full_end, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
-                      kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+                      kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=False)
+                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
-                      kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+                      kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=True)
+                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
 
     dq = dq * sm_scale
     tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + tile_offsets(offs_m, offs_d, s_dqm, s_dqd),

@@ -30,12 +30,33 @@ def allowed_block(b, h, qi, kj, q_len, kv_end,
     return allowed
 
 
+PHILOX_KEYS = 8  # keep decisions per Philox call: 8 consecutive keys of one query row, 16 bits each
+
+
 @triton.jit
-def keep_block(seed, bh, qi, kj, q_len, k_len, dropout_p):
-    """Bool tile (oriented as ``qi``, ``kj``): dropout keeps this probability. Philox on the element's index in
-    (batch, heads, q_len, k_len), so both orientations draw the same mask."""
-    offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj
-    return tl.rand(seed, offsets) >= dropout_p
+def _halves(r):
+    """The low and high 16 bits of a uint32 tile, joined on a new last axis."""
+    return tl.join((r & 0xFFFF).to(tl.uint16), (r >> 16).to(tl.uint16))
+
+
+@triton.jit
+def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Bool tile [BLOCK_M, BLOCK_N] (query-major): dropout keeps the probability of query ``offs_m`` and key
+    ``start_n + j`` (``start_n`` a multiple of 8). A pure function of (seed, offset, batch, head, query, key):
+
+    one 10-round Philox-4x32 call (``tl.philox``, key = the 64-bit ``seed``) per query row and group of 8
+    consecutive keys, with counter (low and high 32 bits of ``offset + (batch * heads + head) * q_len + query``,
+    key // 8, 0). Its four 32-bit outputs w = 0..3 decide 8 keys: key 8g + w by the low 16 bits of output w, key
+    8g + 4 + w by its high 16 bits; a key is kept when its 16 bits, as an integer, are at least
+    ``floor(dropout_p * 65536)``. (One call per element, as ``tl.rand`` does, costs 8 times as much.)"""
+    rows = offset + (bh.to(tl.int64) * q_len + offs_m)
+    groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.uint32)
+    zero = tl.zeros([BLOCK_M, BLOCK_N // 8], tl.uint32)
+    r0, r1, r2, r3 = tl.philox(seed, rows.to(tl.uint32)[:, None] + zero, (rows >> 32).to(tl.uint32)[:, None] + zero,
+                               groups[None, :] + zero, zero)
+    # join appends an axis: [g, half, w // 2, w % 2] flattens to key 8g + 4 * half + w
+    bits = tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))
+    return tl.reshape(bits, (BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p * 65536.0, tl.uint16)
 
 
 @triton.jit
@@ -100,11 +121,14 @@ def key_blocks(kv_end, pid_m, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, C
 
 @triton.jit
 def load_seed(SEED, DROPOUT: tl.constexpr):
-    """The Philox seed (read from device memory, so a new seed never recompiles), or 0 without dropout."""
+    """The Philox (seed, offset) pair, read from device memory (so a new pair never recompiles, and a CUDA graph
+    replays the pair its RNG draw left there), or (0, 0) without dropout."""
     seed = 0
+    offset = 0
     if DROPOUT:
         seed = tl.load(SEED)
-    return seed
+        offset = tl.load(SEED + 1)
+    return seed, offset
 
 
 @triton.jit

@@ -13,10 +13,10 @@ from ._grid import blocks_grid
 
 @triton.jit
 def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
-                  qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,
+                  qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
                   MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
                   HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-                  PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
     rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
     compare or select, and the running max is always finite."""
@@ -36,7 +36,7 @@ def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_o
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
-        p = tl.where(keep_block(seed, bh, offs_m[:, None], offs_n[None, :], q_len, k_len, dropout_p), p, 0.0)
+        p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)
     v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return acc, l_i, m_new
@@ -64,7 +64,7 @@ def _fwd_kernel(
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
-    seed = load_seed(SEED, DROPOUT)
+    seed, offset = load_seed(SEED, DROPOUT)
 
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
@@ -73,14 +73,14 @@ def _fwd_kernel(
     # Interior key blocks first, with no per-element mask; only the blocks from full_end to hi pay for masking.
     for start_n in range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
-                                      q_len, k_len, kv_end, qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,
+                                      q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
                                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=False)
+                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
     for start_n in range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
-                                      q_len, k_len, kv_end, qk_scale, seed, dropout_p, s_kn, s_kd, s_vn, s_vd,
+                                      q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
                                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=True)
+                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
 
     empty = l_i == 0.0  # no allowed key: output 0, logsumexp -inf
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]

@@ -25,7 +25,8 @@ def _fwd(
     q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], key_mask: Optional[Tensor],
     key_lengths: Optional[Tensor], seed: Optional[Tensor], causal: bool, scale: float, dropout_p: float,
 ) -> tuple[Tensor, Tensor]:
-    """(out, logsumexp). ``seed`` is a 1-element int64 tensor on q's device (or None without dropout)."""
+    """(out, logsumexp). ``seed`` is the Philox (seed, offset) pair, a 2-element int64 tensor on q's device (or
+    None without dropout)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
     return _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,

@@ -23,7 +23,7 @@ MUTANTS = [
       "p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)", "p_drop_t = p_t * inv_keep",
       "dV uses the probabilities without the dropout mask"),
     K("kernel-lse-grad-dropped", "kernels/_backward.py",
-      "delta = delta - grad_lse.to(delta.dtype)", "delta = delta",
+      "delta -= grad_lse  #", "delta -= 0 * grad_lse  #",
       "the logsumexp output's gradient is ignored"),
     K("kernel-key-padding-ignored", "kernels/_common.py",
       "allowed = allowed & (key_ok != 0)", "allowed = allowed",
@@ -46,7 +46,7 @@ MUTANTS = [
       "tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M", "tl.cdiv(pid_n * BLOCK_N, BLOCK_M) * BLOCK_M",
       "dK/dV: query blocks crossing the causal diagonal run without a mask"),
     K("kernel-dropout-keeps-p", "kernels/_common.py",
-      "tl.rand(seed, offsets) >= dropout_p", "tl.rand(seed, offsets) < dropout_p",
+      "(BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p", "(BLOCK_M, BLOCK_N)) < tl.cast(dropout_p",
       "dropout keeps a fraction p instead of 1 - p"),
 ]
 
@@ -76,31 +76,44 @@ MUTANTS += [
       "dK is written with dV's strides (k and v laid out differently)"),
 ]
 
-# --- dropout: the Philox offset and seed. Killed by test_dropout.py's model of the Philox stream and its
-# independence tests (heads, batch rows, query rows, keys), and by the forward/backward test with the model's mask.
+# --- dropout: the Philox counter, key and output layout. Killed by test_dropout.py's model of the Philox stream,
+# its independence tests (heads, batch rows, query rows, keys), the seed=None test (seed and offset drawn by
+# torch's generator) and the forward/backward test with the model's mask.
 MUTANTS += [
     K("kernel-dropout-offset-forgets-batch-and-head", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (qi * k_len + kj).to(tl.int64)",
-      "the dropout offset forgets (batch, head): every head and batch row draws the same mask"),
+      "rows = offset + (bh.to(tl.int64) * q_len + offs_m)", "rows = offset + offs_m.to(tl.int64)",
+      "the dropout counter forgets (batch, head): every head and batch row draws the same mask"),
     K("kernel-dropout-batch-not-head", "kernels/_forward.py",
-      "keep_block(seed, bh, offs_m[:, None], offs_n[None, :]", "keep_block(seed, b, offs_m[:, None], offs_n[None, :]",
-      "forward: dropout offset uses the batch index instead of (batch, head): the heads share a mask"),
-    K("kernel-dropout-offset-k_len-for-q_len", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * k_len + qi) * k_len + kj",
-      "dropout offset strides (batch, head) by k_len rows instead of q_len (heads overlap when q_len > k_len)"),
-    K("kernel-dropout-offset-q_len-for-k_len", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * q_len + qi) * q_len + kj",
-      "dropout offset strides query rows by q_len instead of k_len (rows overlap when k_len > q_len)"),
-    K("kernel-dropout-query-key-swapped", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * q_len + kj) * k_len + qi",
-      "dropout offset with the query and key indices swapped"),
+      "keep_block(seed, offset, bh, offs_m, start_n", "keep_block(seed, offset, b, offs_m, start_n",
+      "forward: dropout counter uses the batch index instead of (batch, head): the heads share a mask"),
+    K("kernel-dq-dropout-k_len-for-q_len", "kernels/_backward.py",
+      "keep = keep_block(seed, offset, bh, offs_m, start_n, q_len,", "keep = keep_block(seed, offset, bh, offs_m, start_n, k_len,",
+      "dQ kernel: the dropout counter's rows counted with k_len: not the forward's mask when q_len != k_len"),
+    K("kernel-dropout-key-group-not-divided", "kernels/_common.py",
+      "groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8))", "groups = (start_n + tl.arange(0, BLOCK_N // 8))",
+      "the key-group counter of a block starts at its first key, not key // 8: blocks repeat each other's draws"),
+    K("kernel-dropout-outputs-misassigned", "kernels/_common.py",
+      "tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))",
+      "tl.join(tl.join(_halves(r0), _halves(r1)), tl.join(_halves(r2), _halves(r3)))",
+      "Philox outputs 1 and 2 go to each other's keys (not the documented layout)"),
+    K("kernel-dropout-one-output-reused", "kernels/_common.py",
+      "tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))",
+      "tl.join(tl.join(_halves(r0), _halves(r0)), tl.join(_halves(r0), _halves(r0)))",
+      "one Philox output decides all 8 keys of its group (4 of them repeat)"),
     K("kernel-dropout-seed-narrowed-to-32-bits", "kernels/_common.py",
       "seed = tl.load(SEED)", "seed = tl.load(SEED).to(tl.int32)",
       "the 64-bit seed is narrowed to 32 bits: its high half is lost"),
-    K("kernel-dkdv-dropout-transposed-index", "kernels/_backward.py",
-      "keep_t = keep_block(seed, bh, offs_m[None, :], offs_n[:, None], q_len, k_len, dropout_p)",
-      "keep_t = keep_block(seed, bh, offs_n[:, None], offs_m[None, :], k_len, q_len, dropout_p)",
-      "dK/dV kernel draws its (key-major) mask from the transposed index: not the forward's mask"),
+    K("kernel-dropout-offset-ignored", "kernels/_common.py",
+      "offset = tl.load(SEED + 1)", "offset = 0",
+      "the drawn Philox offset is ignored (seed=None masks are not the model's for the drawn pair)"),
+    K("kernel-dropout-counter-high-half-dropped", "kernels/_common.py",
+      "(rows >> 32).to(tl.uint32)[:, None] + zero,", "zero,",
+      "the high 32 bits of the row counter (offset + row) are dropped"),
+    K("kernel-dkdv-dropout-reshaped-not-transposed", "kernels/_backward.py",
+      "keep_t = tl.trans(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N))",
+      "keep_t = tl.reshape(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), "
+      "(BLOCK_N, BLOCK_M))",
+      "dK/dV kernel reshapes its query-major mask instead of transposing it: not the forward's mask"),
 ]
 
 # --- key_lengths: clamped to [0, k_len]. Killed by test_key_lengths_past_k_len_mean_k_len and
@@ -108,12 +121,12 @@ MUTANTS += [
 # visits no block, exactly like 0.)
 MUTANTS += [
     K("kernel-key-lengths-not-clamped-to-k_len", "kernels/_common.py",
-      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)",
-      "kv_end = tl.maximum(tl.load(KLEN + b).to(tl.int64), 0).to(tl.int32)",
+      "kv_end = tl.maximum(tl.minimum(length, k_len), 0).to(tl.int32)",
+      "kv_end = tl.maximum(length, 0).to(tl.int32)",
       "key_lengths > k_len are not clamped: the kernels read keys past k_len"),
     K("kernel-key-lengths-narrowed-before-clamp", "kernels/_common.py",
-      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)",
-      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)",
+      "length = tl.load(KLEN + b.to(tl.int64) * s_klb).to(tl.int64)",
+      "length = tl.load(KLEN + b.to(tl.int64) * s_klb).to(tl.int32)",
       "key_lengths narrowed to int32 before the clamp: 2**32 + 3 means 3, int64 max means 0"),
 ]
 
