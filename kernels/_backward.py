@@ -14,7 +14,7 @@ from ._grid import blocks_grid
 @triton.jit
 def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    bh, pid_m = program_coords(q_len, BLOCK_M)
+    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -83,7 +83,7 @@ def _dkdv_kernel(
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    bh, pid_n = program_coords(k_len, BLOCK_N)
+    bh, pid_n = program_coords(k_len, BLOCK_N, 1)
     b = bh // heads
     h = bh % heads
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -163,7 +163,7 @@ def _dq_kernel(
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    bh, pid_m = program_coords(q_len, BLOCK_M)
+    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -60,10 +60,11 @@ def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.
 
 
 @triton.jit
-def program_coords(length, BLOCK: tl.constexpr):
-    """(batch x head index, block index) of this program on the 1-D grid of _grid.blocks_grid: the blocks of
-    ``length`` rows of one (batch, head) are adjacent program ids."""
-    pid = tl.program_id(0)
+def program_coords(length, BLOCK: tl.constexpr, splits):
+    """(batch x head index, block index) of this program on the 1-D grid of _grid.blocks_grid: the ``splits``
+    programs of one block are adjacent (the split is ``program_id % splits``), then the blocks of ``length`` rows
+    of one (batch, head)."""
+    pid = tl.program_id(0) // splits
     blocks = tl.cdiv(length, BLOCK)
     return pid // blocks, pid % blocks
 

@@ -45,14 +45,22 @@ def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_o
 @triton.jit
 def _fwd_kernel(
     Q, K, V, O, LSE, MASK, KMASK, KLEN, SEED,
-    s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_om, s_od,
+    s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_os, s_om, s_od,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    heads, q_len, k_len, sm_scale, dropout_p, n_splits, split_keys, Q_BUCKET, K_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
-    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    bh, pid_m = program_coords(q_len, BLOCK_M)
+    """One program per (batch, head, query block), or with ``SPLIT`` per (batch, head, query block, key split):
+    then it attends only keys [split * split_keys, (split + 1) * split_keys) and writes its normalized partial
+    output (float32, to O[b, h, split]) and logsumexp (LSE[(b, h), split]) for _combine_kernel (FlashDecoding)."""
+    if SPLIT:
+        bh, pid_m = program_coords(q_len, BLOCK_M, n_splits)
+        split = tl.program_id(0) % n_splits
+    else:
+        bh, pid_m = program_coords(q_len, BLOCK_M, 1)
+        split = 0
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -64,6 +72,11 @@ def _fwd_kernel(
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
+    lo = 0
+    if SPLIT:  # this split's keys (split_keys is a multiple of BLOCK_N)
+        lo = split * split_keys
+        hi = tl.minimum(hi, lo + split_keys)
+        full_end = tl.maximum(tl.minimum(full_end, hi), lo)
     seed, offset = load_seed(SEED, DROPOUT)
 
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
@@ -71,7 +84,7 @@ def _fwd_kernel(
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
     acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
     # Interior key blocks first, with no per-element mask; only the blocks from full_end to hi pay for masking.
-    for start_n in range(0, full_end, BLOCK_N):
+    for start_n in range(lo, full_end, BLOCK_N):
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
                                       q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
                                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
@@ -87,31 +100,81 @@ def _fwd_kernel(
     if DROPOUT:
         acc = acc * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
-    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + tile_offsets(offs_m, offs_d, s_om, s_od)
+    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + split * s_os + tile_offsets(offs_m, offs_d, s_om, s_od)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < q_len) & d_ok[None, :])
-    tl.store(LSE + bh.to(tl.int64) * q_len + offs_m, lse, mask=offs_m < q_len)
+    tl.store(LSE + (bh.to(tl.int64) * n_splits + split) * q_len + offs_m, lse, mask=offs_m < q_len)
+
+
+@triton.jit
+def _combine_kernel(OW, LW, O, LSE, s_wb, s_wh, s_ws, s_wm, s_wd, s_ob, s_oh, s_om, s_od,
+                    heads, q_len, n_splits, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """FlashDecoding's reduction: out = sum over splits of exp(lse_s - lse) * out_s, lse = log sum exp(lse_s),
+    per (batch, head, query block); a row no split saw a key of gets 0 and -inf."""
+    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
+    b = bh // heads
+    h = bh % heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    row_ok = offs_m < q_len
+    lse_base = LW + bh.to(tl.int64) * n_splits * q_len + offs_m
+    m = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)
+    for split in range(0, n_splits):
+        m = tl.maximum(m, tl.load(lse_base + split * q_len, mask=row_ok, other=float("-inf")))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
+    w_base = head_ptr(OW, b, h, s_wb, s_wh)
+    for split in range(0, n_splits):
+        weight = tl.exp(tl.load(lse_base + split * q_len, mask=row_ok, other=float("-inf")) - m_safe)
+        part = load_rows(w_base + split * s_ws, offs_m, offs_d, s_wm, s_wd, q_len, d_ok)
+        acc += weight[:, None] * part
+        total += weight
+    empty = total == 0.0
+    acc = acc / tl.where(empty, 1.0, total)[:, None]
+    lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, total)))
+    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + tile_offsets(offs_m, offs_d, s_om, s_od)
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + bh.to(tl.int64) * q_len + offs_m, lse, mask=row_ok)
 
 
 fwd_kernel = _tuning.build(_fwd_kernel, _tuning.FWD_CONFIGS)
+fwd_split_kernel = _tuning.build(_fwd_kernel, _tuning.SPLIT_CONFIGS)
+combine_kernel = _combine_kernel
+COMBINE_BLOCK_M = 16
 
 
 def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float,
             kernel_wrapper=None):
-    """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton or None."""
+    """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton or None.
+
+    Short queries over long keys with few (batch, head) pairs would leave most of the GPU idle with one program
+    per query block: the keys are then split (``_grid.kv_splits``) and a second kernel combines the partial
+    results. The backward is the same either way (it only needs out and lse)."""
+    wrap = kernel_wrapper if kernel_wrapper is not None else (lambda kernel: kernel)
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    kernel = kernel_wrapper(fwd_kernel) if kernel_wrapper is not None else fwd_kernel
-
-    def grid(meta):
-        return blocks_grid(q_len, meta["BLOCK_M"], batch * heads)
-
-    kernel[grid](
-        q, k, v, out, lse, SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
-        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"), **strides("o", out),
+    splits, split_keys = _tuning.kv_splits(batch * heads, q_len, k_len, q.device)
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    common = dict(
+        SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
+        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"),
         heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
         HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
-        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **_tuning.launch_kwargs(q_len, k_len),
+        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
     )
+    if splits == 1:
+        wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](
+            q, k, v, out, lse, **strides("o", out), s_os=0, n_splits=1, split_keys=k_len, SPLIT=False, **common)
+        return out, lse
+    parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
+    part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
+    wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads, splits)](
+        q, k, v, parts, part_lse, s_ob=parts.stride(0), s_oh=parts.stride(1), s_os=parts.stride(2),
+        s_om=parts.stride(3), s_od=parts.stride(4), n_splits=splits, split_keys=split_keys, SPLIT=True, **common)
+    wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, batch * heads)](
+        parts, part_lse, out, lse, *parts.stride()[:2], parts.stride(2), *parts.stride()[3:], *out.stride(),
+        heads, q_len, splits, HEAD_DIM=head_dim, BLOCK_M=COMBINE_BLOCK_M, BLOCK_D=block_d)
     return out, lse

@@ -33,3 +33,38 @@ def launch_reason(batch: int, heads: int, kv_heads: int, q_len: int, k_len: int)
         return (f"a launch would need up to {most} programs (batch {batch} x heads {heads} x blocks of "
                 f"{MIN_BLOCK} rows), more than CUDA's grid limit of {MAX_PROGRAMS}")
     return None
+
+
+# --- split-KV (FlashDecoding): short queries over long keys with few (batch, head) pairs launch too few programs
+# to fill the GPU, one program per query block streaming every key. The forward then splits the keys.
+SPLIT_MAX_Q_LEN = 64  # longer queries have enough query blocks to work on (and use the big-block configs)
+MAX_SPLITS = 128
+
+
+def split_plan(k_len: int, splits: int, granularity: int) -> tuple[int, int]:
+    """(splits, keys per split) for at most ``splits`` splits of ``k_len`` keys, each a multiple of
+    ``granularity`` keys (the largest key block a launch may use), so every split starts on a block boundary."""
+    split_keys = cdiv(cdiv(k_len, max(splits, 1)), granularity) * granularity
+    return cdiv(k_len, split_keys), split_keys
+
+
+def kv_splits(batch_heads: int, q_len: int, k_len: int, sm_count: int, granularity: int) -> tuple[int, int]:
+    """(splits, keys per split) the forward uses; (1, k_len) is the ordinary one-pass kernel.
+
+    FlashAttention-2's rule (``num_splits_heuristic``): no split when the query blocks already give 80 % of a
+    wave (``sm_count`` programs); else the fewest splits whose wave efficiency (waves / whole waves) is at least
+    85 % of the best any split count reaches, counting only split counts that change the split size."""
+    programs = cdiv(q_len, MIN_BLOCK) * batch_heads
+    if q_len > SPLIT_MAX_Q_LEN or programs >= 0.8 * sm_count:
+        return 1, k_len
+    key_blocks = cdiv(k_len, granularity)
+    candidates = [s for s in range(1, min(MAX_SPLITS, sm_count, key_blocks) + 1)
+                  if s == 1 or cdiv(key_blocks, s) != cdiv(key_blocks, s - 1)]
+
+    def efficiency(splits: int) -> float:
+        waves = programs * splits / sm_count
+        return waves / cdiv(programs * splits, sm_count)
+
+    best = max(efficiency(s) for s in candidates)
+    splits = next(s for s in candidates if efficiency(s) >= 0.85 * best)
+    return (1, k_len) if splits == 1 else split_plan(k_len, splits, granularity)

@@ -9,7 +9,10 @@ on the CPU. It has no effect on CUDA, where the autotuner picks the blocks.
 import contextlib
 import os
 
+import torch
 import triton
+
+from . import _grid
 
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)
@@ -59,7 +62,46 @@ def _configs(pairs):
 FWD_CONFIGS = _configs([(128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)])
 DKDV_CONFIGS = _configs([(32, 128, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (16, 32, 4, 1)])
 DQ_CONFIGS = _configs([(128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 16, 4, 1)])
+# the split-KV forward (short queries: 16-row query blocks first; long key blocks)
+SPLIT_CONFIGS = _configs([(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)])
 TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "HEAD_DIM", "CAUSAL", "DROPOUT"]
+
+
+ASSUMED_SMS = 132  # an H100's streaming multiprocessors: the split-KV rule's GPU when there is none (interpreter)
+_sm_counts: dict = {}
+_forced_splits: list = []  # tests: the split count to use instead of the rule's
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of ``device`` (cached), or ASSUMED_SMS off CUDA."""
+    if device.type != "cuda":
+        return ASSUMED_SMS
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+SPLIT_GRANULARITY = 128  # keys per split are a multiple of the largest key block any launch uses (CUDA or not)
+
+
+def kv_splits(batch_heads: int, q_len: int, k_len: int, device) -> tuple[int, int]:
+    """(splits, keys per split) of the forward: _grid.kv_splits's rule for ``device``'s SM count (or a forced
+    count, see :func:`force_kv_splits`)."""
+    if _forced_splits:
+        return _grid.split_plan(k_len, _forced_splits[-1], SPLIT_GRANULARITY)
+    return _grid.kv_splits(batch_heads, q_len, k_len, sm_count(device), SPLIT_GRANULARITY)
+
+
+@contextlib.contextmanager
+def force_kv_splits(splits: int):
+    """Tests: inside this block the forward splits the keys in (at most) ``splits`` parts of a multiple of
+    SPLIT_GRANULARITY keys whatever the rule says; 1 = never split."""
+    _forced_splits.append(splits)
+    try:
+        yield
+    finally:
+        _forced_splits.pop()
 
 
 def build(jit_fn, configs):

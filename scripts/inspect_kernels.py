@@ -13,7 +13,8 @@ pointers are 16-byte aligned) and reports, per autotune config:
 
 These are necessary conditions for speed, not speed: only benchmarks/attention.py on a GPU measures that.
 
-    python scripts/inspect_kernels.py --markdown t.md       # bf16, head_dim 64 and 128, causal or not
+    python scripts/inspect_kernels.py --markdown t.md       # bf16, head_dim 64 and 128, causal or not (the
+                                                            # split-KV forward: one decoding step, not causal)
     python scripts/inspect_kernels.py --quick --json r.json # bf16 head_dim 64, first config (CI)
     python scripts/inspect_kernels.py --dropout             # first configs, dropout off and on, not causal
 """
@@ -37,14 +38,18 @@ from compile_kernels import KERNELS, compile_variant, jit_function  # noqa: E402
 LENGTH = 4096
 
 
-def launch_integers(heads: int, length: int, head_dim: int) -> dict:
-    """The integer arguments a launch on contiguous (4, heads, length, head_dim) tensors passes, no masks."""
-    values = dict(heads=heads, q_len=length, k_len=length, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0, s_klb=0,
-                  Q_BUCKET=length, K_BUCKET=length)
+def launch_integers(heads: int, q_len: int, k_len: int, head_dim: int, splits: int = 1) -> dict:
+    """The integer arguments a launch on contiguous (batch, heads, len, head_dim) tensors passes, no masks; with
+    ``splits`` > 1, the split-KV forward's (its output: the (batch, heads, splits, q_len, head_dim) workspace)."""
+    values = dict(heads=heads, q_len=q_len, k_len=k_len, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0, s_klb=0,
+                  Q_BUCKET=q_len, K_BUCKET=k_len, n_splits=splits, split_keys=k_len // splits,
+                  s_os=q_len * head_dim if splits > 1 else 0)
     for prefix in ("q", "k", "v", "o", "d", "dq", "dk", "dv"):
-        seq = "n" if prefix in ("k", "v", "dk", "dv") else "m"
+        seq, length = ("n", k_len) if prefix in ("k", "v", "dk", "dv") else ("m", q_len)
         values.update({f"s_{prefix}b": heads * length * head_dim, f"s_{prefix}h": length * head_dim,
                        f"s_{prefix}{seq}": head_dim, f"s_{prefix}d": 1})
+    if splits > 1:
+        values.update(s_ob=heads * splits * q_len * head_dim, s_oh=splits * q_len * head_dim)
     return values
 
 
@@ -89,9 +94,16 @@ def resources(compiled) -> dict:
 
 
 def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: int = 90, dropout: bool = False) -> dict:
-    fn = jit_function(KERNELS[name][0])
-    flags = dict(HAS_MASK=False, HAS_KMASK=False, HAS_KLEN=False, CAUSAL=causal, DROPOUT=dropout)
-    integers = launch_integers(2048 // head_dim, LENGTH, head_dim)  # the benchmark: 32 heads at 64, 16 at 128
+    """One kernel at the benchmark's shapes: 32 heads at head_dim 64, 16 at 128, length 4096; the split-KV forward
+    as one decoding step over that length (one query, 4 splits of 1024 keys)."""
+    kernel, _, variant = KERNELS[name]
+    fn = jit_function(kernel)
+    flags = dict(HAS_MASK=False, HAS_KMASK=False, HAS_KLEN=False, CAUSAL=causal, DROPOUT=dropout, **variant)
+    heads = 2048 // head_dim
+    if variant.get("SPLIT"):
+        integers = launch_integers(heads, 1, LENGTH, head_dim, splits=4)
+    else:
+        integers = launch_integers(heads, LENGTH, LENGTH, head_dim)
     compiled = compile_variant(fn, dtype, head_dim, flags, config, GPUTarget("cuda", arch, 32),
                                lambda sig, constexprs: specialise(fn, sig, constexprs, integers))
     row = dict(kernel=name, dtype=dtype, head_dim=head_dim, causal=causal, dropout=dropout,
@@ -101,15 +113,18 @@ def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: in
 
 
 def rows(quick: bool, dropout: bool = False):
+    main = {name: configs for name, (_, configs, variant) in KERNELS.items() if not variant.get("SPLIT")}
     if dropout:  # what dropout costs: the first config of each kernel, not causal, dropout off and on
-        for name, (_, configs) in KERNELS.items():
+        for name, configs in main.items():
             for head_dim in (64, 128):
                 for with_dropout in (False, True):
                     yield inspect(name, "bf16", head_dim, False, configs[0], dropout=with_dropout)
         return
-    for name, (_, configs) in KERNELS.items():
+    for name, (_, configs, variant) in KERNELS.items():
+        if quick and variant.get("SPLIT"):
+            continue
         for head_dim in (64,) if quick else (64, 128):
-            for causal in (False,) if quick else (False, True):
+            for causal in (False,) if quick or variant.get("SPLIT") else (False, True):
                 for config in configs[:1] if quick else configs:
                     yield inspect(name, "bf16", head_dim, causal, config)
 

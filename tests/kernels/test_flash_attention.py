@@ -26,14 +26,15 @@ def _identity(q, k, v, grad_out):
 
 
 def compare_on_views(bases, views=_identity, *, mask=None, key_mask=None, key_lengths=None, causal=False,
-                     scale=None):
+                     scale=None, forward_kernels=None):
     """Check out, lse and the gradients against float64 and eager PyTorch (the FlashAttention rule).
 
     ``bases`` = (q, k, v, grad_out) tensors; the attention gets ``views(*bases)``, views of them (never copies),
     so whatever strides the views have reach the kernels; the gradients compared are those of the bases
     q, k, v. Returns (ref, mine, (seen, given)): the float64 reference and the kernel's (out, lse, base
     gradients), every kernel launch of the kernel's run (see :func:`launches`), and the views that run gave
-    the attention as {"Q", "K", "V", "DO"}."""
+    the attention as {"Q", "K", "V", "DO"}. ``forward_kernels``: the launches the forward must make, e.g.
+    ("_fwd_kernel", "_combine_kernel") for the split-KV forward; None: either forward, as the launcher chose."""
     q, k, _, _ = views(*bases)
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
@@ -56,7 +57,10 @@ def compare_on_views(bases, views=_identity, *, mask=None, key_mask=None, key_le
     with launches() as seen:
         mine = grads(lambda *x: flash_attention_with_lse(*x, mask=mask, key_mask=key_mask, key_lengths=key_lengths,
                                                          causal=causal, scale=scale), q.dtype)
-    assert [name for name, _ in seen] == ["_fwd_kernel", "_delta_kernel", "_dkdv_kernel", "_dq_kernel"]
+    names = [name for name, _ in seen]
+    forward = tuple(names[:-3]) if forward_kernels is None else tuple(forward_kernels)
+    assert forward in (("_fwd_kernel",), ("_fwd_kernel", "_combine_kernel"))
+    assert names == [*forward, "_delta_kernel", "_dkdv_kernel", "_dq_kernel"]
     assert mine[0].dtype == q.dtype and mine[0].shape == q.shape
     assert mine[1].dtype == torch.float32 and mine[1].shape == (batch, heads, q_len)
     pairs = [("out", mine[0], eager[0], ref[0]), ("lse", mine[1], eager[1], ref[1])]

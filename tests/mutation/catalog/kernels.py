@@ -1,6 +1,6 @@
 """Mutants of the Triton kernels (kernels/, shipped as transformer.kernels); they run the kernel suite."""
 
-from .base import K
+from .base import KERNEL_TESTS, K, Mutant
 
 MUTANTS = [
     # --- the Triton kernels (kernels/, shipped as transformer.kernels)
@@ -54,7 +54,7 @@ MUTANTS = [
 # and grad_out are four different non-contiguous layouts (two of them with a non-unit head_dim stride).
 MUTANTS += [
     K("kernel-fwd-v-read-with-k-strides", "kernels/_forward.py",
-      '**strides("v", v, "n"), **strides("o", out)', '**strides("v", k, "n"), **strides("o", out)',
+      '**strides("k", k, "n"), **strides("v", v, "n"),\n        heads=heads', '**strides("k", k, "n"), **strides("v", k, "n"),\n        heads=heads',
       "forward: v is read with k's strides"),
     K("kernel-bwd-k-read-with-v-strides", "kernels/_backward.py",
       '**strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do)',
@@ -159,7 +159,7 @@ MUTANTS += [
       'blocks_grid(q_len, meta["BLOCK_M"]', 'blocks_grid(q_len, meta["BLOCK_N"]',
       "dQ grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-fwd-grid-block-n", "kernels/_forward.py",
-      'blocks_grid(q_len, meta["BLOCK_M"]', 'blocks_grid(q_len, meta["BLOCK_N"]',
+      'blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](', 'blocks_grid(q_len, meta["BLOCK_N"], batch * heads)](',
       "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-delta-grid-too-small", "kernels/_backward.py",
       "wrap(delta_kernel)[blocks_grid(q_len, 32, batch * heads)]",
@@ -202,4 +202,34 @@ MUTANTS += [
     K("kernel-mask-offsets-32-bit", "kernels/_common.py",
       "+ qi.to(tl.int64) * s_mm +", "+ qi * s_mm +",
       "the dense mask's query row offset computed in 32 bits (q_len x k_len passes 2**31 at 46341)"),
+]
+
+# --- the split-KV (FlashDecoding) forward and its rule. Killed by tests/kernels/test_split_kv.py (added to the
+# kernel suite for these mutants).
+SPLIT_KV_TESTS = ("tests/kernels/test_split_kv.py", *KERNEL_TESTS)
+
+
+def KS(id: str, file: str, old: str, new: str, what: str) -> Mutant:
+    return Mutant(id, file, ((old, new),), what, SPLIT_KV_TESTS)
+
+
+MUTANTS += [
+    KS("kernel-split-keys-not-bounded", "kernels/_forward.py",
+       "hi = tl.minimum(hi, lo + split_keys)", "hi = hi",
+       "a split attends every key from its start on: the splits overlap"),
+    KS("kernel-split-interior-below-start", "kernels/_forward.py",
+       "full_end = tl.maximum(tl.minimum(full_end, hi), lo)", "full_end = tl.minimum(full_end, hi)",
+       "a split whose interior blocks end before its start re-attends earlier keys in its masked loop"),
+    KS("kernel-combine-base-2-weights", "kernels/_forward.py",
+       "weight = tl.exp(tl.load(lse_base", "weight = tl.exp2(tl.load(lse_base",
+       "the combination weighs the splits with exp2 of natural-log logsumexps"),
+    KS("kernel-combine-empty-rows-nan", "kernels/_forward.py",
+       'm_safe = tl.where(m == float("-inf"), 0.0, m)', "m_safe = m",
+       "a row no split saw a key of combines -inf - -inf into NaN"),
+    KS("kernel-split-lse-index-ignores-split", "kernels/_forward.py",
+       "tl.store(LSE + (bh.to(tl.int64) * n_splits + split) * q_len + offs_m", "tl.store(LSE + (bh.to(tl.int64) * n_splits) * q_len + offs_m",
+       "every split writes its logsumexp to the first split's slot"),
+    KS("kernel-split-rule-splits-full-gpu", "kernels/_grid.py",
+       "programs >= 0.8 * sm_count", "programs >= 8 * sm_count",
+       "the split rule splits launches that already fill the GPU"),
 ]
