@@ -78,7 +78,7 @@ def _dkdv_kernel(
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dkb, s_dkh, s_dkn, s_dkd, s_dvb, s_dvh, s_dvn, s_dvd,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -158,7 +158,7 @@ def _dq_kernel(
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dqb, s_dqh, s_dqm, s_dqd,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -200,8 +200,8 @@ def _dq_kernel(
              dq.to(DQ.dtype.element_ty), mask=m_ok)
 
 
-dkdv_kernel = _tuning.build(_dkdv_kernel, _tuning.DKDV_CONFIGS)
-dq_kernel = _tuning.build(_dq_kernel, _tuning.DQ_CONFIGS)
+dkdv_kernel = _tuning.build(_dkdv_kernel, "dkdv")
+dq_kernel = _tuning.build(_dq_kernel, "dq")
 delta_kernel = _delta_kernel
 
 
@@ -223,7 +223,7 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
         **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do),
         heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
         HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
+        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len, batch * heads),
     )
     wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * heads)](
         q, k, v, do, lse, delta, dk, dv, **strides("dk", dk, "n"), **strides("dv", dv, "n"), **common)

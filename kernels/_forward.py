@@ -47,7 +47,7 @@ def _fwd_kernel(
     Q, K, V, O, LSE, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_os, s_om, s_od,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, n_splits, split_keys, Q_BUCKET, K_BUCKET,
+    heads, q_len, k_len, sm_scale, dropout_p, n_splits, split_keys, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -138,8 +138,8 @@ def _combine_kernel(OW, LW, O, LSE, s_wb, s_wh, s_ws, s_wm, s_wd, s_ob, s_oh, s_
     tl.store(LSE + bh.to(tl.int64) * q_len + offs_m, lse, mask=row_ok)
 
 
-fwd_kernel = _tuning.build(_fwd_kernel, _tuning.FWD_CONFIGS)
-fwd_split_kernel = _tuning.build(_fwd_kernel, _tuning.SPLIT_CONFIGS)
+fwd_kernel = _tuning.build(_fwd_kernel, "forward")
+fwd_split_kernel = _tuning.build(_fwd_kernel, "split")
 combine_kernel = _combine_kernel
 COMBINE_BLOCK_M = 16
 
@@ -163,7 +163,7 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
         **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"),
         heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
         HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
+        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len, batch * heads),
     )
     if splits == 1:
         wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](

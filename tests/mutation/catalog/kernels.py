@@ -233,3 +233,19 @@ MUTANTS += [
        "programs >= 0.8 * sm_count", "programs >= 8 * sm_count",
        "the split rule splits launches that already fill the GPU"),
 ]
+
+# --- autotuning (kernels/_tuning.py). Killed by tests/kernels/test_tuning.py.
+TUNING_TESTS = ("tests/kernels/test_tuning.py",)
+MUTANTS += [
+    Mutant("kernel-tune-key-without-batch-heads", "kernels/_tuning.py",
+           (('TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "BH_BUCKET", "HEAD_DIM"', 'TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "HEAD_DIM"'),),
+           "the tuning key ignores batch x heads: a config tuned on a small grid is reused on a huge one", TUNING_TESTS),
+    Mutant("kernel-bh-bucket-powers-of-two", "kernels/_tuning.py", (("bucket *= 4", "bucket *= 2"),),
+           "batch x heads bucketed in powers of 2 (not the documented powers of 4)", TUNING_TESTS),
+    Mutant("kernel-pinned-config-ignored", "kernels/_tuning.py",
+           (("configs = [pinned] if pinned is not None else KERNEL_CONFIGS[name]", "configs = KERNEL_CONFIGS[name]"),),
+           "TYPED_TRANSFORMER_KERNEL_CONFIGS is parsed but the kernel still autotunes", TUNING_TESTS),
+    Mutant("kernel-length-bucket-not-clamped", "kernels/_tuning.py",
+           (("return min(max(1 << (n - 1).bit_length(), low), high)", "return max(1 << (n - 1).bit_length(), low)"),),
+           "lengths past 16384 get their own tuning buckets", TUNING_TESTS),
+]
