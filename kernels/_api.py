@@ -1,10 +1,10 @@
-"""The public functions: validate, pick the scale and the dropout seed, call the registered op."""
+"""The public functions: validate, pick the scale and the dropout seed, run the op (kernels/_op.py)."""
 
 import math
 
 import torch
 
-from ._op import flash_attn_fwd, flash_attn_fwd_interpreted
+from ._op import attention
 from ._validate import run_reason
 from ._validate import validate as check_inputs
 
@@ -44,8 +44,7 @@ def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=N
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     dropout_p = float(dropout_p)
     seed_t = philox_state(seed, q.device) if dropout_p > 0.0 else None
-    op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
-    return op(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
+    return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
 
 
 def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, dot_precision, mask_args, strides
+from ._args import acc_dtype, block_d, dot_precision, side_inputs
 from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_row_stats, load_rows,
                       load_seed, program_coords, tile_offsets)
 from ._grid import blocks_grid
@@ -207,26 +207,33 @@ delta_kernel = _delta_kernel
 
 def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed, causal: bool, scale: float,
              dropout_p: float, kernel_wrapper=None):
-    """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output."""
-    wrap = kernel_wrapper if kernel_wrapper is not None else (lambda kernel: kernel)
+    """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output. The
+    arguments go to the kernels positionally, in the order of their signatures."""
+    wrap = kernel_wrapper if kernel_wrapper is not None else _direct
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    pairs = batch * heads
+    block_d_ = block_d(head_dim)
     delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    wrap(delta_kernel)[blocks_grid(q_len, 32, batch * heads)](
-        out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d)
+    wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)](
+        out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d_)
     if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
         delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    common = dict(
-        SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
-        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do),
-        heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
-        HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len, batch * heads),
-    )
-    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * heads)](
-        q, k, v, do, lse, delta, dk, dv, **strides("dk", dk, "n"), **strides("dv", dv, "n"), **common)
-    wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](
-        q, k, v, do, lse, delta, dq, **strides("dq", dq), **common)
+    (mask_ptr, kmask_ptr, klen_ptr), side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads,
+                                                                q_len, k_len)
+    sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
+    strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    scalars = (*side_strides, heads, q_len, k_len, scale, dropout_p, *_tuning.buckets(q_len, k_len, pairs))
+    constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
+                      HAS_KLEN=key_lengths is not None, CAUSAL=causal, DROPOUT=dropout_p > 0.0,
+                      PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
+    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], pairs)](
+        q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, **constexprs)
+    wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
+        q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs)
     return dq, dk, dv
+
+
+def _direct(kernel):
+    return kernel

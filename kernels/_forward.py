@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, dot_precision, mask_args, strides
+from ._args import acc_dtype, block_d, dot_precision, side_inputs
 from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed,
                       program_coords, tile_offsets)
 from ._grid import blocks_grid
@@ -150,31 +150,42 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
 
     Short queries over long keys with few (batch, head) pairs would leave most of the GPU idle with one program
     per query block: the keys are then split (``_grid.kv_splits``) and a second kernel combines the partial
-    results. The backward is the same either way (it only needs out and lse)."""
-    wrap = kernel_wrapper if kernel_wrapper is not None else (lambda kernel: kernel)
+    results. The backward is the same either way (it only needs out and lse).
+
+    The arguments go to the kernel positionally, in the order of its signature (keywords cost host time)."""
+    wrap = kernel_wrapper if kernel_wrapper is not None else _direct
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
+    pairs = batch * heads
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    splits, split_keys = _tuning.kv_splits(batch * heads, q_len, k_len, q.device)
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    common = dict(
-        SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
-        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"),
-        heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
-        HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len, batch * heads),
-    )
+    splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, q.device)
+    pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
+    inputs = (q, k, v)
+    scalars = (heads, q_len, k_len, scale, dropout_p)
+    strides_qkv = (*q.stride(), *k.stride(), *v.stride())
+    block_d_ = block_d(head_dim)
+    constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
+                      HAS_KLEN=key_lengths is not None, CAUSAL=causal, DROPOUT=dropout_p > 0.0,
+                      PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
+    seed = seed if seed is not None else q
+    tuning = _tuning.buckets(q_len, k_len, pairs)
     if splits == 1:
-        wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](
-            q, k, v, out, lse, **strides("o", out), s_os=0, n_splits=1, split_keys=k_len, SPLIT=False, **common)
+        o_b, o_h, o_m, o_d = out.stride()
+        wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
+            *inputs, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d, *side_strides, *scalars,
+            1, k_len, *tuning, SPLIT=False, **constexprs)
         return out, lse
     parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
     part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
-    wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], batch * heads, splits)](
-        q, k, v, parts, part_lse, s_ob=parts.stride(0), s_oh=parts.stride(1), s_os=parts.stride(2),
-        s_om=parts.stride(3), s_od=parts.stride(4), n_splits=splits, split_keys=split_keys, SPLIT=True, **common)
-    wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, batch * heads)](
-        parts, part_lse, out, lse, *parts.stride()[:2], parts.stride(2), *parts.stride()[3:], *out.stride(),
-        heads, q_len, splits, HEAD_DIM=head_dim, BLOCK_M=COMBINE_BLOCK_M, BLOCK_D=block_d)
+    wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
+        *inputs, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride(), *side_strides, *scalars,
+        splits, split_keys, *tuning, SPLIT=True, **constexprs)
+    wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
+        parts, part_lse, out, lse, *parts.stride(), *out.stride(), heads, q_len, splits,
+        HEAD_DIM=head_dim, BLOCK_M=COMBINE_BLOCK_M, BLOCK_D=block_d_)
     return out, lse
+
+
+def _direct(kernel):
+    return kernel

@@ -171,9 +171,16 @@ def build(jit_fn, name: str):
     return triton.autotune(configs=configs, key=TUNE_KEY, **persist)(jit_fn)
 
 
+def buckets(q_len: int, k_len: int, batch_heads: int) -> tuple[int, int, int]:
+    """The launch arguments the tuning key reads: (Q_BUCKET, K_BUCKET, BH_BUCKET)."""
+    return length_bucket(q_len), length_bucket(k_len), bh_bucket(batch_heads)
+
+
+def block_kwargs() -> dict:
+    """BLOCK_M and BLOCK_N for an interpreted launch ({} on CUDA, where the autotuner passes its config's)."""
+    return dict(_interpret_blocks) if interpreting() else {}
+
+
 def launch_kwargs(q_len: int, k_len: int, batch_heads: int) -> dict:
-    """Extra launch arguments: tuning buckets, plus the current interpreter blocks when interpreting."""
-    extra = {"Q_BUCKET": length_bucket(q_len), "K_BUCKET": length_bucket(k_len), "BH_BUCKET": bh_bucket(batch_heads)}
-    if interpreting():
-        extra.update(_interpret_blocks)
-    return extra
+    """The tuning buckets by name, plus the current interpreter blocks when interpreting."""
+    return dict(zip(("Q_BUCKET", "K_BUCKET", "BH_BUCKET"), buckets(q_len, k_len, batch_heads)), **block_kwargs())

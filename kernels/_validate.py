@@ -1,5 +1,7 @@
 """Input validation (clear ValueErrors) and the support check used by the attention dispatcher."""
 
+import functools
+
 import torch
 
 from ._grid import launch_reason
@@ -101,8 +103,10 @@ def device_reason(q: torch.Tensor) -> str | None:
     return _old_interpreter_reason()
 
 
+@functools.lru_cache(maxsize=1)
 def _old_interpreter_reason() -> str | None:
-    """Triton <= 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy >= 2.4 rejects."""
+    """Triton <= 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy >= 2.4 rejects.
+    (Installed versions do not change while running: asked once.)"""
     from importlib.metadata import PackageNotFoundError, version
 
     import triton

@@ -1,5 +1,6 @@
-"""Record the kernels' launches (and optionally skip running them), through the wrapper that kernels/_op.py hands
-the launchers (torch.library.wrap_triton): what is recorded is exactly what each kernel receives."""
+"""Record the kernels' launches (and optionally skip running them), through the wrappers that kernels/_op.py hands
+the launchers (torch.library.wrap_triton for the registered op, eager_launch for the eager path): what is recorded
+is exactly what each kernel receives."""
 
 import contextlib
 
@@ -22,9 +23,11 @@ def launches(run: bool = True):
     ``run=False`` records without running anything: the outputs stay uninitialized, for tests of the launch
     arithmetic at sizes the interpreter could not run."""
     seen = []
-    real_wrap = _op.wrap_triton
 
-    def wrap(kernel):
+    def recording(real_wrap):
+        return lambda kernel: wrap(kernel, real_wrap)
+
+    def wrap(kernel, real_wrap):
         wrapped, name = real_wrap(kernel), _kernel_name(kernel)
 
         class Launch:
@@ -42,7 +45,8 @@ def launches(run: bool = True):
         return Launch()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_op, "wrap_triton", wrap)
+        patch.setattr(_op, "wrap_triton", recording(_op.wrap_triton))
+        patch.setattr(_op, "eager_launch", recording(_op.eager_launch))
         yield seen
 
 

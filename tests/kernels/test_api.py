@@ -144,3 +144,52 @@ def test_torch_compile_fullgraph_cpu():
     assert torch.allclose(loss, expected, atol=1e-5)
     for a, b in zip(grads, expected_grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_eager_path_and_registered_op_agree_bitwise():
+    """Plain eager calls skip torch.library's dispatch (an autograd.Function over the same bodies, or the
+    launcher itself without grad); the registered op (what torch.compile and dispatch modes see) gives the same
+    bits: outputs, logsumexp and gradients, with masks and dropout."""
+    from transformer.kernels import _api, _op
+
+    q, k, v = qkv(q_len=9, k_len=13)
+    key_mask = torch.rand(2, 13, generator=torch.Generator().manual_seed(1)) > 0.3
+    state = _api.philox_state(7, q.device)
+    results = []
+    for path in ("eager", "op"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        args = (*leaves, None, key_mask, None, state, True, 0.25, 0.2)
+        out, lse = _op.attention(*args) if path == "eager" else _op.flash_attn_fwd_interpreted(*args)
+        expected = "_EagerFlashAttention" if path == "eager" else "typed_transformer_flash_attn_fwd_interpreted"
+        assert expected in type(out.grad_fn).__name__, out.grad_fn
+        (out.sin().sum() + lse.masked_fill(lse.isinf(), 0).sum()).backward()
+        results.append([out, lse] + [t.grad for t in leaves])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        out, lse = _op.attention(q, k, v, None, key_mask, None, state, True, 0.25, 0.2)
+    assert out.grad_fn is None and torch.equal(out, results[0][0].detach())
+
+
+def test_fake_tensors_go_through_the_registered_op():
+    """Under FakeTensorMode (a dispatch mode) nothing is launched: the op's fake implementation gives the
+    shapes and dtypes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from launch_capture import launches
+
+    with launches() as seen, FakeTensorMode():
+        q, k, v = (torch.empty(2, 3, n, 16) for n in (5, 7, 7))
+        out, lse = flash_attention_with_lse(q, k, v, causal=True, dropout_p=0.1)
+    assert seen == []
+    assert out.shape == (2, 3, 5, 16) and lse.shape == (2, 3, 5) and lse.dtype == torch.float32
+
+
+def test_double_backward_is_refused():
+    """The kernels' backward has no backward of its own: asking for one raises instead of returning silently
+    wrong second derivatives."""
+    q, k, v = (t.requires_grad_() for t in qkv())
+    loss = flash_attention(q, k, v).square().sum()  # its gradient w.r.t. the output depends on q, k, v
+    grads = torch.autograd.grad(loss, (q, k, v), create_graph=True)
+    with pytest.raises(RuntimeError, match="marked with @once_differentiable"):
+        grads[0].sum().backward()

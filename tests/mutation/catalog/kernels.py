@@ -54,11 +54,10 @@ MUTANTS = [
 # and grad_out are four different non-contiguous layouts (two of them with a non-unit head_dim stride).
 MUTANTS += [
     K("kernel-fwd-v-read-with-k-strides", "kernels/_forward.py",
-      '**strides("k", k, "n"), **strides("v", v, "n"),\n        heads=heads', '**strides("k", k, "n"), **strides("v", k, "n"),\n        heads=heads',
+      'strides_qkv = (*q.stride(), *k.stride(), *v.stride())', 'strides_qkv = (*q.stride(), *k.stride(), *k.stride())',
       "forward: v is read with k's strides"),
     K("kernel-bwd-k-read-with-v-strides", "kernels/_backward.py",
-      '**strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do)',
-      '**strides("k", v, "n"), **strides("v", v, "n"), **strides("d", do)',
+      'strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())', 'strides_in = (*q.stride(), *v.stride(), *v.stride(), *do.stride())',
       "backward (dK/dV and dQ): k is read with v's strides"),
     K("kernel-fwd-k-head-dim-stride-ignored", "kernels/_forward.py",
       "k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)",
@@ -72,7 +71,7 @@ MUTANTS += [
       "out, do, delta, *out.stride(), *do.stride(), heads", "out, do, delta, *out.stride(), *out.stride(), heads",
       "delta = rowsum(dO * O) reads grad_out with out's strides"),
     K("kernel-dk-stored-with-dv-strides", "kernels/_backward.py",
-      '**strides("dk", dk, "n"), **strides("dv", dv, "n")', '**strides("dk", dv, "n"), **strides("dv", dv, "n")',
+      '*dk.stride(), *dv.stride(), *scalars', '*dv.stride(), *dv.stride(), *scalars',
       "dK is written with dV's strides (k and v laid out differently)"),
 ]
 
@@ -159,11 +158,10 @@ MUTANTS += [
       'blocks_grid(q_len, meta["BLOCK_M"]', 'blocks_grid(q_len, meta["BLOCK_N"]',
       "dQ grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-fwd-grid-block-n", "kernels/_forward.py",
-      'blocks_grid(q_len, meta["BLOCK_M"], batch * heads)](', 'blocks_grid(q_len, meta["BLOCK_N"], batch * heads)](',
+      'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)]', 'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_N"], pairs)]',
       "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-delta-grid-too-small", "kernels/_backward.py",
-      "wrap(delta_kernel)[blocks_grid(q_len, 32, batch * heads)]",
-      "wrap(delta_kernel)[blocks_grid(q_len, 64, batch * heads)]",
+      'wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)]', 'wrap(delta_kernel)[blocks_grid(q_len, 64, pairs)]',
       "the delta kernel's grid (fixed 32-row blocks) covers only the first half of the query rows"),
 ]
 
@@ -171,7 +169,7 @@ MUTANTS += [
 # silently run 32 x 32 again. Killed by test_block_shape_reaches_every_launch.
 MUTANTS += [
     K("kernel-interpret-blocks-ignored", "kernels/_tuning.py",
-      "extra.update(_interpret_blocks)", "extra.update(INTERPRET_BLOCKS)",
+      'return dict(_interpret_blocks) if interpreting() else {}', 'return dict(INTERPRET_BLOCKS) if interpreting() else {}',
       "interpreted launches ignore the block-shape setting (always the default 32 x 32)"),
 ]
 
@@ -248,4 +246,24 @@ MUTANTS += [
     Mutant("kernel-length-bucket-not-clamped", "kernels/_tuning.py",
            (("return min(max(1 << (n - 1).bit_length(), low), high)", "return max(1 << (n - 1).bit_length(), low)"),),
            "lengths past 16384 get their own tuning buckets", TUNING_TESTS),
+]
+
+# --- the eager path (kernels/_op.py attention): plain calls skip torch.library's dispatch. Killed by
+# tests/kernels/test_api.py (fake tensors, double backward, eager vs registered op bitwise).
+API_TESTS = ("tests/kernels/test_api.py",)
+MUTANTS += [
+    Mutant("kernel-eager-path-under-dispatch-modes", "kernels/_op.py",
+           (("torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0",
+             "torch.compiler.is_compiling()"),),
+           "a call under FakeTensorMode (a dispatch mode) runs the kernels instead of the op's fake implementation",
+           API_TESTS),
+    Mutant("kernel-eager-backward-not-once-differentiable", "kernels/_op.py",
+           (("    @torch.autograd.function.once_differentiable  # the kernels' backward has no backward of its own\n",
+             ""),),
+           "the eager backward accepts create_graph=True and returns gradients with no second derivative",
+           API_TESTS),
+    Mutant("kernel-eager-never-records-autograd", "kernels/_op.py",
+           (("if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):",
+             "if False:"),),
+           "eager calls never record the autograd node: inputs requiring grad get no gradient", API_TESTS),
 ]
