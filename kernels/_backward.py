@@ -78,21 +78,22 @@ def _dkdv_kernel(
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dkb, s_dkh, s_dkn, s_dkd, s_dvb, s_dvh, s_dvn, s_dvd,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
+    heads, group, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    bh, pid_n = program_coords(k_len, BLOCK_N, 1)
-    b = bh // heads
-    h = bh % heads
+    # One program per (batch, kv head, key block). With grouped-query attention (group > 1 query heads per kv
+    # head) it sums the contributions of its group's query heads, one after another: no atomics.
+    kv_heads = heads // group
+    bkv, pid_n = program_coords(k_len, BLOCK_N, 1)
+    b = bkv // kv_heads
+    kvh = bkv % kv_heads
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    k = load_rows(head_ptr(K, b, h, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
-    v = load_rows(head_ptr(V, b, h, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
-    q_base = head_ptr(Q, b, h, s_qb, s_qh)
-    do_base = head_ptr(DO, b, h, s_db, s_dh)
+    k = load_rows(head_ptr(K, b, kvh, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
+    v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     lo = 0
@@ -113,22 +114,27 @@ def _dkdv_kernel(
     mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
-    for start_m in range(lo, mask_end, BLOCK_M):
-        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
-                            kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
-                            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
-    for start_m in range(mask_end, hi, BLOCK_M):
-        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
-                            kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
-                            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
+    for g in range(0, group):
+        h = kvh * group + g  # the query heads of kv head kvh (repeat_interleave order, torch's enable_gqa)
+        bh = b * heads + h
+        q_base = head_ptr(Q, b, h, s_qb, s_qh)
+        do_base = head_ptr(DO, b, h, s_db, s_dh)
+        for start_m in range(lo, mask_end, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h,
+                                bh, q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, inv_keep,
+                                s_qm, s_qd, s_dm, s_dd, LSE, DELTA, MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                                HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
+        for start_m in range(mask_end, hi, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h,
+                                bh, q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, inv_keep,
+                                s_qm, s_qd, s_dm, s_dd, LSE, DELTA, MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                                HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
-    tl.store(head_ptr(DK, b, h, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
+    tl.store(head_ptr(DK, b, kvh, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
              dk.to(DK.dtype.element_ty), mask=out_ok)
-    tl.store(head_ptr(DV, b, h, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
+    tl.store(head_ptr(DV, b, kvh, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
              dv.to(DV.dtype.element_ty), mask=out_ok)
 
 
@@ -158,7 +164,7 @@ def _dq_kernel(
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dqb, s_dqh, s_dqm, s_dqd,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
+    heads, group, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -173,8 +179,8 @@ def _dq_kernel(
     q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
-    k_base = head_ptr(K, b, h, s_kb, s_kh)
-    v_base = head_ptr(V, b, h, s_vb, s_vh)
+    k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
+    v_base = head_ptr(V, b, h // group, s_vb, s_vh)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
@@ -224,11 +230,13 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
                                                                 q_len, k_len)
     sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
     strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    scalars = (*side_strides, heads, q_len, k_len, scale, dropout_p, *_tuning.buckets(q_len, k_len, pairs))
+    kv_heads = k.shape[1]
+    scalars = (*side_strides, heads, heads // kv_heads, q_len, k_len, scale, dropout_p,
+               *_tuning.buckets(q_len, k_len, pairs))
     constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
                       HAS_KLEN=key_lengths is not None, CAUSAL=causal, DROPOUT=dropout_p > 0.0,
                       PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
-    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], pairs)](
+    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads)](
         q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, **constexprs)
     wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
         q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs)

@@ -47,7 +47,7 @@ def _fwd_kernel(
     Q, K, V, O, LSE, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_os, s_om, s_od,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, q_len, k_len, sm_scale, dropout_p, n_splits, split_keys, Q_BUCKET, K_BUCKET, BH_BUCKET,
+    heads, group, q_len, k_len, sm_scale, dropout_p, n_splits, split_keys, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -67,8 +67,8 @@ def _fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
-    k_base = head_ptr(K, b, h, s_kb, s_kh)
-    v_base = head_ptr(V, b, h, s_vb, s_vh)
+    k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
+    v_base = head_ptr(V, b, h // group, s_vb, s_vh)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
@@ -162,7 +162,7 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
     splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, q.device)
     pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
     inputs = (q, k, v)
-    scalars = (heads, q_len, k_len, scale, dropout_p)
+    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)
     strides_qkv = (*q.stride(), *k.stride(), *v.stride())
     block_d_ = block_d(head_dim)
     constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,

@@ -33,11 +33,18 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    for axis, label in ((0, "batch"), (1, "heads"), (3, "head_dim")):
+    for axis, label in ((0, "batch"), (3, "head_dim")):
         for name, t in (("k", k), ("v", v)):
             if t.shape[axis] != q.shape[axis]:
                 raise ValueError(f"{name} {label} (dim {axis}) must equal q's {q.shape[axis]}: "
                                  f"q has shape {_shape(q)}, {name} has shape {_shape(t)}")
+    kv_heads = k.shape[1]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"k heads (dim 1) must divide q's {heads} (grouped-query attention: each key/value head "
+                         f"serves heads // kv_heads query heads), got {kv_heads}: q has shape {_shape(q)}, "
+                         f"k has shape {_shape(k)}")
+    if v.shape[1] != kv_heads:
+        raise ValueError(f"v heads (dim 1) must equal k's {kv_heads}: k has shape {_shape(k)}, v has shape {_shape(v)}")
     if v.shape[2] != k_len:
         raise ValueError(f"v must have k's length {k_len} (dim 2): k has shape {_shape(k)}, v has shape {_shape(v)}")
     if q_len < 1 or k_len < 1:

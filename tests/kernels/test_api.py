@@ -70,7 +70,10 @@ def test_import_does_not_decorate_or_touch_the_driver():
 
 BAD = [
     ("k batch", lambda q, k, v: (q, k[:1], v[:1]), {}, r"k batch \(dim 0\) must equal q's 2"),
-    ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal q's 2"),
+    ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal k's 2: k has shape \(2, 2, 8, 16\), "
+                                                    r"v has shape \(2, 1, 8, 16\)"),
+    ("k heads", lambda q, k, v: (q[:, :1].expand(2, 6, 8, 16), k[:, :1].expand(2, 4, 8, 16), v[:, :1].expand(2, 4, 8, 16)),
+     {}, r"k heads \(dim 1\) must divide q's 6 \(grouped-query attention.*\), got 4: q has shape \(2, 6, 8, 16\)"),
     ("head_dim", lambda q, k, v: (q, k[..., :12], v[..., :12]), {}, r"k head_dim \(dim 3\) must equal q's 16"),
     ("v length", lambda q, k, v: (q, k, v[:, :, :5]), {}, r"v must have k's length 8"),
     ("3d", lambda q, k, v: (q[0], k[0], v[0]), {}, r"q must have 4 dims .* got shape \(2, 8, 16\)"),

@@ -267,3 +267,20 @@ MUTANTS += [
              "if False:"),),
            "eager calls never record the autograd node: inputs requiring grad get no gradient", API_TESTS),
 ]
+
+# --- grouped-query attention. Killed by tests/kernels/test_gqa.py (ratios 1/2/4/8, torch's enable_gqa).
+GQA_TESTS = ("tests/kernels/test_gqa.py", *KERNEL_TESTS)
+MUTANTS += [
+    Mutant("kernel-gqa-forward-kv-head-modulo", "kernels/_forward.py",
+           (("k_base = head_ptr(K, b, h // group, s_kb, s_kh)", "k_base = head_ptr(K, b, h % (heads // group), s_kb, s_kh)"),),
+           "forward: query head h reads kv head h % kv_heads (repeat, not torch's repeat_interleave)", GQA_TESTS),
+    Mutant("kernel-gqa-dq-v-head-modulo", "kernels/_backward.py",
+           (("v_base = head_ptr(V, b, h // group, s_vb, s_vh)", "v_base = head_ptr(V, b, h % (heads // group), s_vb, s_vh)"),),
+           "dQ kernel: v of the wrong kv head", GQA_TESTS),
+    Mutant("kernel-gqa-dkdv-first-query-head-only", "kernels/_backward.py",
+           (("for g in range(0, group):", "for g in range(0, 1):"),),
+           "dK/dV sums only the first query head of each group", GQA_TESTS),
+    Mutant("kernel-gqa-dkdv-strided-group", "kernels/_backward.py",
+           (("h = kvh * group + g  #", "h = kvh + g * kv_heads  #"),),
+           "dK/dV takes the group's query heads strided (repeat) instead of adjacent (repeat_interleave)", GQA_TESTS),
+]
