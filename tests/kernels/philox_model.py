@@ -26,16 +26,21 @@ def philox4x32(seed: int, c0, c1, c2, c3) -> list:
     return [x.astype(np.uint32) for x in (c0, c1, c2, c3)]
 
 
-def model_keep(seed, batch, heads, q_len, k_len, p=P, offset=0) -> torch.Tensor:
-    """Bool (batch, heads, q_len, k_len): the keep mask the model predicts. Element (b, h, i, j): Philox counter
-    (low, high 32 bits of offset + (b * heads + h) * q_len + i, j // 8, 0); its output j % 4 gives 32 bits, of
-    which the low 16 (j % 8 < 4) or the high 16 decide; kept when they are >= floor(float32(p) * 65536)."""
+def model_bits(seed, batch, heads, q_len, k_len, offset=0) -> np.ndarray:
+    """(batch, heads, q_len, k_len) uint32: the 16 bits that decide each element. Element (b, h, i, j): Philox
+    counter (low, high 32 bits of offset + (b * heads + h) * q_len + i, j // 8, 0); its output j % 4 gives 32
+    bits, of which the low 16 (j % 8 < 4) or the high 16 decide."""
     rows = (np.arange(batch * heads * q_len, dtype=np.uint64) + np.uint64(offset % 2**64)).reshape(-1, 1)
     keys = np.arange(k_len)
     outputs = philox4x32(seed, rows & LOW32, rows >> np.uint64(32), (keys // 8)[None, :].astype(np.uint64), 0)
     words = np.choose(keys % 4, outputs)  # output j % 4 for every (row, key)
-    bits = np.where(keys % 8 < 4, words & 0xFFFF, words >> 16)
-    keep = bits >= np.uint32(np.floor(np.float32(p) * np.float32(65536)))
-    return torch.from_numpy(keep.reshape(batch, heads, q_len, k_len))
+    return np.where(keys % 8 < 4, words & 0xFFFF, words >> 16).reshape(batch, heads, q_len, k_len)
+
+
+def model_keep(seed, batch, heads, q_len, k_len, p=P, offset=0) -> torch.Tensor:
+    """Bool (batch, heads, q_len, k_len): the keep mask the model predicts: kept when the element's 16 bits are at
+    least floor(float32(p) * 65536)."""
+    bits = model_bits(seed, batch, heads, q_len, k_len, offset)
+    return torch.from_numpy(bits >= np.uint32(np.floor(np.float32(p) * np.float32(65536))))
 
 

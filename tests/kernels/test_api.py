@@ -66,6 +66,10 @@ def test_import_does_not_decorate_or_touch_the_driver():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "TRITON_INTERPRET=1 is not set" in result.stdout
+    no_triton = ("import sys; sys.modules['triton'] = None\ntry:\n    import transformer.kernels\n"
+                 "except ImportError as error:\n    print('ImportError:', error)")
+    result = subprocess.run([sys.executable, "-c", no_triton], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("ImportError: import of triton halted"), result
 
 
 BAD = [

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from attention_reference import allowed_matrix, attention, max_err
-from philox_model import P, model_keep
+from philox_model import P, model_bits, model_keep
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
 AGREE = P**2 + (1 - P) ** 2  # chance that two independent keep decisions agree
 
 
-def recover_keep(batch, heads, q_len, k_len, seed, device, **masks):
+def recover_keep(batch, heads, q_len, k_len, seed, device, p=P, **masks):
     """The keep mask the kernel draws for these shapes and seed: q = 0 gives uniform probabilities
     1/k_len, and v = identity makes the output row equal the dropped probability row. (Draws nothing from torch's
     generators: with seed=None the kernel's draw is the only one.)"""
@@ -24,8 +24,8 @@ def recover_keep(batch, heads, q_len, k_len, seed, device, **masks):
     q = torch.zeros(batch, heads, q_len, head_dim, device=device)
     k = torch.randn(batch, heads, k_len, head_dim, generator=torch.Generator().manual_seed(0)).to(device)
     v = torch.eye(k_len, head_dim, device=device).expand(batch, heads, k_len, head_dim)
-    out = flash_attention(q, k, v, dropout_p=P, seed=seed, **masks)[..., :k_len]
-    return out * k_len * (1 - P) > 0.5
+    out = flash_attention(q, k, v, dropout_p=p, seed=seed, **masks)[..., :k_len]
+    return out * k_len * (1 - p) > 0.5
 
 
 def test_keep_mask_is_philox_of_the_element_index(device):
@@ -107,6 +107,20 @@ def test_keep_decisions_are_independent_across_heads_batch_queries_and_keys(q_le
     columns = keep.transpose(-2, -1).reshape(-1, q_len)
     assert _shifted_copies(rows, 32) == [], "query rows repeat (index, index, shift)"
     assert _shifted_copies(columns, 32) == [], "key columns repeat (index, index, shift)"
+
+
+@pytest.mark.one_block_shape
+def test_keep_threshold_is_floor_of_p_times_65536(device):
+    """A key is kept when its 16 bits are at least floor(p * 65536): with p just above t / 65536 (t one element's
+    bits) that element is kept, with p = (t + 1) / 65536 it is dropped; a p below 2**-16 drops nothing."""
+    bits = model_bits(4, 1, 1, 16, 16)
+    t = int(bits[0, 0, 3, 5])
+    assert 0 < t < 65535
+    for p, kept in (((t + 0.5) / 65536, True), ((t + 1) / 65536, False)):
+        keep = recover_keep(1, 1, 16, 16, seed=4, device=device, p=p).cpu()
+        assert keep[0, 0, 3, 5].item() is kept
+        assert torch.equal(keep, model_keep(4, 1, 1, 16, 16, p=p))
+    assert recover_keep(1, 1, 16, 16, seed=4, device=device, p=1e-6).all()
 
 
 @pytest.mark.one_block_shape
