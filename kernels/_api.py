@@ -1,20 +1,32 @@
-"""The public functions: validate, pick the scale and the dropout seed, call the registered op."""
+"""The public functions: validate, pick the scale and the dropout seed, run the op (kernels/_op.py)."""
 
 import math
 
 import torch
 
-from ._op import flash_attn_fwd, flash_attn_fwd_interpreted
-from ._validate import device_reason
+from ._op import attention
+from ._validate import run_reason
 from ._validate import validate as check_inputs
 
 
-def _seed_tensor(seed, device) -> torch.Tensor:
-    if seed is None:  # drawn from torch's default CPU generator, so torch.manual_seed makes it reproducible
-        value = torch.randint(0, 2**62, (1,), dtype=torch.int64)
-    else:
-        value = torch.tensor([int(seed)], dtype=torch.int64)
-    return value.to(device)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def philox_state(seed, device) -> torch.Tensor:
+    """The dropout generator's (seed, offset) as a 2-element int64 tensor on ``device``.
+
+    ``seed=None``: both drawn by ``torch.randint`` on ``device``, i.e. from torch's generator of that device (the
+    CUDA generator on a GPU, the default CPU generator otherwise), the way torch.compile's inductor seeds its own
+    random kernels (``aten.randint.low_out`` over the int64 range, torch/_inductor/ir.py ``RandomSeeds``). The
+    draw is a device kernel: no host sync, and under CUDA graph capture it is recorded with the generator's
+    graph-safe Philox state, so every replay draws a new pair (and advances the generator's offset as any random
+    op does), while ``torch.manual_seed`` makes a run reproducible. An explicit ``seed`` (any int, taken modulo
+    2**64) gives (seed, 0): the same mask every call, also in every graph replay.
+    """
+    if seed is None:
+        return torch.randint(INT64_MIN, INT64_MAX, (2,), dtype=torch.int64, device=device)
+    seed = (int(seed) - INT64_MIN) % 2**64 + INT64_MIN
+    return torch.tensor([seed, 0], dtype=torch.int64, device=device)
 
 
 def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
@@ -26,14 +38,13 @@ def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=N
     """
     if validate:
         check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
-        reason = device_reason(q)
+        reason = run_reason(q, k)
         if reason is not None:
             raise RuntimeError(f"flash_attention cannot run here: {reason}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     dropout_p = float(dropout_p)
-    seed_t = _seed_tensor(seed, q.device) if dropout_p > 0.0 else None
-    op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
-    return op(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
+    seed_t = philox_state(seed, q.device) if dropout_p > 0.0 else None
+    return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
 
 
 def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
@@ -46,7 +57,8 @@ def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, caus
     (query i may attend key j iff j <= i), as F.scaled_dot_product_attention(is_causal=True).
     A query row with no allowed key outputs 0 (and gets zero gradients). ``scale`` defaults to
     1/sqrt(head_dim). ``dropout_p`` drops probabilities with an in-kernel Philox generator keyed by ``seed``
-    (None: drawn from torch's default CPU generator) and scales the kept ones by 1/(1-p).
+    (None: a (seed, offset) pair drawn on q's device from torch's generator there, graph-safe; an int: that
+    seed, offset 0) and scales the kept ones by 1/(1-p).
     ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
     check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """

@@ -3,32 +3,31 @@
 import torch
 
 
-def mask_args(q: torch.Tensor, k: torch.Tensor, mask, key_mask, key_lengths) -> dict:
-    """Kernel arguments for the three mask kinds; absent ones get a dummy pointer the kernel never reads."""
-    batch, heads, q_len, _ = q.shape
-    k_len = k.shape[2]
-    args = {}
+def side_inputs(q: torch.Tensor, mask, key_mask, key_lengths, batch: int, heads: int, q_len: int, k_len: int):
+    """The kernels' (MASK, KMASK, KLEN) pointers and their strides (s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb);
+    an absent input gets q as a dummy pointer (never read: its HAS_ flag is off) and zero strides.
+
+    Every tensor goes with its strides: a sliced, transposed or expanded input is read where it lies, never copied
+    (a broadcast mask is a view whose broadcast dims have stride 0)."""
     if mask is not None:
-        full = torch.broadcast_to(mask, (batch, heads, q_len, k_len))  # a view: broadcast dims get stride 0
-        args.update(MASK=full.view(torch.uint8), s_mb=full.stride(0), s_mh=full.stride(1),
-                    s_mm=full.stride(2), s_mn=full.stride(3), HAS_MASK=True)
+        full = torch.broadcast_to(mask, (batch, heads, q_len, k_len))
+        mask_ptr, mask_strides = full.view(torch.uint8), full.stride()
     else:
-        args.update(MASK=q, s_mb=0, s_mh=0, s_mm=0, s_mn=0, HAS_MASK=False)
+        mask_ptr, mask_strides = q, (0, 0, 0, 0)
     if key_mask is not None:
-        args.update(KMASK=key_mask.view(torch.uint8), s_kmb=key_mask.stride(0), s_kmn=key_mask.stride(1),
-                    HAS_KMASK=True)
+        kmask_ptr, kmask_strides = key_mask.view(torch.uint8), key_mask.stride()
     else:
-        args.update(KMASK=q, s_kmb=0, s_kmn=0, HAS_KMASK=False)
+        kmask_ptr, kmask_strides = q, (0, 0)
     if key_lengths is not None:
-        args.update(KLEN=key_lengths, HAS_KLEN=True)
+        klen_ptr, klen_stride = key_lengths, key_lengths.stride(0)
     else:
-        args.update(KLEN=q, HAS_KLEN=False)
-    return args
+        klen_ptr, klen_stride = q, 0
+    return (mask_ptr, kmask_ptr, klen_ptr), (*mask_strides, *kmask_strides, klen_stride)
 
 
-def strides(prefix: str, t: torch.Tensor, seq: str = "m") -> dict:
-    """Kernel stride arguments of a (batch, heads, len, head_dim) tensor: s_{prefix}b, _h, _{seq}, _d."""
-    return {f"s_{prefix}{axis}": t.stride(i) for i, axis in enumerate(("b", "h", seq, "d"))}
+def block_d(head_dim: int) -> int:
+    """The head-dim tile: the power of two at or above head_dim, at least 16 (tl.dot's minimum)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
 
 
 def dot_precision(dtype: torch.dtype) -> str:

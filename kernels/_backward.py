@@ -6,15 +6,15 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, dot_precision, mask_args, strides
+from ._args import acc_dtype, block_d, dot_precision, side_inputs
 from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_row_stats, load_rows,
-                      load_seed)
+                      load_seed, program_coords, tile_offsets)
+from ._grid import blocks_grid
 
 @triton.jit
 def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -45,11 +45,11 @@ def _probs(rows, cols, lse2, qi, kj, b, h, q_len, kv_end, qk_scale,
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
-               qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
+def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, start_n, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
+               qk_scale, seed, offset, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
                MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
                HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     """Add one query block's contribution to dK and dV. Key-major tiles [BLOCK_N, BLOCK_M] (P transposed):
     every dot has BLOCK_N rows, enough for Hopper's warp-group MMA (query-major tiles would give two of the
     four dots only BLOCK_M rows)."""
@@ -61,7 +61,7 @@ def _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, 
                  MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL, PRECISION, MASKED)
     dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
     if DROPOUT:
-        keep_t = keep_block(seed, bh, offs_m[None, :], offs_n[:, None], q_len, k_len, dropout_p)
+        keep_t = tl.trans(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N))
         p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)
         dp_t = tl.where(keep_t, dp_t * inv_keep, 0.0)
     else:
@@ -77,30 +77,30 @@ def _dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dkb, s_dkh, s_dkn, s_dkd, s_dvb, s_dvh, s_dvn, s_dvd,
-    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
+    heads, group, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // heads
-    h = bh % heads
+    # One program per (batch, kv head, key block). With grouped-query attention (group > 1 query heads per kv
+    # head) it sums the contributions of its group's query heads, one after another: no atomics.
+    kv_heads = heads // group
+    bkv, pid_n = program_coords(k_len, BLOCK_N, 1)
+    b = bkv // kv_heads
+    kvh = bkv % kv_heads
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    k = load_rows(head_ptr(K, b, h, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
-    v = load_rows(head_ptr(V, b, h, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
-    q_base = head_ptr(Q, b, h, s_qb, s_qh)
-    do_base = head_ptr(DO, b, h, s_db, s_dh)
+    k = load_rows(head_ptr(K, b, kvh, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
+    v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
 
-    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     lo = 0
     if CAUSAL:  # queries before this key block never see it
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
     hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)  # a key block past the valid length gets zero grads
-    seed = load_seed(SEED, DROPOUT)
+    seed, offset = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
@@ -114,31 +114,36 @@ def _dkdv_kernel(
     mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
-    for start_m in range(lo, mask_end, BLOCK_M):
-        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
-                            kv_end, qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
-                            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, MASKED=True)
-    for start_m in range(mask_end, hi, BLOCK_M):
-        dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, offs_n, offs_d, d_ok, b, h, bh, q_len, k_len,
-                            kv_end, qk_scale, seed, dropout_p, inv_keep, s_qm, s_qd, s_dm, s_dd, LSE, DELTA,
-                            MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                            HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, MASKED=False)
+    for g in range(0, group):
+        h = kvh * group + g  # the query heads of kv head kvh (repeat_interleave order, torch's enable_gqa)
+        bh = b * heads + h
+        q_base = head_ptr(Q, b, h, s_qb, s_qh)
+        do_base = head_ptr(DO, b, h, s_db, s_dh)
+        for start_m in range(lo, mask_end, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h,
+                                bh, q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, inv_keep,
+                                s_qm, s_qd, s_dm, s_dd, LSE, DELTA, MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                                HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
+        for start_m in range(mask_end, hi, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, offs_n, offs_d, d_ok, b, h,
+                                bh, q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, inv_keep,
+                                s_qm, s_qd, s_dm, s_dd, LSE, DELTA, MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
+                                HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
-    tl.store(head_ptr(DK, b, h, s_dkb, s_dkh) + offs_n[:, None] * s_dkn + offs_d[None, :] * s_dkd,
+    tl.store(head_ptr(DK, b, kvh, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
              dk.to(DK.dtype.element_ty), mask=out_ok)
-    tl.store(head_ptr(DV, b, h, s_dvb, s_dvh) + offs_n[:, None] * s_dvn + offs_d[None, :] * s_dvd,
+    tl.store(head_ptr(DV, b, kvh, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
              dv.to(DV.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit
 def _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
-             kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+             kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
              MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
              HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-             PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+             PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
     """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N])."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
@@ -147,7 +152,7 @@ def _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_
                MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL, PRECISION, MASKED)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     if DROPOUT:
-        keep = keep_block(seed, bh, offs_m[:, None], offs_n[None, :], q_len, k_len, dropout_p)
+        keep = keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N)
         dp = tl.where(keep, dp * inv_keep, 0.0)
     ds = p * (dp - delta[:, None])
     return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
@@ -158,14 +163,13 @@ def _dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ, MASK, KMASK, KLEN, SEED,
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dqb, s_dqh, s_dqm, s_dqd,
-    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn,
-    heads, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET,
+    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
+    heads, group, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
     b = bh // heads
     h = bh % heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -175,12 +179,12 @@ def _dq_kernel(
     q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
-    k_base = head_ptr(K, b, h, s_kb, s_kh)
-    v_base = head_ptr(V, b, h, s_vb, s_vh)
+    k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
+    v_base = head_ptr(V, b, h // group, s_vb, s_vh)
 
-    kv_end = key_end(KLEN, b, k_len, HAS_KLEN)
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
-    seed = load_seed(SEED, DROPOUT)
+    seed, offset = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
@@ -188,47 +192,56 @@ def _dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
     for start_n in range(0, full_end, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
-                      kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+                      kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=False)
+                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len,
-                      kv_end, qk_scale, seed, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
+                      kv_end, qk_scale, seed, offset, dropout_p, inv_keep, s_kn, s_kd, s_vn, s_vd,
                       MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_N, MASKED=True)
+                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
 
     dq = dq * sm_scale
-    tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + offs_m[:, None] * s_dqm + offs_d[None, :] * s_dqd,
+    tl.store(head_ptr(DQ, b, h, s_dqb, s_dqh) + tile_offsets(offs_m, offs_d, s_dqm, s_dqd),
              dq.to(DQ.dtype.element_ty), mask=m_ok)
 
 
-dkdv_kernel = _tuning.build(_dkdv_kernel, _tuning.DKDV_CONFIGS)
-dq_kernel = _tuning.build(_dq_kernel, _tuning.DQ_CONFIGS)
+dkdv_kernel = _tuning.build(_dkdv_kernel, "dkdv")
+dq_kernel = _tuning.build(_dq_kernel, "dq")
 delta_kernel = _delta_kernel
 
 
 def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed, causal: bool, scale: float,
              dropout_p: float, kernel_wrapper=None):
-    """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output."""
-    wrap = kernel_wrapper if kernel_wrapper is not None else (lambda kernel: kernel)
+    """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output. The
+    arguments go to the kernels positionally, in the order of their signatures."""
+    wrap = kernel_wrapper if kernel_wrapper is not None else _direct
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    pairs = batch * heads
+    block_d_ = block_d(head_dim)
     delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    wrap(delta_kernel)[(triton.cdiv(q_len, 32), batch * heads, 1)](
-        out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d)
+    wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)](
+        out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d_)
     if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
-        delta = delta - grad_lse.to(delta.dtype)
+        delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    common = dict(
-        SEED=seed if seed is not None else q, **mask_args(q, k, mask, key_mask, key_lengths),
-        **strides("q", q), **strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do),
-        heads=heads, q_len=q_len, k_len=k_len, sm_scale=scale, dropout_p=dropout_p,
-        HEAD_DIM=head_dim, CAUSAL=causal, DROPOUT=dropout_p > 0.0, PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d, **_tuning.launch_kwargs(q_len, k_len),
-    )
-    wrap(dkdv_kernel)[lambda meta: (triton.cdiv(k_len, meta["BLOCK_N"]), batch * heads, 1)](
-        q, k, v, do, lse, delta, dk, dv, **strides("dk", dk, "n"), **strides("dv", dv, "n"), **common)
-    wrap(dq_kernel)[lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads, 1)](
-        q, k, v, do, lse, delta, dq, **strides("dq", dq), **common)
+    (mask_ptr, kmask_ptr, klen_ptr), side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads,
+                                                                q_len, k_len)
+    sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
+    strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    kv_heads = k.shape[1]
+    scalars = (*side_strides, heads, heads // kv_heads, q_len, k_len, scale, dropout_p,
+               *_tuning.buckets(q_len, k_len, pairs))
+    constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
+                      HAS_KLEN=key_lengths is not None, CAUSAL=causal, DROPOUT=dropout_p > 0.0,
+                      PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
+    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads)](
+        q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, **constexprs)
+    wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
+        q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs)
     return dq, dk, dv
+
+
+def _direct(kernel):
+    return kernel

@@ -21,20 +21,52 @@ def allowed_block(b, h, qi, kj, q_len, kv_end,
     if CAUSAL:  # top-left aligned, as F.scaled_dot_product_attention(is_causal=True)
         allowed = allowed & (kj <= qi)
     if HAS_KMASK:
-        key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj * s_kn, mask=kj < kv_end, other=0)
+        key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj.to(tl.int64) * s_kn, mask=kj < kv_end, other=0)
         allowed = allowed & (key_ok != 0)
     if HAS_MASK:
-        ptrs = MASK + b.to(tl.int64) * s_mb + h.to(tl.int64) * s_mh + qi * s_mm + kj * s_mn
+        ptrs = (MASK + b.to(tl.int64) * s_mb + h.to(tl.int64) * s_mh
+                + qi.to(tl.int64) * s_mm + kj.to(tl.int64) * s_mn)  # q_len x k_len may pass 2**31
         allowed = allowed & (tl.load(ptrs, mask=allowed, other=0) != 0)
     return allowed
 
 
+PHILOX_KEYS = 8  # keep decisions per Philox call: 8 consecutive keys of one query row, 16 bits each
+
+
 @triton.jit
-def keep_block(seed, bh, qi, kj, q_len, k_len, dropout_p):
-    """Bool tile (oriented as ``qi``, ``kj``): dropout keeps this probability. Philox on the element's index in
-    (batch, heads, q_len, k_len), so both orientations draw the same mask."""
-    offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj
-    return tl.rand(seed, offsets) >= dropout_p
+def _halves(r):
+    """The low and high 16 bits of a uint32 tile, joined on a new last axis."""
+    return tl.join((r & 0xFFFF).to(tl.uint16), (r >> 16).to(tl.uint16))
+
+
+@triton.jit
+def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Bool tile [BLOCK_M, BLOCK_N] (query-major): dropout keeps the probability of query ``offs_m`` and key
+    ``start_n + j`` (``start_n`` a multiple of 8). A pure function of (seed, offset, batch, head, query, key):
+
+    one 10-round Philox-4x32 call (``tl.philox``, key = the 64-bit ``seed``) per query row and group of 8
+    consecutive keys, with counter (low and high 32 bits of ``offset + (batch * heads + head) * q_len + query``,
+    key // 8, 0). Its four 32-bit outputs w = 0..3 decide 8 keys: key 8g + w by the low 16 bits of output w, key
+    8g + 4 + w by its high 16 bits; a key is kept when its 16 bits, as an integer, are at least
+    ``floor(dropout_p * 65536)``. (One call per element, as ``tl.rand`` does, costs 8 times as much.)"""
+    rows = offset + (bh.to(tl.int64) * q_len + offs_m)
+    groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.uint32)
+    zero = tl.zeros([BLOCK_M, BLOCK_N // 8], tl.uint32)
+    r0, r1, r2, r3 = tl.philox(seed, rows.to(tl.uint32)[:, None] + zero, (rows >> 32).to(tl.uint32)[:, None] + zero,
+                               groups[None, :] + zero, zero)
+    # join appends an axis: [g, half, w // 2, w % 2] flattens to key 8g + 4 * half + w
+    bits = tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))
+    return tl.reshape(bits, (BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p * 65536.0, tl.uint16)
+
+
+@triton.jit
+def program_coords(length, BLOCK: tl.constexpr, splits):
+    """(batch x head index, block index) of this program on the 1-D grid of _grid.blocks_grid: the ``splits``
+    programs of one block are adjacent (the split is ``program_id % splits``), then the blocks of ``length`` rows
+    of one (batch, head)."""
+    pid = tl.program_id(0) // splits
+    blocks = tl.cdiv(length, BLOCK)
+    return pid // blocks, pid % blocks
 
 
 @triton.jit
@@ -44,20 +76,30 @@ def head_ptr(PTR, b, h, s_b, s_h):
 
 
 @triton.jit
-def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
-    """Tile [len(offs), BLOCK_D] of rows ``offs < n_rows``; padded rows and head-dim columns read as 0."""
-    ok = (offs[:, None] < n_rows) & d_ok[None, :]
-    return tl.load(base + offs[:, None] * s_row + offs_d[None, :] * s_d, mask=ok, other=0.0)
+def tile_offsets(offs, offs_d, s_row, s_d):
+    """Element offsets of the tile [len(offs), BLOCK_D] (rows ``offs``, head-dim columns ``offs_d``) inside one
+    (batch, head) slice, in 64 bits: a row index times a row stride passes 2**31 in long or strided layouts (a
+    (batch, seq, heads, head_dim) view has row stride heads * head_dim)."""
+    return offs.to(tl.int64)[:, None] * s_row + offs_d.to(tl.int64)[None, :] * s_d
 
 
 @triton.jit
-def key_end(KLEN, b, k_len, HAS_KLEN: tl.constexpr):
-    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len. The length is
-    clamped in 64 bits before narrowing, so a huge int64 length (e.g. 2**32 + 3, or int64 max as "no limit")
-    means k_len, not its low 32 bits."""
+def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
+    """Tile [len(offs), BLOCK_D] of rows ``offs < n_rows``; padded rows and head-dim columns read as 0."""
+    ok = (offs[:, None] < n_rows) & d_ok[None, :]
+    return tl.load(base + tile_offsets(offs, offs_d, s_row, s_d), mask=ok, other=0.0)
+
+
+@triton.jit
+def key_end(KLEN, s_klb, b, k_len, HAS_KLEN: tl.constexpr):
+    """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len. The lengths are
+    read through their stride ``s_klb`` (a sliced or expanded tensor is not contiguous). The length is clamped in
+    64 bits before narrowing, so a huge int64 length (e.g. 2**32 + 3, or int64 max as "no limit") means k_len,
+    not its low 32 bits."""
     kv_end = k_len
     if HAS_KLEN:
-        kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)
+        length = tl.load(KLEN + b.to(tl.int64) * s_klb).to(tl.int64)
+        kv_end = tl.maximum(tl.minimum(length, k_len), 0).to(tl.int32)
     return kv_end
 
 
@@ -80,11 +122,14 @@ def key_blocks(kv_end, pid_m, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, C
 
 @triton.jit
 def load_seed(SEED, DROPOUT: tl.constexpr):
-    """The Philox seed (read from device memory, so a new seed never recompiles), or 0 without dropout."""
+    """The Philox (seed, offset) pair, read from device memory (so a new pair never recompiles, and a CUDA graph
+    replays the pair its RNG draw left there), or (0, 0) without dropout."""
     seed = 0
+    offset = 0
     if DROPOUT:
         seed = tl.load(SEED)
-    return seed
+        offset = tl.load(SEED + 1)
+    return seed, offset
 
 
 @triton.jit

@@ -8,6 +8,12 @@
   custom op can (torch.compile(fullgraph=True) works on the CPU through it).
 
 Both get their backward through torch.library.register_autograd.
+
+In plain eager mode the same two bodies run through a torch.autograd.Function instead (``attention`` below picks):
+torch.library's dispatch costs about twice as much host time per call, which matters for short sequences, and
+buys nothing there. Whatever a plain call cannot handle goes through the registered op: torch.compile (Dynamo
+traces the op), an active dispatch mode (FakeTensorMode, FlopCounterMode, ...), a torch function mode, tensor
+subclasses and functorch transforms.
 """
 
 from typing import Optional
@@ -25,7 +31,8 @@ def _fwd(
     q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], key_mask: Optional[Tensor],
     key_lengths: Optional[Tensor], seed: Optional[Tensor], causal: bool, scale: float, dropout_p: float,
 ) -> tuple[Tensor, Tensor]:
-    """(out, logsumexp). ``seed`` is a 1-element int64 tensor on q's device (or None without dropout)."""
+    """(out, logsumexp). ``seed`` is the Philox (seed, offset) pair, a 2-element int64 tensor on q's device (or
+    None without dropout)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
     return _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,
@@ -81,3 +88,61 @@ def _register(suffix: str, interpreted: bool):
 
 flash_attn_fwd = _register("", interpreted=False)
 flash_attn_fwd_interpreted = _register("_interpreted", interpreted=True)
+
+
+def eager_launch(kernel):
+    """The eager path launches each kernel itself (wrap_triton only matters while tracing)."""
+    return kernel
+
+
+class _EagerFlashAttention(torch.autograd.Function):
+    """The op's forward and backward bodies, called directly (no torch.library dispatch)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+        from . import _forward
+
+        out, lse = _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,
+                                    kernel_wrapper=eager_launch)
+        ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
+        ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to fold in)
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # the kernels' backward has no backward of its own
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, mask, key_mask, key_lengths, seed = ctx.saved_tensors
+        if grad_out is None:  # only the logsumexp was used
+            grad_out = torch.zeros_like(out)
+        from . import _backward
+
+        dq, dk, dv = _backward.backward(grad_out, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
+                                        ctx.causal, ctx.scale, ctx.dropout_p, kernel_wrapper=eager_launch)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def needs_registered_op(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether this call must go through the registered op (see the module docstring) rather than the eager
+    autograd.Function."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._is_torch_function_mode_enabled() or type(q) not in _PLAIN or type(k) not in _PLAIN
+            or type(v) not in _PLAIN or torch._C._functorch.is_functorch_wrapped_tensor(q)
+            or torch._C._functorch.is_functorch_wrapped_tensor(k) or torch._C._functorch.is_functorch_wrapped_tensor(v))
+
+
+def attention(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float):
+    """(out, lse) through the registered op when the call needs it, else eagerly: the autograd.Function when a
+    gradient may be asked for, the forward launcher itself when none can be (inference, e.g. decoding)."""
+    if needs_registered_op(q, k, v):
+        op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
+        return op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerFlashAttention.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+    from . import _forward
+
+    return _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,
+                            kernel_wrapper=eager_launch)

@@ -1,5 +1,11 @@
 """Launch configuration: autotuning on CUDA, one fixed configuration under TRITON_INTERPRET=1.
 
+On CUDA each kernel is a ``triton.autotune`` over a few block configs, keyed on the query and key length buckets,
+a (batch x heads) bucket, head_dim, causal and dropout (and the dtypes). Tuned choices persist in Triton's cache
+directory (``cache_results``), so later processes reuse them instead of timing again; the environment variable
+``TYPED_TRANSFORMER_KERNEL_CONFIGS`` pins configs instead (see :func:`pinned_configs`), read when the kernels are
+first used. docs/kernels.md says what this makes bitwise reproducible across processes.
+
 Autotuning with more than one config touches the driver, which does not exist without a GPU. The interpreter's
 block shape is 32 x 32 unless changed with :func:`interpret_blocks` (a context manager) or
 :func:`set_interpret_blocks`, so that tests can run the kernels' block-shape-dependent logic (BLOCK_M != BLOCK_N)
@@ -7,9 +13,14 @@ on the CPU. It has no effect on CUDA, where the autotuner picks the blocks.
 """
 
 import contextlib
+import inspect
 import os
+import re
 
+import torch
 import triton
+
+from . import _grid
 
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)
@@ -59,19 +70,117 @@ def _configs(pairs):
 FWD_CONFIGS = _configs([(128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)])
 DKDV_CONFIGS = _configs([(32, 128, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (16, 32, 4, 1)])
 DQ_CONFIGS = _configs([(128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 16, 4, 1)])
-TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "HEAD_DIM", "CAUSAL", "DROPOUT"]
+# the split-KV forward (short queries: 16-row query blocks first; long key blocks)
+SPLIT_CONFIGS = _configs([(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)])
+TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "BH_BUCKET", "HEAD_DIM", "CAUSAL", "DROPOUT"]
+KERNEL_CONFIGS = {"forward": FWD_CONFIGS, "split": SPLIT_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}
+CONFIGS_ENV = "TYPED_TRANSFORMER_KERNEL_CONFIGS"
+LENGTH_BUCKETS = (16, 16384)  # lengths tune in powers of two from 16 to 16384: longer ones share a config
+BH_BUCKET_MAX = 4096  # (batch x heads) tunes in powers of 4 up to 4096 pairs; more share a config
 
 
-def build(jit_fn, configs):
-    """The kernel to launch: the plain jit function when interpreting, else an autotuner."""
+def length_bucket(n: int) -> int:
+    """The power of two at or above ``n``, clamped to LENGTH_BUCKETS."""
+    low, high = LENGTH_BUCKETS
+    return min(max(1 << (n - 1).bit_length(), low), high)
+
+
+def bh_bucket(batch_heads: int) -> int:
+    """The power of 4 at or above ``batch_heads``, at most BH_BUCKET_MAX: a config tuned for 8 (batch, head)
+    pairs is not reused for 8000, where the grid is a thousand times larger."""
+    bucket = 1
+    while bucket < batch_heads and bucket < BH_BUCKET_MAX:
+        bucket *= 4
+    return bucket
+
+
+def pinned_configs(value: str | None = None) -> dict:
+    """{kernel name: the one triton.Config it uses} from ``TYPED_TRANSFORMER_KERNEL_CONFIGS`` (or ``value``):
+
+    * ``first``: every kernel uses the first config of its list (no timing at all);
+    * ``forward=128x64x8x3,dkdv=32x128x8x2``: BLOCK_M x BLOCK_N x num_warps x num_stages for the named kernels
+      (forward, split, dkdv, dq); the others keep autotuning.
+
+    A pinned kernel gives the same bits in every process. A malformed value raises ValueError naming the variable."""
+    value = os.environ.get(CONFIGS_ENV, "") if value is None else value
+    value = value.strip()
+    if not value:
+        return {}
+    if value == "first":
+        return {name: configs[0] for name, configs in KERNEL_CONFIGS.items()}
+    pinned = {}
+    for part in value.split(","):
+        match = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)x(\d+)x(\d+)x(\d+)\s*", part)
+        if match is None or match.group(1) not in KERNEL_CONFIGS:
+            raise ValueError(f"{CONFIGS_ENV} must be 'first' or comma-separated KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES "
+                             f"with KERNEL in {sorted(KERNEL_CONFIGS)}, e.g. 'forward=128x64x8x3'; got {part!r}")
+        name, block_m, block_n, warps, stages = match.group(1), *map(int, match.groups()[1:])
+        for label, size in (("BLOCK_M", block_m), ("BLOCK_N", block_n)):
+            if size not in BLOCK_SIZES:
+                raise ValueError(f"{CONFIGS_ENV}: {label} of {name} must be one of {BLOCK_SIZES}, got {size}")
+        pinned[name] = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+    return pinned
+
+
+ASSUMED_SMS = 132  # an H100's streaming multiprocessors: the split-KV rule's GPU when there is none (interpreter)
+_sm_counts: dict = {}
+_forced_splits: list = []  # tests: the split count to use instead of the rule's
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of ``device`` (cached), or ASSUMED_SMS off CUDA."""
+    if device.type != "cuda":
+        return ASSUMED_SMS
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+SPLIT_GRANULARITY = 128  # keys per split are a multiple of the largest key block any launch uses (CUDA or not)
+
+
+def kv_splits(batch_heads: int, q_len: int, k_len: int, device) -> tuple[int, int]:
+    """(splits, keys per split) of the forward: _grid.kv_splits's rule for ``device``'s SM count (or a forced
+    count, see :func:`force_kv_splits`)."""
+    if _forced_splits:
+        return _grid.split_plan(k_len, _forced_splits[-1], SPLIT_GRANULARITY)
+    return _grid.kv_splits(batch_heads, q_len, k_len, sm_count(device), SPLIT_GRANULARITY)
+
+
+@contextlib.contextmanager
+def force_kv_splits(splits: int):
+    """Tests: inside this block the forward splits the keys in (at most) ``splits`` parts of a multiple of
+    SPLIT_GRANULARITY keys whatever the rule says; 1 = never split."""
+    _forced_splits.append(splits)
+    try:
+        yield
+    finally:
+        _forced_splits.pop()
+
+
+def build(jit_fn, name: str):
+    """The kernel to launch: the plain jit function when interpreting, else an autotuner over the configs of
+    KERNEL_CONFIGS[name] (only the pinned one when ``TYPED_TRANSFORMER_KERNEL_CONFIGS`` names it), whose tuned
+    choices persist in Triton's cache directory where this Triton can (``cache_results``, Triton >= 3.2)."""
     if interpreting():
         return jit_fn
-    return triton.autotune(configs=configs, key=TUNE_KEY)(jit_fn)
+    pinned = pinned_configs().get(name)
+    configs = [pinned] if pinned is not None else KERNEL_CONFIGS[name]
+    persist = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+    return triton.autotune(configs=configs, key=TUNE_KEY, **persist)(jit_fn)
 
 
-def launch_kwargs(q_len: int, k_len: int) -> dict:
-    """Extra launch arguments: tuning buckets, plus the current interpreter blocks when interpreting."""
-    extra = {"Q_BUCKET": triton.next_power_of_2(q_len), "K_BUCKET": triton.next_power_of_2(k_len)}
-    if interpreting():
-        extra.update(_interpret_blocks)
-    return extra
+def buckets(q_len: int, k_len: int, batch_heads: int) -> tuple[int, int, int]:
+    """The launch arguments the tuning key reads: (Q_BUCKET, K_BUCKET, BH_BUCKET)."""
+    return length_bucket(q_len), length_bucket(k_len), bh_bucket(batch_heads)
+
+
+def block_kwargs() -> dict:
+    """BLOCK_M and BLOCK_N for an interpreted launch ({} on CUDA, where the autotuner passes its config's)."""
+    return dict(_interpret_blocks) if interpreting() else {}
+
+
+def launch_kwargs(q_len: int, k_len: int, batch_heads: int) -> dict:
+    """The tuning buckets by name, plus the current interpreter blocks when interpreting."""
+    return dict(zip(("Q_BUCKET", "K_BUCKET", "BH_BUCKET"), buckets(q_len, k_len, batch_heads)), **block_kwargs())

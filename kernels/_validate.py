@@ -1,7 +1,10 @@
 """Input validation (clear ValueErrors) and the support check used by the attention dispatcher."""
 
+import functools
+
 import torch
 
+from ._grid import launch_reason
 from ._tuning import interpreting
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
@@ -30,11 +33,18 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    for axis, label in ((0, "batch"), (1, "heads"), (3, "head_dim")):
+    for axis, label in ((0, "batch"), (3, "head_dim")):
         for name, t in (("k", k), ("v", v)):
             if t.shape[axis] != q.shape[axis]:
                 raise ValueError(f"{name} {label} (dim {axis}) must equal q's {q.shape[axis]}: "
                                  f"q has shape {_shape(q)}, {name} has shape {_shape(t)}")
+    kv_heads = k.shape[1]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"k heads (dim 1) must divide q's {heads} (grouped-query attention: each key/value head "
+                         f"serves heads // kv_heads query heads), got {kv_heads}: q has shape {_shape(q)}, "
+                         f"k has shape {_shape(k)}")
+    if v.shape[1] != kv_heads:
+        raise ValueError(f"v heads (dim 1) must equal k's {kv_heads}: k has shape {_shape(k)}, v has shape {_shape(v)}")
     if v.shape[2] != k_len:
         raise ValueError(f"v must have k's length {k_len} (dim 2): k has shape {_shape(k)}, v has shape {_shape(v)}")
     if q_len < 1 or k_len < 1:
@@ -78,6 +88,13 @@ def _check_bool(t, name: str, q: torch.Tensor) -> None:
         raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
 
 
+def run_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
+    """Why the kernels cannot run these (well-formed) inputs here: the device, the dtype, or sizes no launch grid
+    can take (see _grid.py); None when they can."""
+    batch, heads, q_len, _ = q.shape
+    return device_reason(q) or launch_reason(batch, heads, k.shape[1], q_len, k.shape[2])
+
+
 def device_reason(q: torch.Tensor) -> str | None:
     """Why this machine cannot run the kernel on q's device/dtype, or None."""
     if q.is_cuda:
@@ -93,8 +110,10 @@ def device_reason(q: torch.Tensor) -> str | None:
     return _old_interpreter_reason()
 
 
+@functools.lru_cache(maxsize=1)
 def _old_interpreter_reason() -> str | None:
-    """Triton <= 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy >= 2.4 rejects."""
+    """Triton <= 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy >= 2.4 rejects.
+    (Installed versions do not change while running: asked once.)"""
     from importlib.metadata import PackageNotFoundError, version
 
     import triton
@@ -117,4 +136,4 @@ def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, d
         validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
     except ValueError as error:
         return str(error)
-    return device_reason(q)
+    return run_reason(q, k)

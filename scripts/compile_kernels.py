@@ -10,7 +10,7 @@ the shared memory each needs (an H100 block may use at most 227 KiB; the autotun
                                                         # and all on (213 variants, 30 minutes on 2 cores)
     python scripts/compile_kernels.py --every-flag-set  # instead: all 32 mask/causal/dropout combinations,
                                                         # every dtype, head_dim 40, first autotune config
-    python scripts/compile_kernels.py --quick           # 3 kernels x fp16/fp32, all switches on (CI runs it)
+    python scripts/compile_kernels.py --quick           # 4 kernels x fp16/fp32, all switches on (CI runs it)
     python scripts/compile_kernels.py --arch 80         # another architecture (A100)
 
 Exit status 1 if any variant fails to compile. Compiling is not running: GPU-only tests still need a GPU.
@@ -34,9 +34,11 @@ FLAGS = ("HAS_MASK", "HAS_KMASK", "HAS_KLEN", "CAUSAL", "DROPOUT")
 H100_SMEM_LIMIT = 227 * 1024
 
 
-KERNELS = {"forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS),
-           "dk/dv": (_backward.dkdv_kernel, _tuning.DKDV_CONFIGS),
-           "dq": (_backward.dq_kernel, _tuning.DQ_CONFIGS)}
+# name: (kernel, autotune configs, constexprs that select the kernel's variant)
+KERNELS = {"forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS, {"SPLIT": False}),
+           "forward split-KV": (_forward.fwd_split_kernel, _tuning.SPLIT_CONFIGS, {"SPLIT": True}),
+           "dk/dv": (_backward.dkdv_kernel, _tuning.DKDV_CONFIGS, {}),
+           "dq": (_backward.dq_kernel, _tuning.DQ_CONFIGS, {})}
 
 
 def jit_function(kernel):
@@ -54,8 +56,8 @@ def signature(fn, dtype: str, constexprs: dict) -> dict:
             sig[name] = "*u8"
         elif name in ("KLEN", "SEED"):
             sig[name] = "*i64"
-        elif name in ("LSE", "DELTA"):
-            sig[name] = "*fp32"
+        elif name in ("LSE", "DELTA", "OW", "LW") or (name == "O" and constexprs.get("SPLIT")):
+            sig[name] = "*fp32"  # statistics, and the split-KV forward's partial outputs
         elif name[0].isupper():
             sig[name] = "*" + dtype
         elif name in ("sm_scale", "dropout_p"):
@@ -69,18 +71,19 @@ def variants(every_flag_set: bool = False, quick: bool = False):
     """(kernel name, jit fn, dtype, head_dim, flags, triton.Config) to compile."""
     dtypes = ("fp16", "bf16", "fp32")
     flag_sets = list(itertools.product((False, True), repeat=len(FLAGS)))
-    for name, (kernel, configs) in KERNELS.items():
+    for name, (kernel, configs, variant) in KERNELS.items():
         fn = jit_function(kernel)
         for dtype, head_dim, flags in itertools.product(dtypes, (40, 128, 256), flag_sets):
+            switches = dict(zip(FLAGS, flags), **variant)
             if quick:
                 if dtype != "bf16" and head_dim == 40 and all(flags):
-                    yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), configs[0]
+                    yield name, fn, dtype, head_dim, switches, configs[0]
             elif every_flag_set:
                 if head_dim == 40:
-                    yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), configs[0]
+                    yield name, fn, dtype, head_dim, switches, configs[0]
             elif flags.count(True) in (0, len(FLAGS)):
                 for config in configs if head_dim >= 128 else configs[:1]:
-                    yield name, fn, dtype, head_dim, dict(zip(FLAGS, flags)), config
+                    yield name, fn, dtype, head_dim, switches, config
 
 
 def compile_variant(fn, dtype: str, head_dim: int, flags: dict, config, target, specialise=None):
@@ -119,12 +122,13 @@ def main(argv=None) -> int:
             continue
         key = (name, dtype, head_dim, str(config))
         fits[key] = fits.get(key, True) and compiled.metadata.shared <= H100_SMEM_LIMIT
-    delta = _backward.delta_kernel
-    for dtype in ("fp16", "bf16", "fp32"):
-        constexprs = dict(HEAD_DIM=80, BLOCK_M=32, BLOCK_D=128)
-        triton.compile(triton.compiler.ASTSource(fn=delta, signature=signature(delta, dtype, constexprs),
-                                                 constexprs=constexprs), target=target)
-        count += 1
+    for small in (_backward.delta_kernel, _forward.combine_kernel):  # one fixed block shape each
+        for dtype in ("fp16", "bf16", "fp32"):
+            constexprs = dict(HEAD_DIM=80, BLOCK_M=32 if small is _backward.delta_kernel else _forward.COMBINE_BLOCK_M,
+                              BLOCK_D=128)
+            triton.compile(triton.compiler.ASTSource(fn=small, signature=signature(small, dtype, constexprs),
+                                                     constexprs=constexprs), target=target)
+            count += 1
     print(f"compiled {count - failures}/{count} variants in {time.perf_counter() - start:.0f} s")
     print("autotune configs within an H100's 227 KiB of shared memory (the autotuner drops the others):")
     summary = {}

@@ -7,12 +7,16 @@ pointers are 16-byte aligned) and reports, per autotune config:
 * registers per thread and bytes spilled to local memory (``ptxas -v``; 255 registers is the ceiling),
 * shared memory (an H100 block may use at most 227 KiB),
 * how many of the kernel's dots became Hopper warp-group MMAs (``wgmma``) rather than Ampere-style ``mma``,
-* how many loads are asynchronous copies (``cp.async``, what the software pipeliner emits).
+* how many loads are asynchronous copies (``cp.async``, what the software pipeliner emits),
+* how many SASS instructions the kernel has (static count from ``cuobjdump -sass``; the loops are unrolled
+  per block, so this tracks the work per key block, e.g. what dropout's Philox generator adds).
 
 These are necessary conditions for speed, not speed: only benchmarks/attention.py on a GPU measures that.
 
-    python scripts/inspect_kernels.py --markdown t.md       # bf16, head_dim 64 and 128, causal or not
+    python scripts/inspect_kernels.py --markdown t.md       # bf16, head_dim 64 and 128, causal or not (the
+                                                            # split-KV forward: one decoding step, not causal)
     python scripts/inspect_kernels.py --quick --json r.json # bf16 head_dim 64, first config (CI)
+    python scripts/inspect_kernels.py --dropout             # first configs, dropout off and on, not causal
 """
 
 import argparse
@@ -28,19 +32,24 @@ os.environ.pop("TRITON_INTERPRET", None)  # the autotuned kernels are only built
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability  # noqa: E402
+from triton.knobs import nvidia as nvidia_tools  # noqa: E402
 
 from compile_kernels import KERNELS, compile_variant, jit_function  # noqa: E402
 LENGTH = 4096
 
 
-def launch_integers(heads: int, length: int, head_dim: int) -> dict:
-    """The integer arguments a launch on contiguous (4, heads, length, head_dim) tensors passes, no masks."""
-    values = dict(heads=heads, q_len=length, k_len=length, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0,
-                  Q_BUCKET=length, K_BUCKET=length)
+def launch_integers(heads: int, q_len: int, k_len: int, head_dim: int, splits: int = 1) -> dict:
+    """The integer arguments a launch on contiguous (batch, heads, len, head_dim) tensors passes, no masks; with
+    ``splits`` > 1, the split-KV forward's (its output: the (batch, heads, splits, q_len, head_dim) workspace)."""
+    values = dict(heads=heads, group=1, q_len=q_len, k_len=k_len, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0, s_kmn=0, s_klb=0,
+                  Q_BUCKET=q_len, K_BUCKET=k_len, BH_BUCKET=64, n_splits=splits, split_keys=k_len // splits,
+                  s_os=q_len * head_dim if splits > 1 else 0)
     for prefix in ("q", "k", "v", "o", "d", "dq", "dk", "dv"):
-        seq = "n" if prefix in ("k", "v", "dk", "dv") else "m"
+        seq, length = ("n", k_len) if prefix in ("k", "v", "dk", "dv") else ("m", q_len)
         values.update({f"s_{prefix}b": heads * length * head_dim, f"s_{prefix}h": length * head_dim,
                        f"s_{prefix}{seq}": head_dim, f"s_{prefix}d": 1})
+    if splits > 1:
+        values.update(s_ob=heads * splits * q_len * head_dim, s_oh=splits * q_len * head_dim)
     return values
 
 
@@ -71,30 +80,51 @@ def resources(compiled) -> dict:
         report = subprocess.run([get_ptxas(arch).path, "-v", f"-arch={sm_arch_from_capability(arch)}",
                                  ptx, "-o", os.path.join(tmp, "kernel.cubin")],
                                 capture_output=True, text=True, check=True).stderr
+        cubin = os.path.join(tmp, "kernel.cubin")
+        sass = subprocess.run([nvidia_tools.cuobjdump.path, "-sass", cubin], capture_output=True, text=True,
+                              check=True).stdout
     registers = int(re.search(r"Used (\d+) registers", report).group(1))
     stores, loads = map(int, re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report).groups())
     ttgir = compiled.asm["ttgir"]
     wgmma = len(re.findall(r"= ttng\.warp_group_dot ", ttgir))
     return dict(registers=registers, spill_bytes=stores + loads, shared_bytes=compiled.metadata.shared,
                 dots=wgmma + len(re.findall(r"= tt\.dot ", ttgir)), wgmma_dots=wgmma,
-                async_copies=len(re.findall(r"= ttg\.async_copy_global_to_local ", ttgir)))
+                async_copies=len(re.findall(r"= ttg\.async_copy_global_to_local ", ttgir)),
+                sass_instructions=len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", sass, re.MULTILINE)))
 
 
-def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: int = 90) -> dict:
-    fn = jit_function(KERNELS[name][0])
-    flags = dict(HAS_MASK=False, HAS_KMASK=False, HAS_KLEN=False, CAUSAL=causal, DROPOUT=False)
-    integers = launch_integers(2048 // head_dim, LENGTH, head_dim)  # the benchmark: 32 heads at 64, 16 at 128
+def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: int = 90, dropout: bool = False) -> dict:
+    """One kernel at the benchmark's shapes: 32 heads at head_dim 64, 16 at 128, length 4096; the split-KV forward
+    as one decoding step over that length (one query, 4 splits of 1024 keys)."""
+    kernel, _, variant = KERNELS[name]
+    fn = jit_function(kernel)
+    flags = dict(HAS_MASK=False, HAS_KMASK=False, HAS_KLEN=False, CAUSAL=causal, DROPOUT=dropout, **variant)
+    heads = 2048 // head_dim
+    if variant.get("SPLIT"):
+        integers = launch_integers(heads, 1, LENGTH, head_dim, splits=4)
+    else:
+        integers = launch_integers(heads, LENGTH, LENGTH, head_dim)
     compiled = compile_variant(fn, dtype, head_dim, flags, config, GPUTarget("cuda", arch, 32),
                                lambda sig, constexprs: specialise(fn, sig, constexprs, integers))
-    row = dict(kernel=name, dtype=dtype, head_dim=head_dim, causal=causal, block_m=config.kwargs["BLOCK_M"],
+    row = dict(kernel=name, dtype=dtype, head_dim=head_dim, causal=causal, dropout=dropout,
+               block_m=config.kwargs["BLOCK_M"],
                block_n=config.kwargs["BLOCK_N"], num_warps=config.num_warps, num_stages=config.num_stages)
     return dict(row, **resources(compiled))
 
 
-def rows(quick: bool):
-    for name, (_, configs) in KERNELS.items():
+def rows(quick: bool, dropout: bool = False):
+    main = {name: configs for name, (_, configs, variant) in KERNELS.items() if not variant.get("SPLIT")}
+    if dropout:  # what dropout costs: the first config of each kernel, not causal, dropout off and on
+        for name, configs in main.items():
+            for head_dim in (64, 128):
+                for with_dropout in (False, True):
+                    yield inspect(name, "bf16", head_dim, False, configs[0], dropout=with_dropout)
+        return
+    for name, (_, configs, variant) in KERNELS.items():
+        if quick and variant.get("SPLIT"):
+            continue
         for head_dim in (64,) if quick else (64, 128):
-            for causal in (False,) if quick else (False, True):
+            for causal in (False,) if quick or variant.get("SPLIT") else (False, True):
                 for config in configs[:1] if quick else configs:
                     yield inspect(name, "bf16", head_dim, causal, config)
 
@@ -120,20 +150,23 @@ def markdown_table(results: list) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="head_dim 64, not causal, first config only")
+    parser.add_argument("--dropout", action="store_true", help="instead: the first config of each kernel at "
+                        "head_dim 64 and 128, not causal, with dropout off and on (what the Philox generator costs)")
     parser.add_argument("--json", help="write the rows here as JSON")
     parser.add_argument("--markdown", help="write a table here (registers and spills: not causal / causal)")
     args = parser.parse_args(argv)
     print(f"triton {triton.__version__}, sm_90, bf16, length {LENGTH}, contiguous inputs, no masks")
-    header = ("kernel", "head_dim", "causal", "blocks", "warps", "stages", "regs", "spill B", "smem KiB",
-              "wgmma/dots", "cp.async")
+    header = ("kernel", "head_dim", "causal", "dropout", "blocks", "warps", "stages", "regs", "spill B", "smem KiB",
+              "wgmma/dots", "cp.async", "SASS")
     print(" | ".join(header))
     results = []
-    for row in rows(args.quick):
+    for row in rows(args.quick, args.dropout):
         results.append(row)
-        print(" | ".join(map(str, (row["kernel"], row["head_dim"], row["causal"],
+        print(" | ".join(map(str, (row["kernel"], row["head_dim"], row["causal"], row["dropout"],
                                    f"{row['block_m']}x{row['block_n']}", row["num_warps"], row["num_stages"],
                                    row["registers"], row["spill_bytes"], row["shared_bytes"] // 1024,
-                                   f"{row['wgmma_dots']}/{row['dots']}", row["async_copies"]))), flush=True)
+                                   f"{row['wgmma_dots']}/{row['dots']}", row["async_copies"],
+                                   row["sass_instructions"]))), flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"triton": triton.__version__, "arch": "sm_90", "rows": results}, handle, indent=1)

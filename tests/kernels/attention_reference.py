@@ -21,8 +21,12 @@ def allowed_matrix(batch, heads, q_len, k_len, *, mask=None, key_mask=None, key_
 
 
 def attention(q, k, v, allowed, scale=None, keep=None, dropout_p=0.0):
-    """(out, lse) in the dtype of q: a row with no allowed key gives out 0 and lse -inf, with zero gradients."""
+    """(out, lse) in the dtype of q: a row with no allowed key gives out 0 and lse -inf, with zero gradients.
+    k and v may have fewer heads than q (grouped-query attention): q head h uses kv head h // (heads // kv_heads),
+    i.e. k and v repeated with repeat_interleave (torch's enable_gqa), so their gradients sum over each group."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = (q @ k.transpose(-2, -1)) * scale
     scores = scores.masked_fill(~allowed, float("-inf"))
     lse = torch.logsumexp(scores.float() if scores.dtype == torch.float16 else scores, dim=-1)

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # for the shared helpers in atten
 DEFAULT_BLOCKS = (32, 32)
 # (BLOCK_M, BLOCK_N): square, more keys than queries per block (both ratios), fewer keys than queries.
 BLOCK_SHAPES = [DEFAULT_BLOCKS, (16, 64), (64, 16), (32, 64)]
-BLOCK_SHAPE_MODULES = ("test_flash_attention", "test_dropout")
+BLOCK_SHAPE_MODULES = ("test_flash_attention", "test_dropout", "test_split_kv")
 
 
 def pytest_configure(config):

@@ -37,8 +37,8 @@ def test_interpret_blocks_setting():
     assert before == (32, 32)
     with _tuning.interpret_blocks(16, 64):
         assert _tuning.get_interpret_blocks() == (16, 64)
-        extra = _tuning.launch_kwargs(5, 40)
-        assert (extra["Q_BUCKET"], extra["K_BUCKET"]) == (8, 64)
+        extra = _tuning.launch_kwargs(5, 40, 6)
+        assert (extra["Q_BUCKET"], extra["K_BUCKET"], extra["BH_BUCKET"]) == (16, 64, 16)
         if _tuning.interpreting():
             assert (extra["BLOCK_M"], extra["BLOCK_N"]) == (16, 64)
         else:  # the autotuner picks the blocks on CUDA
@@ -66,11 +66,18 @@ def test_import_does_not_decorate_or_touch_the_driver():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "TRITON_INTERPRET=1 is not set" in result.stdout
+    no_triton = ("import sys; sys.modules['triton'] = None\ntry:\n    import transformer.kernels\n"
+                 "except ImportError as error:\n    print('ImportError:', error)")
+    result = subprocess.run([sys.executable, "-c", no_triton], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("ImportError: import of triton halted"), result
 
 
 BAD = [
     ("k batch", lambda q, k, v: (q, k[:1], v[:1]), {}, r"k batch \(dim 0\) must equal q's 2"),
-    ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal q's 2"),
+    ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal k's 2: k has shape \(2, 2, 8, 16\), "
+                                                    r"v has shape \(2, 1, 8, 16\)"),
+    ("k heads", lambda q, k, v: (q[:, :1].expand(2, 6, 8, 16), k[:, :1].expand(2, 4, 8, 16), v[:, :1].expand(2, 4, 8, 16)),
+     {}, r"k heads \(dim 1\) must divide q's 6 \(grouped-query attention.*\), got 4: q has shape \(2, 6, 8, 16\)"),
     ("head_dim", lambda q, k, v: (q, k[..., :12], v[..., :12]), {}, r"k head_dim \(dim 3\) must equal q's 16"),
     ("v length", lambda q, k, v: (q, k, v[:, :, :5]), {}, r"v must have k's length 8"),
     ("3d", lambda q, k, v: (q[0], k[0], v[0]), {}, r"q must have 4 dims .* got shape \(2, 8, 16\)"),
@@ -144,3 +151,52 @@ def test_torch_compile_fullgraph_cpu():
     assert torch.allclose(loss, expected, atol=1e-5)
     for a, b in zip(grads, expected_grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_eager_path_and_registered_op_agree_bitwise():
+    """Plain eager calls skip torch.library's dispatch (an autograd.Function over the same bodies, or the
+    launcher itself without grad); the registered op (what torch.compile and dispatch modes see) gives the same
+    bits: outputs, logsumexp and gradients, with masks and dropout."""
+    from transformer.kernels import _api, _op
+
+    q, k, v = qkv(q_len=9, k_len=13)
+    key_mask = torch.rand(2, 13, generator=torch.Generator().manual_seed(1)) > 0.3
+    state = _api.philox_state(7, q.device)
+    results = []
+    for path in ("eager", "op"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        args = (*leaves, None, key_mask, None, state, True, 0.25, 0.2)
+        out, lse = _op.attention(*args) if path == "eager" else _op.flash_attn_fwd_interpreted(*args)
+        expected = "_EagerFlashAttention" if path == "eager" else "typed_transformer_flash_attn_fwd_interpreted"
+        assert expected in type(out.grad_fn).__name__, out.grad_fn
+        (out.sin().sum() + lse.masked_fill(lse.isinf(), 0).sum()).backward()
+        results.append([out, lse] + [t.grad for t in leaves])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        out, lse = _op.attention(q, k, v, None, key_mask, None, state, True, 0.25, 0.2)
+    assert out.grad_fn is None and torch.equal(out, results[0][0].detach())
+
+
+def test_fake_tensors_go_through_the_registered_op():
+    """Under FakeTensorMode (a dispatch mode) nothing is launched: the op's fake implementation gives the
+    shapes and dtypes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from launch_capture import launches
+
+    with launches() as seen, FakeTensorMode():
+        q, k, v = (torch.empty(2, 3, n, 16) for n in (5, 7, 7))
+        out, lse = flash_attention_with_lse(q, k, v, causal=True, dropout_p=0.1)
+    assert seen == []
+    assert out.shape == (2, 3, 5, 16) and lse.shape == (2, 3, 5) and lse.dtype == torch.float32
+
+
+def test_double_backward_is_refused():
+    """The kernels' backward has no backward of its own: asking for one raises instead of returning silently
+    wrong second derivatives."""
+    q, k, v = (t.requires_grad_() for t in qkv())
+    loss = flash_attention(q, k, v).square().sum()  # its gradient w.r.t. the output depends on q, k, v
+    grads = torch.autograd.grad(loss, (q, k, v), create_graph=True)
+    with pytest.raises(RuntimeError, match="marked with @once_differentiable"):
+        grads[0].sum().backward()

@@ -1,68 +1,37 @@
 """Dropout on the attention probabilities: in-kernel Philox, reproducible per seed, same mask in backward.
 
-The keep mask is checked against an independent model of the stream (``philox_uniform`` below, written from
-triton/language/random.py: ``tl.rand(seed, offset)`` with offset = the element's index in
-(batch, heads, q_len, k_len)), and for independence across heads, batch rows, query rows and keys.
+The keep mask is checked against an independent model of the stream (``philox_model.py``: ``philox4x32`` and
+``model_keep``, written from triton/language/random.py and the layout documented in kernels/_common.py
+``keep_block``: one Philox-4x32 call per query row and group of 8 keys, 8 decisions of 16 bits each), and for
+independence across heads, batch rows, query rows and keys.
 """
 
-import numpy as np
 import pytest
 import torch
 
 from attention_reference import allowed_matrix, attention, max_err
+from philox_model import P, model_bits, model_keep
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
-P = 0.3
 AGREE = P**2 + (1 - P) ** 2  # chance that two independent keep decisions agree
 
 
-def philox_uniform(seed: int, offsets: np.ndarray) -> np.ndarray:
-    """float32 uniforms of ``tl.rand(seed, offsets)`` (Triton 3.6 and 3.9, triton/language/random.py), in NumPy.
-
-    randint: counter (c0, c1, c2, c3) = (low 32 bits of the int64 offset, its high 32 bits, 0, 0), key
-    (k0, k1) = (low, high 32 bits of the 64-bit seed); 10 Philox-4x32 rounds, each
-    c0, c2, c1, c3 = hi(B*c2) ^ c1 ^ k0, hi(A*c0) ^ c3 ^ k1, lo(B*c2), lo(A*c0), then the key is bumped by
-    the Weyl constants; the result is c0. uint_to_uniform_float: bitcast to int32, x < 0 -> ~x, then
-    float32(x) * 4.6566127342e-10 in float32."""
-    seed %= 2**64
-    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    low = np.uint64(0xFFFFFFFF)
-    c0 = (offsets & 0xFFFFFFFF).astype(np.uint64)
-    c1 = ((offsets >> 32) & 0xFFFFFFFF).astype(np.uint64)
-    c2 = np.zeros_like(c0)
-    c3 = np.zeros_like(c0)
-    round_a, round_b = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
-    for _ in range(10):
-        prod_a, prod_b = round_a * c0, round_b * c2  # exact: both factors < 2**32
-        c0, c1, c2, c3 = ((prod_b >> np.uint64(32)) ^ c1 ^ k0, prod_b & low,
-                          (prod_a >> np.uint64(32)) ^ c3 ^ k1, prod_a & low)
-        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & low, (k1 + np.uint64(0xBB67AE85)) & low
-    x = c0.astype(np.uint32).view(np.int32)
-    x = np.where(x < 0, ~x, x)
-    return x.astype(np.float32) * np.float32(4.6566127342e-10)
-
-
-def model_keep(seed, batch, heads, q_len, k_len, p=P) -> torch.Tensor:
-    """Bool (batch, heads, q_len, k_len): the keep mask the model predicts (dropout_p is a float32 argument)."""
-    offsets = np.arange(batch * heads * q_len * k_len, dtype=np.int64).reshape(batch, heads, q_len, k_len)
-    return torch.from_numpy(philox_uniform(seed, offsets) >= np.float32(p))
-
-
-def recover_keep(batch, heads, q_len, k_len, seed, device, **masks):
+def recover_keep(batch, heads, q_len, k_len, seed, device, p=P, **masks):
     """The keep mask the kernel draws for these shapes and seed: q = 0 gives uniform probabilities
-    1/k_len, and v = identity makes the output row equal the dropped probability row."""
+    1/k_len, and v = identity makes the output row equal the dropped probability row. (Draws nothing from torch's
+    generators: with seed=None the kernel's draw is the only one.)"""
     head_dim = max(16, k_len)
     q = torch.zeros(batch, heads, q_len, head_dim, device=device)
-    k = torch.randn(batch, heads, k_len, head_dim, device=device)
+    k = torch.randn(batch, heads, k_len, head_dim, generator=torch.Generator().manual_seed(0)).to(device)
     v = torch.eye(k_len, head_dim, device=device).expand(batch, heads, k_len, head_dim)
-    out = flash_attention(q, k, v, dropout_p=P, seed=seed, **masks)[..., :k_len]
-    return out * k_len * (1 - P) > 0.5
+    out = flash_attention(q, k, v, dropout_p=p, seed=seed, **masks)[..., :k_len]
+    return out * k_len * (1 - p) > 0.5
 
 
 def test_keep_mask_is_philox_of_the_element_index(device):
-    """The mask the forward draws is exactly the model's: tl.rand(seed, offset) >= p with offset the element's
-    index in (batch, heads, q_len, k_len), both 32-bit halves of the 64-bit seed as the Philox key."""
+    """The mask the forward draws is exactly the model's (one Philox call per query row and 8 keys, both 32-bit
+    halves of the 64-bit seed as its key, offset 0 for an explicit seed), for the block shape in use: k_len 70 is
+    no multiple of 8, so the last group of keys is partly padding."""
     batch, heads, q_len, k_len, seed = 2, 2, 100, 70, 0x0123456789ABCDEF
     expected = model_keep(seed, batch, heads, q_len, k_len)
     assert abs(expected.float().mean().item() - (1 - P)) < 0.02  # the model itself drops about p
@@ -70,9 +39,27 @@ def test_keep_mask_is_philox_of_the_element_index(device):
 
 
 @pytest.mark.one_block_shape
-@pytest.mark.parametrize("seed", [0, 5, -7, 2**63 - 1])
+def test_seed_none_draws_seed_and_offset_from_torchs_generator(device):
+    """seed=None: the (seed, offset) pair is one torch.randint of two int64 on q's device (torch's generator of
+    that device, as inductor seeds its random kernels), and the mask is the model's for that pair, offset
+    included; the generator advances by that draw and nothing else."""
+    generator_seed = 1234
+    torch.manual_seed(generator_seed)
+    seed, offset = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64, device=device).tolist()
+    after = torch.rand(3, device=device)
+    assert offset % 2**64 >= 2**32  # the offset's high half is exercised too (true for this generator seed)
+    torch.manual_seed(generator_seed)
+    keep = recover_keep(1, 2, 30, 40, seed=None, device=device).cpu()
+    assert torch.equal(torch.rand(3, device=device), after)
+    assert torch.equal(keep, model_keep(seed, 1, 2, 30, 40, offset=offset))
+    assert not torch.equal(keep, model_keep(seed, 1, 2, 30, 40))
+
+
+@pytest.mark.one_block_shape
+@pytest.mark.parametrize("seed", [0, 5, -7, 2**63 - 1, 2**64 - 7])
 def test_keep_mask_is_philox_for_other_seeds(seed, device):
-    """As above for seeds with no high bits, negative ones (taken modulo 2**64) and the largest int64."""
+    """As above for seeds with no high bits, negative ones and those past int64 (taken modulo 2**64: -7 and
+    2**64 - 7 are one seed) and the largest int64."""
     expected = model_keep(seed, 1, 2, 33, 40)
     assert torch.equal(recover_keep(1, 2, 33, 40, seed=seed, device=device).cpu(), expected)
 
@@ -120,6 +107,20 @@ def test_keep_decisions_are_independent_across_heads_batch_queries_and_keys(q_le
     columns = keep.transpose(-2, -1).reshape(-1, q_len)
     assert _shifted_copies(rows, 32) == [], "query rows repeat (index, index, shift)"
     assert _shifted_copies(columns, 32) == [], "key columns repeat (index, index, shift)"
+
+
+@pytest.mark.one_block_shape
+def test_keep_threshold_is_floor_of_p_times_65536(device):
+    """A key is kept when its 16 bits are at least floor(p * 65536): with p just above t / 65536 (t one element's
+    bits) that element is kept, with p = (t + 1) / 65536 it is dropped; a p below 2**-16 drops nothing."""
+    bits = model_bits(4, 1, 1, 16, 16)
+    t = int(bits[0, 0, 3, 5])
+    assert 0 < t < 65535
+    for p, kept in (((t + 0.5) / 65536, True), ((t + 1) / 65536, False)):
+        keep = recover_keep(1, 1, 16, 16, seed=4, device=device, p=p).cpu()
+        assert keep[0, 0, 3, 5].item() is kept
+        assert torch.equal(keep, model_keep(4, 1, 1, 16, 16, p=p))
+    assert recover_keep(1, 1, 16, 16, seed=4, device=device, p=1e-6).all()
 
 
 @pytest.mark.one_block_shape

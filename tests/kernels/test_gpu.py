@@ -61,3 +61,38 @@ def test_torch_compile_fullgraph():
     assert torch.allclose(loss, expected, rtol=1e-3)
     for a, b in zip(grads, expected_grads):
         assert torch.allclose(a.float(), b.float(), atol=1e-2, rtol=1e-2)
+
+
+def _dropout_inputs():
+    return [torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.float16) for _ in range(3)]
+
+
+def test_dropout_in_a_cuda_graph_draws_a_new_mask_every_replay():
+    """seed=None inside a captured CUDA graph: the (seed, offset) draw is a device op on torch's CUDA generator,
+    so each replay draws a new mask, and torch.manual_seed before replaying reproduces a replay."""
+    q, k, v = _dropout_inputs()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile and autotune before capturing
+        for _ in range(2):
+            flash_attention(q, k, v, dropout_p=0.3)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attention(q, k, v, dropout_p=0.3)
+    torch.manual_seed(5)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    second = out.clone()
+    torch.manual_seed(5)
+    graph.replay()
+    assert not torch.equal(first, second)
+    assert torch.equal(first, out)
+
+
+def test_dropout_compiled_with_reduce_overhead_draws_a_new_mask_every_call():
+    q, k, v = _dropout_inputs()
+    f = torch.compile(lambda *x: flash_attention(*x, dropout_p=0.3), mode="reduce-overhead")
+    outs = [f(q, k, v).clone() for _ in range(4)]
+    assert not torch.equal(outs[2], outs[3])

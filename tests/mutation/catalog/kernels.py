@@ -1,6 +1,6 @@
 """Mutants of the Triton kernels (kernels/, shipped as transformer.kernels); they run the kernel suite."""
 
-from .base import K
+from .base import KERNEL_TESTS, K, Mutant
 
 MUTANTS = [
     # --- the Triton kernels (kernels/, shipped as transformer.kernels)
@@ -23,7 +23,7 @@ MUTANTS = [
       "p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)", "p_drop_t = p_t * inv_keep",
       "dV uses the probabilities without the dropout mask"),
     K("kernel-lse-grad-dropped", "kernels/_backward.py",
-      "delta = delta - grad_lse.to(delta.dtype)", "delta = delta",
+      "delta -= grad_lse  #", "delta -= 0 * grad_lse  #",
       "the logsumexp output's gradient is ignored"),
     K("kernel-key-padding-ignored", "kernels/_common.py",
       "allowed = allowed & (key_ok != 0)", "allowed = allowed",
@@ -46,7 +46,7 @@ MUTANTS = [
       "tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M", "tl.cdiv(pid_n * BLOCK_N, BLOCK_M) * BLOCK_M",
       "dK/dV: query blocks crossing the causal diagonal run without a mask"),
     K("kernel-dropout-keeps-p", "kernels/_common.py",
-      "tl.rand(seed, offsets) >= dropout_p", "tl.rand(seed, offsets) < dropout_p",
+      "(BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p", "(BLOCK_M, BLOCK_N)) < tl.cast(dropout_p",
       "dropout keeps a fraction p instead of 1 - p"),
 ]
 
@@ -54,11 +54,10 @@ MUTANTS = [
 # and grad_out are four different non-contiguous layouts (two of them with a non-unit head_dim stride).
 MUTANTS += [
     K("kernel-fwd-v-read-with-k-strides", "kernels/_forward.py",
-      '**strides("v", v, "n"), **strides("o", out)', '**strides("v", k, "n"), **strides("o", out)',
+      'strides_qkv = (*q.stride(), *k.stride(), *v.stride())', 'strides_qkv = (*q.stride(), *k.stride(), *k.stride())',
       "forward: v is read with k's strides"),
     K("kernel-bwd-k-read-with-v-strides", "kernels/_backward.py",
-      '**strides("k", k, "n"), **strides("v", v, "n"), **strides("d", do)',
-      '**strides("k", v, "n"), **strides("v", v, "n"), **strides("d", do)',
+      'strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())', 'strides_in = (*q.stride(), *v.stride(), *v.stride(), *do.stride())',
       "backward (dK/dV and dQ): k is read with v's strides"),
     K("kernel-fwd-k-head-dim-stride-ignored", "kernels/_forward.py",
       "k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)",
@@ -72,35 +71,48 @@ MUTANTS += [
       "out, do, delta, *out.stride(), *do.stride(), heads", "out, do, delta, *out.stride(), *out.stride(), heads",
       "delta = rowsum(dO * O) reads grad_out with out's strides"),
     K("kernel-dk-stored-with-dv-strides", "kernels/_backward.py",
-      '**strides("dk", dk, "n"), **strides("dv", dv, "n")', '**strides("dk", dv, "n"), **strides("dv", dv, "n")',
+      '*dk.stride(), *dv.stride(), *scalars', '*dv.stride(), *dv.stride(), *scalars',
       "dK is written with dV's strides (k and v laid out differently)"),
 ]
 
-# --- dropout: the Philox offset and seed. Killed by test_dropout.py's model of the Philox stream and its
-# independence tests (heads, batch rows, query rows, keys), and by the forward/backward test with the model's mask.
+# --- dropout: the Philox counter, key and output layout. Killed by test_dropout.py's model of the Philox stream,
+# its independence tests (heads, batch rows, query rows, keys), the seed=None test (seed and offset drawn by
+# torch's generator) and the forward/backward test with the model's mask.
 MUTANTS += [
     K("kernel-dropout-offset-forgets-batch-and-head", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (qi * k_len + kj).to(tl.int64)",
-      "the dropout offset forgets (batch, head): every head and batch row draws the same mask"),
+      "rows = offset + (bh.to(tl.int64) * q_len + offs_m)", "rows = offset + offs_m.to(tl.int64)",
+      "the dropout counter forgets (batch, head): every head and batch row draws the same mask"),
     K("kernel-dropout-batch-not-head", "kernels/_forward.py",
-      "keep_block(seed, bh, offs_m[:, None], offs_n[None, :]", "keep_block(seed, b, offs_m[:, None], offs_n[None, :]",
-      "forward: dropout offset uses the batch index instead of (batch, head): the heads share a mask"),
-    K("kernel-dropout-offset-k_len-for-q_len", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * k_len + qi) * k_len + kj",
-      "dropout offset strides (batch, head) by k_len rows instead of q_len (heads overlap when q_len > k_len)"),
-    K("kernel-dropout-offset-q_len-for-k_len", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * q_len + qi) * q_len + kj",
-      "dropout offset strides query rows by q_len instead of k_len (rows overlap when k_len > q_len)"),
-    K("kernel-dropout-query-key-swapped", "kernels/_common.py",
-      "offsets = (bh.to(tl.int64) * q_len + qi) * k_len + kj", "offsets = (bh.to(tl.int64) * q_len + kj) * k_len + qi",
-      "dropout offset with the query and key indices swapped"),
+      "keep_block(seed, offset, bh, offs_m, start_n", "keep_block(seed, offset, b, offs_m, start_n",
+      "forward: dropout counter uses the batch index instead of (batch, head): the heads share a mask"),
+    K("kernel-dq-dropout-k_len-for-q_len", "kernels/_backward.py",
+      "keep = keep_block(seed, offset, bh, offs_m, start_n, q_len,", "keep = keep_block(seed, offset, bh, offs_m, start_n, k_len,",
+      "dQ kernel: the dropout counter's rows counted with k_len: not the forward's mask when q_len != k_len"),
+    K("kernel-dropout-key-group-not-divided", "kernels/_common.py",
+      "groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8))", "groups = (start_n + tl.arange(0, BLOCK_N // 8))",
+      "the key-group counter of a block starts at its first key, not key // 8: blocks repeat each other's draws"),
+    K("kernel-dropout-outputs-misassigned", "kernels/_common.py",
+      "tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))",
+      "tl.join(tl.join(_halves(r0), _halves(r1)), tl.join(_halves(r2), _halves(r3)))",
+      "Philox outputs 1 and 2 go to each other's keys (not the documented layout)"),
+    K("kernel-dropout-one-output-reused", "kernels/_common.py",
+      "tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))",
+      "tl.join(tl.join(_halves(r0), _halves(r0)), tl.join(_halves(r0), _halves(r0)))",
+      "one Philox output decides all 8 keys of its group (4 of them repeat)"),
     K("kernel-dropout-seed-narrowed-to-32-bits", "kernels/_common.py",
       "seed = tl.load(SEED)", "seed = tl.load(SEED).to(tl.int32)",
       "the 64-bit seed is narrowed to 32 bits: its high half is lost"),
-    K("kernel-dkdv-dropout-transposed-index", "kernels/_backward.py",
-      "keep_t = keep_block(seed, bh, offs_m[None, :], offs_n[:, None], q_len, k_len, dropout_p)",
-      "keep_t = keep_block(seed, bh, offs_n[:, None], offs_m[None, :], k_len, q_len, dropout_p)",
-      "dK/dV kernel draws its (key-major) mask from the transposed index: not the forward's mask"),
+    K("kernel-dropout-offset-ignored", "kernels/_common.py",
+      "offset = tl.load(SEED + 1)", "offset = 0",
+      "the drawn Philox offset is ignored (seed=None masks are not the model's for the drawn pair)"),
+    K("kernel-dropout-counter-high-half-dropped", "kernels/_common.py",
+      "(rows >> 32).to(tl.uint32)[:, None] + zero,", "zero,",
+      "the high 32 bits of the row counter (offset + row) are dropped"),
+    K("kernel-dkdv-dropout-reshaped-not-transposed", "kernels/_backward.py",
+      "keep_t = tl.trans(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N))",
+      "keep_t = tl.reshape(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), "
+      "(BLOCK_N, BLOCK_M))",
+      "dK/dV kernel reshapes its query-major mask instead of transposing it: not the forward's mask"),
 ]
 
 # --- key_lengths: clamped to [0, k_len]. Killed by test_key_lengths_past_k_len_mean_k_len and
@@ -108,12 +120,12 @@ MUTANTS += [
 # visits no block, exactly like 0.)
 MUTANTS += [
     K("kernel-key-lengths-not-clamped-to-k_len", "kernels/_common.py",
-      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)",
-      "kv_end = tl.maximum(tl.load(KLEN + b).to(tl.int64), 0).to(tl.int32)",
+      "kv_end = tl.maximum(tl.minimum(length, k_len), 0).to(tl.int32)",
+      "kv_end = tl.maximum(length, 0).to(tl.int32)",
       "key_lengths > k_len are not clamped: the kernels read keys past k_len"),
     K("kernel-key-lengths-narrowed-before-clamp", "kernels/_common.py",
-      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int64), k_len), 0).to(tl.int32)",
-      "kv_end = tl.maximum(tl.minimum(tl.load(KLEN + b).to(tl.int32), k_len), 0)",
+      "length = tl.load(KLEN + b.to(tl.int64) * s_klb).to(tl.int64)",
+      "length = tl.load(KLEN + b.to(tl.int64) * s_klb).to(tl.int32)",
       "key_lengths narrowed to int32 before the clamp: 2**32 + 3 means 3, int64 max means 0"),
 ]
 
@@ -140,17 +152,16 @@ MUTANTS += [
       "tl.where((pid_n + 1) * BLOCK_M <= kv_end, mask_end, hi)",
       "dK/dV: a key block with padding keys counts as full when (pid_n + 1) * BLOCK_M <= kv_end"),
     K("kernel-dkdv-grid-block-m", "kernels/_backward.py",
-      'triton.cdiv(k_len, meta["BLOCK_N"])', 'triton.cdiv(k_len, meta["BLOCK_M"])',
+      'blocks_grid(k_len, meta["BLOCK_N"]', 'blocks_grid(k_len, meta["BLOCK_M"]',
       "dK/dV grid counts key blocks of BLOCK_M (too few programs when BLOCK_M > BLOCK_N)"),
     K("kernel-dq-grid-block-n", "kernels/_backward.py",
-      'triton.cdiv(q_len, meta["BLOCK_M"])', 'triton.cdiv(q_len, meta["BLOCK_N"])',
+      'blocks_grid(q_len, meta["BLOCK_M"]', 'blocks_grid(q_len, meta["BLOCK_N"]',
       "dQ grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-fwd-grid-block-n", "kernels/_forward.py",
-      'triton.cdiv(q_len, meta["BLOCK_M"])', 'triton.cdiv(q_len, meta["BLOCK_N"])',
+      'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)]', 'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_N"], pairs)]',
       "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)"),
     K("kernel-delta-grid-too-small", "kernels/_backward.py",
-      "wrap(delta_kernel)[(triton.cdiv(q_len, 32), batch * heads, 1)]",
-      "wrap(delta_kernel)[(triton.cdiv(q_len, 64), batch * heads, 1)]",
+      'wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)]', 'wrap(delta_kernel)[blocks_grid(q_len, 64, pairs)]',
       "the delta kernel's grid (fixed 32-row blocks) covers only the first half of the query rows"),
 ]
 
@@ -158,6 +169,118 @@ MUTANTS += [
 # silently run 32 x 32 again. Killed by test_block_shape_reaches_every_launch.
 MUTANTS += [
     K("kernel-interpret-blocks-ignored", "kernels/_tuning.py",
-      "extra.update(_interpret_blocks)", "extra.update(INTERPRET_BLOCKS)",
+      'return dict(_interpret_blocks) if interpreting() else {}', 'return dict(INTERPRET_BLOCKS) if interpreting() else {}',
       "interpreted launches ignore the block-shape setting (always the default 32 x 32)"),
+]
+
+# --- side inputs read through their own strides (issue 20). Killed by test_side_inputs_in_any_layout, whose
+# key_lengths, key_mask and mask are sliced, transposed or expanded views with the opposite values where a
+# contiguous read would land.
+MUTANTS += [
+    K("kernel-key-lengths-read-contiguous", "kernels/_common.py",
+      "length = tl.load(KLEN + b.to(tl.int64) * s_klb)", "length = tl.load(KLEN + b)",
+      "key_lengths read as if contiguous (lengths[:, 0] or an expanded tensor gives other rows' values)"),
+    K("kernel-key-mask-key-stride-ignored", "kernels/_common.py",
+      "+ kj.to(tl.int64) * s_kn, mask=kj < kv_end", "+ kj.to(tl.int64), mask=kj < kv_end",
+      "key_mask's key stride taken as 1 (a transposed or sliced key_mask is misread)"),
+    K("kernel-mask-key-stride-ignored", "kernels/_common.py",
+      "qi.to(tl.int64) * s_mm + kj.to(tl.int64) * s_mn", "qi.to(tl.int64) * s_mm + kj.to(tl.int64)",
+      "the dense mask's key stride taken as 1 (a transposed or sliced mask is misread)"),
+    K("kernel-delta-takes-grad-lse-layout", "kernels/_backward.py",
+      "delta -= grad_lse  #", "delta = -grad_lse + delta  #",
+      "delta takes the layout of the logsumexp's gradient, which the kernels then read as contiguous"),
+]
+
+# --- 64-bit offsets inside a (batch, head) slice. Killed by test_row_offsets_past_2_31 and
+# test_dense_mask_offsets_past_2_31 (views whose rows lie 2**30 + 64 elements apart).
+MUTANTS += [
+    K("kernel-row-offsets-32-bit", "kernels/_common.py",
+      "return offs.to(tl.int64)[:, None] * s_row", "return offs[:, None] * s_row",
+      "row index x row stride computed in 32 bits (wraps past 2**31: long or (batch, seq, heads, dim) layouts)"),
+    K("kernel-mask-offsets-32-bit", "kernels/_common.py",
+      "+ qi.to(tl.int64) * s_mm +", "+ qi * s_mm +",
+      "the dense mask's query row offset computed in 32 bits (q_len x k_len passes 2**31 at 46341)"),
+]
+
+# --- the split-KV (FlashDecoding) forward and its rule. Killed by tests/kernels/test_split_kv.py (added to the
+# kernel suite for these mutants).
+SPLIT_KV_TESTS = ("tests/kernels/test_split_kv.py", *KERNEL_TESTS)
+
+
+def KS(id: str, file: str, old: str, new: str, what: str) -> Mutant:
+    return Mutant(id, file, ((old, new),), what, SPLIT_KV_TESTS)
+
+
+MUTANTS += [
+    KS("kernel-split-keys-not-bounded", "kernels/_forward.py",
+       "hi = tl.minimum(hi, lo + split_keys)", "hi = hi",
+       "a split attends every key from its start on: the splits overlap"),
+    KS("kernel-split-interior-below-start", "kernels/_forward.py",
+       "full_end = tl.maximum(tl.minimum(full_end, hi), lo)", "full_end = tl.minimum(full_end, hi)",
+       "a split whose interior blocks end before its start re-attends earlier keys in its masked loop"),
+    KS("kernel-combine-base-2-weights", "kernels/_forward.py",
+       "weight = tl.exp(tl.load(lse_base", "weight = tl.exp2(tl.load(lse_base",
+       "the combination weighs the splits with exp2 of natural-log logsumexps"),
+    KS("kernel-combine-empty-rows-nan", "kernels/_forward.py",
+       'm_safe = tl.where(m == float("-inf"), 0.0, m)', "m_safe = m",
+       "a row no split saw a key of combines -inf - -inf into NaN"),
+    KS("kernel-split-lse-index-ignores-split", "kernels/_forward.py",
+       "tl.store(LSE + (bh.to(tl.int64) * n_splits + split) * q_len + offs_m", "tl.store(LSE + (bh.to(tl.int64) * n_splits) * q_len + offs_m",
+       "every split writes its logsumexp to the first split's slot"),
+    KS("kernel-split-rule-splits-full-gpu", "kernels/_grid.py",
+       "programs >= 0.8 * sm_count", "programs >= 8 * sm_count",
+       "the split rule splits launches that already fill the GPU"),
+]
+
+# --- autotuning (kernels/_tuning.py). Killed by tests/kernels/test_tuning.py.
+TUNING_TESTS = ("tests/kernels/test_tuning.py",)
+MUTANTS += [
+    Mutant("kernel-tune-key-without-batch-heads", "kernels/_tuning.py",
+           (('TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "BH_BUCKET", "HEAD_DIM"', 'TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "HEAD_DIM"'),),
+           "the tuning key ignores batch x heads: a config tuned on a small grid is reused on a huge one", TUNING_TESTS),
+    Mutant("kernel-bh-bucket-powers-of-two", "kernels/_tuning.py", (("bucket *= 4", "bucket *= 2"),),
+           "batch x heads bucketed in powers of 2 (not the documented powers of 4)", TUNING_TESTS),
+    Mutant("kernel-pinned-config-ignored", "kernels/_tuning.py",
+           (("configs = [pinned] if pinned is not None else KERNEL_CONFIGS[name]", "configs = KERNEL_CONFIGS[name]"),),
+           "TYPED_TRANSFORMER_KERNEL_CONFIGS is parsed but the kernel still autotunes", TUNING_TESTS),
+    Mutant("kernel-length-bucket-not-clamped", "kernels/_tuning.py",
+           (("return min(max(1 << (n - 1).bit_length(), low), high)", "return max(1 << (n - 1).bit_length(), low)"),),
+           "lengths past 16384 get their own tuning buckets", TUNING_TESTS),
+]
+
+# --- the eager path (kernels/_op.py attention): plain calls skip torch.library's dispatch. Killed by
+# tests/kernels/test_api.py (fake tensors, double backward, eager vs registered op bitwise).
+API_TESTS = ("tests/kernels/test_api.py",)
+MUTANTS += [
+    Mutant("kernel-eager-path-under-dispatch-modes", "kernels/_op.py",
+           (("torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0",
+             "torch.compiler.is_compiling()"),),
+           "a call under FakeTensorMode (a dispatch mode) runs the kernels instead of the op's fake implementation",
+           API_TESTS),
+    Mutant("kernel-eager-backward-not-once-differentiable", "kernels/_op.py",
+           (("    @torch.autograd.function.once_differentiable  # the kernels' backward has no backward of its own\n",
+             ""),),
+           "the eager backward accepts create_graph=True and returns gradients with no second derivative",
+           API_TESTS),
+    Mutant("kernel-eager-never-records-autograd", "kernels/_op.py",
+           (("if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):",
+             "if False:"),),
+           "eager calls never record the autograd node: inputs requiring grad get no gradient", API_TESTS),
+]
+
+# --- grouped-query attention. Killed by tests/kernels/test_gqa.py (ratios 1/2/4/8, torch's enable_gqa).
+GQA_TESTS = ("tests/kernels/test_gqa.py", *KERNEL_TESTS)
+MUTANTS += [
+    Mutant("kernel-gqa-forward-kv-head-modulo", "kernels/_forward.py",
+           (("k_base = head_ptr(K, b, h // group, s_kb, s_kh)", "k_base = head_ptr(K, b, h % (heads // group), s_kb, s_kh)"),),
+           "forward: query head h reads kv head h % kv_heads (repeat, not torch's repeat_interleave)", GQA_TESTS),
+    Mutant("kernel-gqa-dq-v-head-modulo", "kernels/_backward.py",
+           (("v_base = head_ptr(V, b, h // group, s_vb, s_vh)", "v_base = head_ptr(V, b, h % (heads // group), s_vb, s_vh)"),),
+           "dQ kernel: v of the wrong kv head", GQA_TESTS),
+    Mutant("kernel-gqa-dkdv-first-query-head-only", "kernels/_backward.py",
+           (("for g in range(0, group):", "for g in range(0, 1):"),),
+           "dK/dV sums only the first query head of each group", GQA_TESTS),
+    Mutant("kernel-gqa-dkdv-strided-group", "kernels/_backward.py",
+           (("h = kvh * group + g  #", "h = kvh + g * kv_heads  #"),),
+           "dK/dV takes the group's query heads strided (repeat) instead of adjacent (repeat_interleave)", GQA_TESTS),
 ]
