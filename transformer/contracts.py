@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
-from beartype import beartype
-from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError
 from torch import Tensor
 
-from .contracts_traced import Contract, call_traced, clean_expected
+from .contracts_fast import NotFast, Reporter, compile_checker, resolved_signature
+from .contracts_traced import Contract, call_traced, clean_expected, field_text
 
 __all__ = [
     "DIMENSIONS",
@@ -136,14 +136,24 @@ def checks(enabled: bool) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------------------ the decorator
+#: Called as ``hook(qualname, part)`` when the eager fast path refused a call that jaxtyping then accepted (``part``:
+#: "arguments" or "return"): never, if the fast path decides as jaxtyping does. For tests and debugging.
+_on_fast_path_miss: Callable[[str, str], None] | None = None
+
+
 def checked(fn: F) -> F:
-    """Check ``fn``'s jaxtyping annotations with beartype at every call while checks are on.
+    """Check ``fn``'s jaxtyping annotations at every call while checks are on, with jaxtyping's and beartype's rules.
 
     Dimension names are bound across the arguments and the return value of one call, so
     ``(x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq d_model"]``
     promises the output keeps the input's shape. A violation raises
     ``jaxtyping.TypeCheckError`` naming the argument, the expected type, the actual
-    shape and the sizes bound so far.
+    shape and the sizes bound so far (and the values of ``{self.x}`` fields the annotation reads).
+
+    In eager mode the annotations are read once, here, and compiled into a small Python checker
+    (``transformer.contracts_fast``: about a microsecond per call); a call it does not find valid is handed to
+    jaxtyping and beartype themselves, which raise the error with their full report. Annotations the fast checker
+    does not replicate exactly (e.g. ``Sequence[int]``) are left to jaxtyping at every call.
 
     While torch.compile traces, the same annotations are checked by ``transformer.contracts_traced`` (read from the
     annotations once, here), on the shapes Dynamo traces with; a violation becomes an operator in the graph that
@@ -153,8 +163,36 @@ def checked(fn: F) -> F:
     function's own contract has just checked (e.g. ``MultiHeadedAttention.attend`` calling
     ``scaled_dot_product_attention``): the same guarantee without paying for it twice.
     """
-    typed = jaxtyped(fn, typechecker=beartype)
     contract = Contract(fn)
+    signature = resolved_signature(fn)
+    reporter = Reporter(fn, signature)
+    qualname = fn.__qualname__
+
+    def fields(args: tuple, kwargs: dict) -> Callable[[str], str]:
+        def text(subject: str) -> str:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return ""
+            bound.apply_defaults()
+            return field_text(contract.fields.get(subject, ()), bound.arguments)
+
+        return text
+
+    def report(args: tuple, kwargs: dict, out: object = _NO_RESULT):
+        """jaxtyping's check of the call (of its result ``out``, when given: ``fn`` is not called again)."""
+        return reporter.run(args, kwargs) if out is _NO_RESULT else reporter.run(args, kwargs, out)
+
+    def missed(args: tuple, kwargs: dict, out: object = _NO_RESULT):
+        result = report(args, kwargs, out)
+        if _on_fast_path_miss is not None:
+            _on_fast_path_miss(qualname, "arguments" if out is _NO_RESULT else "return")
+        return result
+
+    try:
+        eager, not_fast = compile_checker(fn, signature, missed, missed), ""
+    except NotFast as reason:  # an annotation the fast checker does not replicate: jaxtyping checks every call
+        eager, not_fast = report, str(reason)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -167,34 +205,42 @@ def checked(fn: F) -> F:
             if torch.compiler.is_compiling():
                 return call_traced(contract, fn, args, kwargs)
             try:
-                return typed(*args, **kwargs)
-            except TypeCheckError as error:
-                raise TypeCheckError(_located(fn.__qualname__, str(error))) from None
+                return eager(args, kwargs)
+            except TypeCheckError as error:  # this call's, or a nested call's: located, with the caller's name
+                raise TypeCheckError(_located(qualname, str(error), fields(args, kwargs))) from None
         return fn(*args, **kwargs)
 
     wrapper.unchecked = fn  # for hot inner calls whose caller's contract already covers these shapes
     wrapper._contract = contract  # the annotations as the compiled-mode checker reads them
+    wrapper._eager = eager  # the eager checker: compiled from the annotations, or jaxtyping's (``report``)
+    wrapper._jaxtyping = report  # jaxtyping + beartype, as every call was checked before the fast path
+    wrapper._not_fast = not_fast  # why jaxtyping checks every call ("" when the fast checker does)
     return wrapper  # type: ignore[return-value]
 
 
-def _located(qualname: str, message: str) -> str:
-    """Prefix the failing call; a violation in a nested call keeps its summary and gains the caller's name."""
+_NO_RESULT = object()
+
+
+def _located(qualname: str, message: str, fields: Callable[[str], str] = lambda subject: "") -> str:
+    """Prefix the failing call; a violation in a nested call keeps its summary and gains the caller's name.
+    ``fields(name)`` gives the values of the ``{self.x}`` fields that argument's (or "return") annotation reads."""
     if message.startswith("Type-check error"):
-        return f"{qualname}: {_summary(message)}\n{message}"
+        return f"{qualname}: {_summary(message, fields)}\n{message}"
     return f"{qualname} > {message}"
 
 
-def _summary(message: str) -> str:
+def _summary(message: str, fields: Callable[[str], str] = lambda subject: "") -> str:
     """One line out of jaxtyping's report: which argument, the actual and expected types, the bound sizes."""
     where = re.search(r"typechecking parameter '([^']+)'", message)
     subject = f"argument '{where.group(1)}'" if where else "the return value"
+    values = fields(where.group(1) if where else "return")
     actual = re.search(r"Actual value: (.*)", message)
     expected = re.search(r"Expected type: (.*?)\.?$", message, re.MULTILINE)
     bound = message.split("axis annotation are as follows.\n")[-1].splitlines() if "as follows." in message else []
     sizes = f" with {', '.join(bound)}" if bound else ""
     actual_text = re.sub(r"\(torch\)$", "", actual.group(1)) if actual else "?"
     expected_text = clean_expected(expected.group(1)) if expected else "?"
-    return f"{subject} is {actual_text}, expected {expected_text}{sizes}"
+    return f"{subject} is {actual_text}, expected {expected_text}{values}{sizes}"
 
 
 def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:
