@@ -165,8 +165,8 @@ def checked(fn: F) -> F:
     function's own contract has just checked (e.g. ``MultiHeadedAttention.attend`` calling
     ``scaled_dot_product_attention``): the same guarantee without paying for it twice.
     """
-    contract = Contract(fn)
-    signature = resolved_signature(fn)
+    signature = resolved_signature(fn)  # the annotations evaluated once, as jaxtyping evaluates them
+    contract = Contract(fn, signature)
     reporter = Reporter(fn, signature)
     qualname = fn.__qualname__
 
@@ -191,10 +191,20 @@ def checked(fn: F) -> F:
             _on_fast_path_miss(qualname, "arguments" if out is _NO_RESULT else "return")
         return result
 
-    try:
-        eager, not_fast = compile_checker(fn, signature, missed, missed), ""
-    except NotFast as reason:  # an annotation the fast checker does not replicate: jaxtyping checks every call
-        eager, not_fast = report, str(reason)
+    def fast_checker() -> tuple[Callable, str]:
+        """The eager checker, generated at the first checked call (not at import): (checker, why not the fast one)."""
+        nonlocal eager, not_fast
+        if eager is first_call:
+            try:
+                eager, not_fast = compile_checker(fn, signature, missed, missed), ""
+            except NotFast as reason:  # an annotation the fast checker does not replicate: jaxtyping checks every call
+                eager, not_fast = report, str(reason)
+        return eager, not_fast
+
+    def first_call(args: tuple, kwargs: dict):
+        return fast_checker()[0](args, kwargs)
+
+    eager, not_fast = first_call, ""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -214,9 +224,8 @@ def checked(fn: F) -> F:
 
     wrapper.unchecked = fn  # for hot inner calls whose caller's contract already covers these shapes
     wrapper._contract = contract  # the annotations as the compiled-mode checker reads them
-    wrapper._eager = eager  # the eager checker: compiled from the annotations, or jaxtyping's (``report``)
+    wrapper._fast_checker = fast_checker  # (the eager checker, why jaxtyping checks every call: "" if it does not)
     wrapper._jaxtyping = report  # jaxtyping + beartype, as every call was checked before the fast path
-    wrapper._not_fast = not_fast  # why jaxtyping checks every call ("" when the fast checker does)
     return wrapper  # type: ignore[return-value]
 
 

@@ -58,9 +58,12 @@ def destring(annotation: object, namespace: dict) -> object:
 def resolved_signature(fn: Callable) -> inspect.Signature:
     """``fn``'s signature with its annotations resolved as jaxtyping resolves them when it decorates ``fn``."""
     signature = inspect.signature(fn)
-    params = [p.replace(annotation=destring(p.annotation, fn.__globals__)) for p in signature.parameters.values()]
-    return signature.replace(parameters=params,
-                             return_annotation=destring(signature.return_annotation, fn.__globals__))
+
+    def resolve(annotation: object) -> object:
+        return annotation if annotation is _EMPTY else destring(annotation, fn.__globals__)
+
+    params = [p.replace(annotation=resolve(p.annotation)) for p in signature.parameters.values()]
+    return signature.replace(parameters=params, return_annotation=resolve(signature.return_annotation))
 
 
 def _join_variadic(previous_broadcastable: bool, previous: tuple, broadcastable: bool, new: tuple):

@@ -310,17 +310,22 @@ class Contract:
     __slots__ = ("_classes", "checks", "classes", "defaults", "fields", "params", "qualname", "result", "spec",
                  "unsupported")
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, signature: inspect.Signature | None = None) -> None:
+        """``signature``: ``fn``'s, with its annotations already resolved (by ``contracts_fast.resolved_signature``,
+        as jaxtyping resolves them); read from ``fn`` when not given."""
         self.qualname = _escape(fn.__qualname__)
         self.unsupported: list[str] = []
         self._classes: list[type] = []
-        signature = inspect.signature(fn)
+        resolved = signature is not None
+        signature = signature if resolved else inspect.signature(fn)
         params, checks = [], []
         for position, p in enumerate(signature.parameters.values()):
             positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
             params.append((p.name, position if positional else -1, p.kind == p.VAR_POSITIONAL,
                            p.kind == p.VAR_KEYWORD, p.default is not _EMPTY))
-            annotation = _destring(p.annotation, fn.__globals__) if p.annotation is not _EMPTY else _EMPTY
+            annotation = p.annotation
+            if annotation is not _EMPTY and not resolved:
+                annotation = _destring(annotation, fn.__globals__)
             hint = self._hint(annotation, p.name)
             if hint is not None:
                 checks.append((p.name, hint, _escape(_expected_text(_remove_typing(annotation))), _fields(hint)))
@@ -329,7 +334,9 @@ class Contract:
         self.fields = {check[0]: check[3] for check in checks}
         self.result = None
         if signature.return_annotation is not _EMPTY:
-            annotation = _destring(signature.return_annotation, fn.__globals__)
+            annotation = signature.return_annotation
+            if not resolved:
+                annotation = _destring(annotation, fn.__globals__)
             hint = self._hint(annotation, "return")
             if hint is not None:
                 text = _remove_typing(annotation)
