@@ -97,6 +97,11 @@ class _Source:
         self.single: dict[str, str] = {}  # dimension name -> _BOUND / _UNBOUND / _MAYBE
         self.variadic: dict[str, object] = {}  # *name -> _UNBOUND / _MAYBE / (_BOUND, broadcastable or None)
         self.restore: list[list[str]] = []  # inside union alternatives: what a failed array check must undo
+        self.level = 0  # > 0 inside code that may not run (an optional argument, a union alternative)
+        self.fields_read: dict[tuple, str] | None = None  # the fields the array check being written reads
+        #: arrays checked on every valid call: dims -> (the local holding their shape, {field: local holding it})
+        self.shapes: dict[tuple, tuple[str, dict[tuple, str]]] = {}
+        self.returning = False
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.depth + line)
@@ -134,7 +139,11 @@ class _Source:
     def conditional(self) -> Iterator[None]:
         """Code that may not run (an optional argument, a union alternative): names it binds are 'maybe' after it."""
         single, variadic = dict(self.single), dict(self.variadic)
-        yield
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
         for name, state in self.single.items():
             if single.get(name, _UNBOUND) != state:
                 self.single[name] = _MAYBE
@@ -151,7 +160,7 @@ def _fail(src: _Source, fail: str) -> str:
     return "; ".join(undo + [fail])
 
 
-def _expression(src: _Source, tree: tuple) -> str:
+def _expression(src: _Source, tree: tuple, alone: bool = False) -> str:
     """A symbolic size as Python source over the bound sizes and the call's arguments; what jaxtyping would not
     evaluate the same way (an unbound name, a field that is not a non-negative int) goes to jaxtyping."""
     kind = tree[0]
@@ -168,10 +177,12 @@ def _expression(src: _Source, tree: tuple) -> str:
             return "0"
         value = src.name("f")
         src.emit(f"{value} = {'.'.join((src.params[tree[1]],) + tuple(tree[2]))}")
-        # jaxtyping formats the value into the annotation and evaluates the text: the same number for ints and
-        # floats that are >= 0 and finite (str() writes them as Python reads them back; inf and nan it cannot read)
-        src.emit(f"if (type({value}) is not int and type({value}) is not float) or not 0 <= {value} < _INF: "
-                 "raise _Miss")
+        if src.fields_read is not None:
+            src.fields_read[(tree[1], tuple(tree[2]))] = value
+        # jaxtyping formats the value into the annotation and evaluates the text: the same number for ints >= 0
+        # (anything else, a float or a 0-dim tensor, is left to jaxtyping); a field compared alone with a size
+        # needs no sign test (a size is never negative)
+        src.emit(f"if type({value}) is not int{'' if alone else f' or {value} < 0'}: raise _Miss")
         return value
     if kind in ("neg", "pos"):
         return f"({'-' if kind == 'neg' else '+'}{_expression(src, tree[1])})"
@@ -195,7 +206,7 @@ def _dims(src: _Source, dims: tuple, sizes: list[str], fail: str) -> None:
         if kind == "fixed":
             src.emit(f"if {size} != {value!r}: {_fail(src, fail)}")
         elif kind == "symbolic":
-            src.emit(f"if {_expression(src, value)} != {size}: {_fail(src, fail)}")
+            src.emit(f"if {_expression(src, value, alone=value[0] == 'arg')} != {size}: {_fail(src, fail)}")
         else:
             local, state = src.dim(value), src.single.get(value, _UNBOUND)
             if state == _BOUND:
@@ -238,15 +249,28 @@ def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
     shape = src.name("s")
     src.emit(f"{shape} = {value}.shape")
     rank = len(dims)
+    top = not src.restore and src.level == 0  # checked on every valid call, where a failure goes to jaxtyping
+    same = _same_dims(dims)
+    if top and src.returning and same and dims in src.shapes:
+        # the return value promises the shape of an argument checked against the same dims (all bound, nothing
+        # broadcast): jaxtyping's comparisons reduce to one, with the fields re-read unchanged
+        earlier, fields = src.shapes[dims]
+        src.emit(f"if {shape} != {earlier}: {_fail(src, fail)}")
+        for (param, attributes), local in fields.items():
+            src.emit(f"if {'.'.join((src.params[param],) + attributes)} is not {local}: raise _Miss")
+        return
+    src.fields_read = {} if top and same and not src.returning else None
     if variadic_index < 0:
-        src.emit(f"if len({shape}) != {rank}: {_fail(src, fail)}")
+        if not top or not rank:  # (at the top, unpacking the wrong number of sizes raises: jaxtyping decides)
+            src.emit(f"if len({shape}) != {rank}: {_fail(src, fail)}")
         if rank:
             sizes = [src.name("n") for _ in dims]
             src.emit(f"{', '.join(sizes)}, = {shape}")
             _dims(src, dims, sizes, fail)
     else:
         i, after = variadic_index, rank - variadic_index - 1
-        src.emit(f"if len({shape}) < {rank - 1}: {_fail(src, fail)}")
+        if i or not top:  # (at the top, with no axis before the variadic one, too short a shape fails to index)
+            src.emit(f"if len({shape}) < {rank - 1}: {_fail(src, fail)}")
         _dims(src, dims[:i], [f"{shape}[{k}]" for k in range(i)], fail)
         _dims(src, dims[i + 1:], [f"{shape}[{k - after}]" for k in range(after)], fail)
         kind, name, broadcastable = dims[i]
@@ -273,8 +297,18 @@ def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
                 src.variadic[name] = (_BOUND, broadcastable)
             elif state == _MAYBE or state == (_BOUND, None):
                 src.variadic[name] = (_BOUND, None)
+    if src.fields_read is not None:
+        src.shapes.setdefault(dims, (shape, src.fields_read))
+        src.fields_read = None
     if src.restore:
         src.restore.pop()
+
+
+def _same_dims(dims: tuple) -> bool:
+    """Whether two shapes that pass these dims one after the other must be equal: every axis bound or fixed (names,
+    fixed sizes, fields, '*name'), none broadcast or anonymous."""
+    return all(not d[2] and (d[0] in ("named", "fixed", "var") or (d[0] == "symbolic" and d[1][0] == "arg"))
+               for d in dims)
 
 
 def _hint(src: _Source, annotation: object, value: str, fail: str) -> None:
@@ -303,7 +337,7 @@ def _hint(src: _Source, annotation: object, value: str, fail: str) -> None:
             _hint(src, item, local, fail)
         return
     if origin is collections.abc.Callable or annotation is collections.abc.Callable or annotation is typing.Callable:
-        src.emit(f"if not isinstance({value}, _Callable): {_fail(src, fail)}")  # beartype checks callability only
+        src.emit(f"if not callable({value}): {_fail(src, fail)}")  # beartype checks callability only
         return
     if origin is None and isinstance(annotation, type) and not isinstance(annotation, typing._GenericAlias):
         src.emit(f"if not isinstance({value}, {src.const(annotation, '_C')}): {_fail(src, fail)}")
@@ -368,24 +402,45 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
     body_start = len(src.lines)
     src.depth = 2
     src.emit("n = len(args)")
-    src.emit(f"if n > {len(positional)}: raise _Miss")
-    with src.block("if kwargs:"):
+    given: dict[str, str] = {
+        p.name: f"g{k}" for k, p in enumerate(params)
+        if p.default is not _EMPTY and p.annotation is not _EMPTY and p.annotation is not typing.Any
+    }
+
+    def bind(p, k: int, how: str) -> str:
+        local, flag = locals_[p.name], given.get(p.name)
+        if how == "default":
+            return f"{local} = {src.const(p.default, '_default')}" + (f"; {flag} = False" if flag else "")
+        return f"{local} = {how}" + (f"; {flag} = True" if flag else "")
+
+    required = sum(1 for p in positional if p.default is _EMPTY)
+    keyword_only_required = any(p.kind == p.KEYWORD_ONLY and p.default is _EMPTY for p in params)
+    with src.block("if not kwargs:"):  # the usual call: arguments by position, trailing defaults left out
+        if keyword_only_required:
+            src.emit("raise _Miss")
+        for count in range(required, len(positional) + 1):
+            with src.block(f"{'if' if count == required else 'elif'} n == {count}:"):
+                if count:
+                    src.emit(f"{', '.join(locals_[p.name] for p in positional[:count])}, = args")
+                for p in positional[:count]:
+                    if p.name in given:
+                        src.emit(f"{given[p.name]} = True")
+                for k, p in enumerate(params[count:], count):
+                    src.emit(bind(p, k, "default"))
+        src.emit("else: raise _Miss")
+    with src.block("else:"):  # as Signature.bind does, for the calls it accepts (else bind's TypeError, by jaxtyping)
+        src.emit(f"if n > {len(positional)}: raise _Miss")
         src.emit("if not kwargs.keys() <= _KNOWN: raise _Miss")
         src.emit("for k in _POSNAMES[:n]:")
         src.emit("    if k in kwargs: raise _Miss")
-    given: dict[str, str] = {}
-    for k, p in enumerate(params):
-        local = locals_[p.name]
-        default = "raise _Miss" if p.default is _EMPTY else f"{local} = {src.const(p.default, '_default')}"
-        if p.default is not _EMPTY and p.annotation is not _EMPTY and p.annotation is not typing.Any:
-            given[p.name] = f"g{k}"
-        flag = given.get(p.name)
-        if p.kind != p.KEYWORD_ONLY:
-            src.emit(f"if n > {k}: {local} = args[{k}]" + (f"; {flag} = True" if flag else ""))
-            src.emit(f"elif {p.name!r} in kwargs: {local} = kwargs[{p.name!r}]" + (f"; {flag} = True" if flag else ""))
-        else:
-            src.emit(f"if {p.name!r} in kwargs: {local} = kwargs[{p.name!r}]" + (f"; {flag} = True" if flag else ""))
-        src.emit(f"else: {default}" + (f"; {flag} = False" if flag else ""))
+        for k, p in enumerate(params):
+            default = "raise _Miss" if p.default is _EMPTY else bind(p, k, "default")
+            if p.kind != p.KEYWORD_ONLY:
+                src.emit(f"if n > {k}: {bind(p, k, f'args[{k}]')}")
+                src.emit(f"elif {p.name!r} in kwargs: {bind(p, k, f'kwargs[{p.name!r}]')}")
+            else:
+                src.emit(f"if {p.name!r} in kwargs: {bind(p, k, f'kwargs[{p.name!r}]')}")
+            src.emit(f"else: {default}")
     init_at = len(src.lines)
     for p in params:  # beartype checks the arguments given, in the order of the signature
         if p.annotation is _EMPTY:
@@ -399,6 +454,7 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
     del src.lines[body_start:]
     src.depth = 2
     if signature.return_annotation is not _EMPTY:
+        src.returning = True
         _hint(src, signature.return_annotation, "out", "raise _Miss")
     return_lines = src.lines[body_start:]
     del src.lines[body_start:]

@@ -37,11 +37,13 @@ class LayerNorm(nn.Module):
 
     @checked
     def forward(self, x: Float[Tensor, "*batch {self.features}"]) -> Float[Tensor, "*batch {self.features}"]:
-        w, b = self.weight, self.bias
-        if x.dtype != w.dtype:  # e.g. float64 input, float32 parameters: F.layer_norm refuses mixed dtypes
-            dtype = torch.promote_types(x.dtype, w.dtype)  # the dtype the written-out formula would give
-            x, w, b = x.to(dtype), w.to(dtype), b.to(dtype)
-        return F.layer_norm(x, (self.features,), w, b, self.eps)
+        if x.ndim and x.shape[-1] == self.features and x.dtype == self.weight.dtype:
+            return F.layer_norm(x, (self.features,), self.weight, self.bias, self.eps)
+        # The same formula written out, where F.layer_norm refuses what it has always taken: mixed dtypes (promoted),
+        # and, with checks off, a last axis of size 1 (broadcast; the contract refuses it when checks are on).
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, unbiased=False, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
 @checked
