@@ -208,6 +208,37 @@ def contracts_plot() -> bytes:
     return png
 
 
+def contract_call_plot() -> bytes:
+    """The cost of one checked call's contract, before (jaxtyping + beartype at every call) and after (the eager fast
+    path), from ``benchmarks/results/contracts_overhead.json`` (``per_call``)."""
+    import matplotlib.pyplot as plt
+
+    run = json.loads((RESULTS / "contracts_overhead.json").read_text())
+    calls = run["per_call"]
+    names = list(calls)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    y = range(len(names))
+    before = [calls[n]["contract_before_us"] for n in names]
+    after = [max(calls[n]["contract_after_us"], 0.01) for n in names]
+    ax.barh([i + 0.2 for i in y], before, height=0.4, label="before: jaxtyping + beartype")
+    ax.barh([i - 0.2 for i in y], after, height=0.4, label="after: the eager fast path")
+    for i, (b, a) in enumerate(zip(before, after)):
+        ax.annotate(f"{b:.0f}", (b, i + 0.2), textcoords="offset points", xytext=(3, -3), fontsize=7)
+        ax.annotate(f"{a:.1f}", (a, i - 0.2), textcoords="offset points", xytext=(3, -3), fontsize=7)
+    ax.set_yticks(list(y), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xscale="log", xlabel="microseconds per call (the contract alone)",
+           title="Cost of one checked call's contract (fastest of many batches)")
+    ax.legend(fontsize=7, loc="lower right")
+    load = run.get("load_average_before", [None])[0]
+    fig.text(0.01, 0.01, f"{run['device'].split(',')[0]}, one thread, Python {run['python']}, torch {run['torch']}, "
+                         f"{run['date']}, load {load} (benchmarks/results/contracts_overhead.json)", fontsize=6)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    png = _png(fig)
+    plt.close(fig)
+    return png
+
+
 def plots() -> dict[str, bytes]:
     import tempfile
 
@@ -218,6 +249,7 @@ def plots() -> dict[str, bytes]:
         out = attention_plots(Path(tmp))
     out["decoding.png"] = decoding_plot()
     out["contracts-overhead.png"] = contracts_plot()
+    out["contracts-per-call.png"] = contract_call_plot()
     return out
 
 

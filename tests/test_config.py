@@ -115,3 +115,45 @@ def test_make_model_validates_through_the_config():
     assert len(model.encoder.layers) == 1 and len(model.decoder.layers) == 2
     with pytest.raises(ValueError, match="takes no other arguments"):
         make_model(cfg(), 11)
+
+
+# ---------------------------------------------------------------- LMConfig.ffn_hidden_dropout (docs/lm.md)
+def _w2_inputs_and_ffn_outputs(ffn_hidden_dropout):
+    """What the FFN's second linear map receives and what its sub-layer's dropout returns, in training mode."""
+    import torch
+
+    from transformer.lm import build_lm
+    from transformer.lm_config import LMConfig
+
+    torch.manual_seed(0)
+    config = LMConfig(vocab=30, n_layers=1, d_model=16, d_ff=64, n_heads=2, dropout=0.5, attention_dropout=0.0,
+                      activation="gelu", ffn_hidden_dropout=ffn_hidden_dropout)
+    model = build_lm(config).train()
+    seen = {}
+    layer = model.layers[0]
+    layer.feed_forward.w_2.register_forward_pre_hook(lambda m, args: seen.__setitem__("w_2 input", args[0]))
+    layer.sublayer[1].dropout.register_forward_hook(lambda m, args, out: seen.__setitem__("sub-layer output", out))
+    model(torch.randint(1, 30, (4, 12)))
+    return {name: (t == 0).float().mean().item() for name, t in seen.items()}
+
+
+@pytest.mark.parametrize("inner", [True, False])
+def test_the_ffn_hidden_dropout_option_drops_the_hidden_activations_or_not(inner):
+    zeros = _w2_inputs_and_ffn_outputs(inner)
+    # gelu's output is never exactly 0 on these inputs: every zero reaching w_2 is a dropped activation
+    assert (0.4 < zeros["w_2 input"] < 0.6) if inner else zeros["w_2 input"] == 0.0
+    assert 0.4 < zeros["sub-layer output"] < 0.6  # the sub-layer's own dropout stays, either way
+
+
+def test_ffn_hidden_dropout_is_validated_and_round_trips():
+    from transformer.lm_config import LMConfig
+
+    assert LMConfig(vocab=10).ffn_hidden_dropout is True  # the default: the placement the model always had
+    for value in ("no", 0, None):
+        with pytest.raises(ValueError, match=rf"LMConfig: ffn_hidden_dropout must be a bool, got {value!r}"):
+            LMConfig(vocab=10, ffn_hidden_dropout=value)
+    config = LMConfig(vocab=10, ffn_hidden_dropout=False)
+    assert LMConfig.from_json(config.to_json()) == config
+    assert config.differences(LMConfig(vocab=10), architecture_only=True) == {"ffn_hidden_dropout": (False, True)}
+    older = {k: v for k, v in LMConfig(vocab=10).to_dict().items() if k != "ffn_hidden_dropout"}
+    assert LMConfig.from_dict(older) == LMConfig(vocab=10)  # a config saved before the field existed

@@ -534,7 +534,8 @@ def test_inductor_compiled_contract_error_reads_as_eager():
     x = torch.randn(2, 3, 8)  # d_model 8 into a 16-wide generator: a fake-tensor error, if the contract were skipped
     got, eager = _error_lines(lambda: compiled(x)), _error_lines(lambda: generator(x))
     assert got[0] == eager[0] == (
-        "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}']"
+        "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}'] "
+        "(self.d_model=16)"  # the value of the field, beside the annotation that reads it
     )
     assert got[1].startswith(COMPILED_NOTE)
     ok = torch.randn(2, 3, 16)

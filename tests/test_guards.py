@@ -93,3 +93,90 @@ def test_decoding_arguments_are_validated_either_way(model, checks_on):
             T.greedy_decode(model, src, None, 5, 13)
         with pytest.raises(ValueError, match="beam_size must be a positive int, got 0"):
             T.beam_search(model, src, None, 5, 1, beam_size=0)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Token ids on CUDA: checked on the device, answered asynchronously, the lookup made with clamped ids (no host sync,
+# no device-side assert). No GPU here: the CUDA branch runs on CPU tensors with its two device operations replaced,
+# the copy to pinned memory by a copy whose arrival the test decides.
+
+
+class _AsyncCopies:
+    """Stands in for the copy of each check's answer to the host: it arrives when the test says so."""
+
+    def __init__(self):
+        self.arrived, self.waited = [], 0
+
+    def __call__(self, found):
+        index = len(self.arrived)
+        self.arrived.append(False)
+
+        def wait():
+            self.waited += 1
+            self.arrived[index] = True
+
+        return found.clone(), lambda: self.arrived[index], wait
+
+
+@pytest.fixture
+def on_device(monkeypatch):
+    from transformer import contracts
+
+    copies = _AsyncCopies()
+    monkeypatch.setattr(contracts, "_check_on_device", lambda tokens: True)
+    monkeypatch.setattr(contracts, "_copy_to_host", copies)
+    monkeypatch.setattr(contracts, "_PENDING", [])
+    return copies
+
+
+@SWITCH
+def test_on_cuda_a_bad_token_id_is_reported_by_a_later_call_and_the_lookup_is_clamped(model, on_device, checks_on):
+    embed = model.src_embed[0]
+    src = _src(5)
+    src[1, 3], src[0, 4] = 11, -2  # the first bad id in row-major order is -2 at (0, 4)
+    with T.checks(checks_on):
+        out = embed(src)  # no error yet: the answer is on its way
+        torch.testing.assert_close(out, embed.lut(src.clamp(0, 10)) * 4)  # clamped, not an index error
+        embed(_src(5))  # the answer has not arrived: nothing to report yet
+        on_device.arrived[0] = True
+        with pytest.raises(ValueError) as info:
+            embed(_src(5))
+    assert str(info.value) == (
+        "tokens: token id -2 at position (0, 4) is outside the vocabulary [0, 11) (vocabulary size 11); found on cpu "
+        "by the asynchronous check of an earlier call, which ran with the id clamped into the vocabulary (its result "
+        "is not meaningful)")
+    assert on_device.waited == 0  # no call waited for the device
+
+
+def test_raise_pending_token_errors_waits_for_every_check(model, on_device):
+    from transformer.contracts import raise_pending_token_errors
+
+    embed = model.src_embed[0]
+    embed(_src(4))
+    bad = _src(4)
+    bad[1, 2] = 11
+    embed(bad)
+    embed(_src(4))
+    with pytest.raises(ValueError, match=r"token id 11 at position \(1, 2\) is outside the vocabulary \[0, 11\)"):
+        raise_pending_token_errors()
+    assert on_device.waited == 2  # the valid call before it, then the bad one; the one after is still pending
+    raise_pending_token_errors()  # the last one was valid: nothing more to say
+    assert on_device.waited == 3
+
+
+def test_unanswered_device_checks_are_bounded(model, on_device, monkeypatch):
+    from transformer import contracts
+
+    monkeypatch.setattr(contracts, "_PENDING_LIMIT", 3)
+    embed = model.src_embed[0]
+    for _ in range(5):
+        embed(_src(4))
+    assert len(contracts._PENDING) <= 3 and on_device.waited == 2  # the oldest ones were waited for
+
+
+def test_on_the_cpu_the_ids_are_checked_at_once_and_returned_as_they_are(model):
+    from transformer import contracts
+
+    src = _src(5)
+    assert contracts.validate_token_ids(src, 11, "tokens") is src  # no copy, nothing pending
+    assert contracts._PENDING == []

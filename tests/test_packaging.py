@@ -30,6 +30,7 @@ def test_wheel_contents(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "transformer/kernels/__init__.py" in names
     assert "transformer/tasks/__init__.py" in names
+    assert "transformer/py.typed" in names  # PEP 561 marker: type checkers read our annotations
     assert not [n for n in names if n.startswith("kernels/")]
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]

@@ -23,6 +23,7 @@ from .model import EncoderDecoder, Generator, NextTokens, build_model, make_mode
 from .batching import Batch
 from .trainer import Trainer, TrainerConfig, TrainState, run_epoch
 from .training import LabelSmoothing, NoamSchedule, SimpleLossCompute, rate
+from .contracts import Bool, Float, Int, Shaped, Tensor, checked  # contracts on your own code (docs/contracts.md)
 
 __version__ = "0.1.0"
 
@@ -86,3 +87,4 @@ __all__ += [
     "ConfigMismatchError",
 ]
 __all__ += ["TransformerLM", "LMConfig", "LMCache", "LMNextTokens", "build_lm", "generate", "beam_generate"]
+__all__ += ["checked", "Float", "Int", "Bool", "Shaped", "Tensor"]

@@ -22,15 +22,16 @@ import contextvars
 import functools
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
-from beartype import beartype
-from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError
 from torch import Tensor
 
-from .contracts_traced import Contract, call_traced, clean_expected
+from .contracts_fast import NotFast, Reporter, compile_checker, resolved_signature
+from .contracts_traced import Contract, call_traced, clean_expected, field_text
 
 __all__ = [
     "DIMENSIONS",
@@ -47,6 +48,7 @@ __all__ = [
     "validate_length",
     "validate_nonempty",
     "validate_token_ids",
+    "raise_pending_token_errors",
 ]
 
 F = TypeVar("F", bound=Callable)
@@ -136,14 +138,24 @@ def checks(enabled: bool) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------------------ the decorator
+#: Called as ``hook(qualname, part)`` when the eager fast path refused a call that jaxtyping then accepted (``part``:
+#: "arguments" or "return"): never, if the fast path decides as jaxtyping does. For tests and debugging.
+_on_fast_path_miss: Callable[[str, str], None] | None = None
+
+
 def checked(fn: F) -> F:
-    """Check ``fn``'s jaxtyping annotations with beartype at every call while checks are on.
+    """Check ``fn``'s jaxtyping annotations at every call while checks are on, with jaxtyping's and beartype's rules.
 
     Dimension names are bound across the arguments and the return value of one call, so
     ``(x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq d_model"]``
     promises the output keeps the input's shape. A violation raises
     ``jaxtyping.TypeCheckError`` naming the argument, the expected type, the actual
-    shape and the sizes bound so far.
+    shape and the sizes bound so far (and the values of ``{self.x}`` fields the annotation reads).
+
+    In eager mode the annotations are read once, here, and compiled into a small Python checker
+    (``transformer.contracts_fast``: about a microsecond per call); a call it does not find valid is handed to
+    jaxtyping and beartype themselves, which raise the error with their full report. Annotations the fast checker
+    does not replicate exactly (e.g. ``Sequence[int]``) are left to jaxtyping at every call.
 
     While torch.compile traces, the same annotations are checked by ``transformer.contracts_traced`` (read from the
     annotations once, here), on the shapes Dynamo traces with; a violation becomes an operator in the graph that
@@ -153,8 +165,46 @@ def checked(fn: F) -> F:
     function's own contract has just checked (e.g. ``MultiHeadedAttention.attend`` calling
     ``scaled_dot_product_attention``): the same guarantee without paying for it twice.
     """
-    typed = jaxtyped(fn, typechecker=beartype)
-    contract = Contract(fn)
+    signature = resolved_signature(fn)  # the annotations evaluated once, as jaxtyping evaluates them
+    contract = Contract(fn, signature)
+    reporter = Reporter(fn, signature)
+    qualname = fn.__qualname__
+
+    def fields(args: tuple, kwargs: dict) -> Callable[[str], str]:
+        def text(subject: str) -> str:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return ""
+            bound.apply_defaults()
+            return field_text(contract.fields.get(subject, ()), bound.arguments)
+
+        return text
+
+    def report(args: tuple, kwargs: dict, out: object = _NO_RESULT):
+        """jaxtyping's check of the call (of its result ``out``, when given: ``fn`` is not called again)."""
+        return reporter.run(args, kwargs) if out is _NO_RESULT else reporter.run(args, kwargs, out)
+
+    def missed(args: tuple, kwargs: dict, out: object = _NO_RESULT):
+        result = report(args, kwargs, out)
+        if _on_fast_path_miss is not None:
+            _on_fast_path_miss(qualname, "arguments" if out is _NO_RESULT else "return")
+        return result
+
+    def fast_checker() -> tuple[Callable, str]:
+        """The eager checker, generated at the first checked call (not at import): (checker, why not the fast one)."""
+        nonlocal eager, not_fast
+        if eager is first_call:
+            try:
+                eager, not_fast = compile_checker(fn, signature, missed, missed), ""
+            except NotFast as reason:  # an annotation the fast checker does not replicate: jaxtyping checks every call
+                eager, not_fast = report, str(reason)
+        return eager, not_fast
+
+    def first_call(args: tuple, kwargs: dict):
+        return fast_checker()[0](args, kwargs)
+
+    eager, not_fast = first_call, ""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -167,52 +217,150 @@ def checked(fn: F) -> F:
             if torch.compiler.is_compiling():
                 return call_traced(contract, fn, args, kwargs)
             try:
-                return typed(*args, **kwargs)
-            except TypeCheckError as error:
-                raise TypeCheckError(_located(fn.__qualname__, str(error))) from None
+                return eager(args, kwargs)
+            except TypeCheckError as error:  # this call's, or a nested call's: located, with the caller's name
+                raise TypeCheckError(_located(qualname, str(error), fields(args, kwargs))) from None
         return fn(*args, **kwargs)
 
     wrapper.unchecked = fn  # for hot inner calls whose caller's contract already covers these shapes
     wrapper._contract = contract  # the annotations as the compiled-mode checker reads them
+    wrapper._fast_checker = fast_checker  # (the eager checker, why jaxtyping checks every call: "" if it does not)
+    wrapper._jaxtyping = report  # jaxtyping + beartype, as every call was checked before the fast path
     return wrapper  # type: ignore[return-value]
 
 
-def _located(qualname: str, message: str) -> str:
-    """Prefix the failing call; a violation in a nested call keeps its summary and gains the caller's name."""
+_NO_RESULT = object()
+
+
+def _located(qualname: str, message: str, fields: Callable[[str], str] = lambda subject: "") -> str:
+    """Prefix the failing call; a violation in a nested call keeps its summary and gains the caller's name.
+    ``fields(name)`` gives the values of the ``{self.x}`` fields that argument's (or "return") annotation reads."""
     if message.startswith("Type-check error"):
-        return f"{qualname}: {_summary(message)}\n{message}"
+        return f"{qualname}: {_summary(message, fields)}\n{message}"
     return f"{qualname} > {message}"
 
 
-def _summary(message: str) -> str:
+def _summary(message: str, fields: Callable[[str], str] = lambda subject: "") -> str:
     """One line out of jaxtyping's report: which argument, the actual and expected types, the bound sizes."""
     where = re.search(r"typechecking parameter '([^']+)'", message)
     subject = f"argument '{where.group(1)}'" if where else "the return value"
+    values = fields(where.group(1) if where else "return")
     actual = re.search(r"Actual value: (.*)", message)
     expected = re.search(r"Expected type: (.*?)\.?$", message, re.MULTILINE)
     bound = message.split("axis annotation are as follows.\n")[-1].splitlines() if "as follows." in message else []
     sizes = f" with {', '.join(bound)}" if bound else ""
     actual_text = re.sub(r"\(torch\)$", "", actual.group(1)) if actual else "?"
     expected_text = clean_expected(expected.group(1)) if expected else "?"
-    return f"{subject} is {actual_text}, expected {expected_text}{sizes}"
+    return f"{subject} is {actual_text}, expected {expected_text}{values}{sizes}"
 
 
-def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> None:
-    """Raise ValueError naming the first id outside ``[0, vocab)`` (never an index error or CUDA assert).
+def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> Tensor:
+    """Raise ValueError naming the first id outside ``[0, vocab)`` (never an index error or CUDA assert); return the
+    ids to look up.
 
     A guard, not a contract: it runs whether checks are on or off (see "What the switch covers" in
     docs/contracts.md), except while torch.compile traces, where a data-dependent test would break the graph.
+
+    On the CPU the ids are checked at once and returned as they are. On CUDA, reading the answer back would stop the
+    host until the GPU has caught up, at every forward; so there the test runs on the GPU and its answer is copied to
+    the host asynchronously, and the ids come back clamped into the vocabulary (no device-side assert can happen).
+    The ValueError is then raised by a later call of this guard once the GPU has answered, or by
+    :func:`raise_pending_token_errors`; the call that had the bad id has run on clamped ids and its result is not
+    meaningful (docs/contracts.md, "Token ids on CUDA").
     """
     if tokens.numel() == 0 or torch.compiler.is_compiling():
-        return
+        return tokens
     bad = (tokens < 0) | (tokens >= vocab)
+    if _check_on_device(tokens):
+        return _check_later(tokens, bad, vocab, name)
     if bool(bad.any()):
         position = tuple(int(i) for i in bad.nonzero()[0])
         token = int(tokens[position])
-        raise ValueError(
-            f"{name}: token id {token} at position {position} is outside the vocabulary "
-            f"[0, {vocab}) (vocabulary size {vocab})"
-        )
+        raise ValueError(_token_message(name, token, position, vocab))
+    return tokens
+
+
+def _token_message(name: str, token: int, position: tuple, vocab: int) -> str:
+    return (f"{name}: token id {token} at position {position} is outside the vocabulary "
+            f"[0, {vocab}) (vocabulary size {vocab})")
+
+
+def _check_on_device(tokens: Tensor) -> bool:
+    """Whether the token-id test runs on the device and reports later (CUDA: no host synchronisation)."""
+    return tokens.is_cuda
+
+
+def _copy_to_host(found: Tensor) -> tuple[Tensor, Callable[[], bool], Callable[[], None]]:
+    """Start copying ``found`` to pinned host memory without waiting: (the host copy, is it there yet, wait for it)."""
+    host = torch.empty(found.shape, dtype=found.dtype, pin_memory=True)
+    host.copy_(found, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done.query, done.synchronize
+
+
+class _PendingCheck:
+    __slots__ = ("device", "found", "name", "ready", "shape", "vocab", "wait")
+
+    def __init__(self, found, ready, wait, name, vocab, shape, device) -> None:
+        self.found, self.ready, self.wait = found, ready, wait
+        self.name, self.vocab, self.shape, self.device = name, vocab, shape, device
+
+    def error(self) -> ValueError | None:
+        """The ValueError this check found (call once ``ready()``), or None."""
+        any_bad, index, token = (int(v) for v in self.found.tolist())
+        if not any_bad:
+            return None
+        position = []
+        for size in reversed(self.shape):  # the flat (row-major) index as a position, as nonzero() gives it
+            position.append(index % size)
+            index //= size
+        return ValueError(_token_message(self.name, token, tuple(reversed(position)), self.vocab)
+                          + f"; found on {self.device} by the asynchronous check of an earlier call, which ran with "
+                          "the id clamped into the vocabulary (its result is not meaningful)")
+
+
+_PENDING: list[_PendingCheck] = []  # the device checks whose answers have not been read yet, oldest first
+_PENDING_LOCK = threading.Lock()
+_PENDING_LIMIT = 64  # beyond this many unanswered checks, wait for the oldest (bounded memory, bounded delay)
+
+
+def _check_later(tokens: Tensor, bad: Tensor, vocab: int, name: str) -> Tensor:
+    raise_pending_token_errors(wait=False)  # what earlier calls' checks have found by now
+    flat = bad.reshape(-1)
+    first = flat.to(torch.uint8).argmax()  # the first bad id in row-major order (0 when none)
+    found = torch.stack((flat.any().to(torch.int64), first, tokens.reshape(-1)[first].to(torch.int64)))
+    host, ready, wait = _copy_to_host(found)
+    with _PENDING_LOCK:
+        _PENDING.append(_PendingCheck(host, ready, wait, name, vocab, tuple(tokens.shape), tokens.device))
+        oldest = _PENDING[0] if len(_PENDING) > _PENDING_LIMIT else None
+    if oldest is not None:
+        oldest.wait()
+        raise_pending_token_errors(wait=False)
+    return tokens.clamp(0, vocab - 1)
+
+
+def raise_pending_token_errors(wait: bool = True) -> None:
+    """Raise the ValueError of an out-of-vocabulary token id that the asynchronous check on CUDA has found.
+
+    Each model call on CUDA checks its token ids on the GPU and reads the answer at a later call (see
+    :func:`validate_token_ids`). Call this where you want every answer now: it waits for the checks still running
+    (``wait=False``: only reads those that have finished) and raises the first error found, oldest call first. On
+    the CPU nothing is ever pending: the ids are checked at once.
+    """
+    while True:
+        with _PENDING_LOCK:
+            if not _PENDING:
+                return
+            check = _PENDING[0]
+            if not wait and not check.ready():
+                return
+            del _PENDING[0]
+        if wait:
+            check.wait()
+        error = check.error()
+        if error is not None:
+            raise error
 
 
 def validate_length(length: int, max_len: int, name: str) -> None:

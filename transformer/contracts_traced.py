@@ -211,6 +211,17 @@ def _parse_dims(dim_str: str) -> tuple[tuple, int]:
     return tuple(dims), variadic_index
 
 
+def _array_dtypes(annotation: type) -> tuple | None:
+    """The torch dtypes a jaxtyping array annotation accepts (as jaxtyping matches them), None for any (Shaped)."""
+    names = annotation.dtypes
+    if not isinstance(names, (list, tuple)):  # Shaped: any dtype
+        return None
+    return tuple(
+        dt for dt in _TORCH_DTYPES
+        if any((n == _DTYPE_NAME[dt]) if type(n) is str else bool(n.match(_DTYPE_NAME[dt])) for n in names)
+    )
+
+
 def _parse_hint(annotation: object, classes: list) -> tuple | None:
     """An annotation as a tuple the traced checker walks (None: anything goes). Classes go to ``classes``, the
     hint keeps their index: the tables hold only constants Dynamo can take without guards (see ``_spec``)."""
@@ -221,16 +232,8 @@ def _parse_hint(annotation: object, classes: list) -> tuple | None:
     if isinstance(annotation, type) and issubclass(annotation, AbstractArray):
         if annotation.array_type is not torch.Tensor:
             raise _UnsupportedAnnotation(f"the array type {annotation.array_type!r}")
-        names = annotation.dtypes
-        if isinstance(names, (list, tuple)):
-            dtypes = tuple(
-                dt for dt in _TORCH_DTYPES
-                if any((n == _DTYPE_NAME[dt]) if type(n) is str else bool(n.match(_DTYPE_NAME[dt])) for n in names)
-            )
-        else:  # Shaped: any dtype
-            dtypes = None
         dims, variadic_index = _parse_dims(annotation.dim_str)
-        return ("array", dtypes, dims, variadic_index)
+        return ("array", _array_dtypes(annotation), dims, variadic_index)
     origin = typing.get_origin(annotation)
     if origin is typing.Union or origin is types.UnionType:
         alternatives = tuple(_parse_hint(a, classes) for a in typing.get_args(annotation))
@@ -246,35 +249,101 @@ def _parse_hint(annotation: object, classes: list) -> tuple | None:
     return None  # Callable[...], generics, protocols: left to the eager checker
 
 
+def _fields(hint: tuple | None) -> tuple:
+    """The ``{name.attr}`` fields an annotation reads, as ``(name, attributes)`` pairs, first seen first."""
+    found: list = []
+
+    def tree(node: tuple) -> None:
+        if node[0] == "arg":
+            if (node[1], node[2]) not in found:
+                found.append((node[1], node[2]))
+        elif node[0] in ("neg", "pos"):
+            tree(node[1])
+        elif node[0] == "bin":
+            tree(node[2])
+            tree(node[3])
+
+    def walk(h: tuple | None) -> None:
+        if h is None:
+            return
+        if h[0] == "array":
+            for dim in h[2]:
+                if dim[0] == "symbolic":
+                    tree(dim[1])
+        elif h[0] in ("union", "tuple"):
+            for item in h[1]:
+                walk(item)
+
+    walk(hint)
+    return tuple(found)
+
+
+def field_text(fields: tuple, bound: dict, sizes: list | None = None) -> str:
+    """`` (self.d_model=512)``: the values of an annotation's fields in this call, for the message's first line
+    (``sizes``: traced, each int becomes ``{}`` and goes into ``sizes``). Empty when the annotation reads none."""
+    parts = []
+    for name, attributes in fields:
+        if name not in bound:
+            continue
+        value, found = bound[name], True
+        for attribute in attributes:
+            if not hasattr(value, attribute):
+                found = False
+                break
+            value = getattr(value, attribute)
+        if not found:
+            continue
+        path = name + "".join("." + a for a in attributes)
+        if sizes is not None and isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+            sizes.append(value)
+            parts.append(path + "={}")
+        elif sizes is not None:
+            parts.append(path + "=" + _escape(repr(value)))
+        else:
+            parts.append(path + "=" + repr(value))
+    return " (" + ", ".join(parts) + ")" if parts else ""
+
+
 class Contract:
     """``fn``'s signature and annotations, read once, as the traced checker needs them."""
 
-    __slots__ = ("_classes", "checks", "classes", "defaults", "params", "qualname", "result", "spec", "unsupported")
+    __slots__ = ("_classes", "checks", "classes", "defaults", "fields", "params", "qualname", "result", "spec",
+                 "unsupported")
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, signature: inspect.Signature | None = None) -> None:
+        """``signature``: ``fn``'s, with its annotations already resolved (by ``contracts_fast.resolved_signature``,
+        as jaxtyping resolves them); read from ``fn`` when not given."""
         self.qualname = _escape(fn.__qualname__)
         self.unsupported: list[str] = []
         self._classes: list[type] = []
-        signature = inspect.signature(fn)
+        resolved = signature is not None
+        signature = signature if resolved else inspect.signature(fn)
         params, checks = [], []
         for position, p in enumerate(signature.parameters.values()):
             positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
             params.append((p.name, position if positional else -1, p.kind == p.VAR_POSITIONAL,
                            p.kind == p.VAR_KEYWORD, p.default is not _EMPTY))
-            annotation = _destring(p.annotation, fn.__globals__) if p.annotation is not _EMPTY else _EMPTY
+            annotation = p.annotation
+            if annotation is not _EMPTY and not resolved:
+                annotation = _destring(annotation, fn.__globals__)
             hint = self._hint(annotation, p.name)
             if hint is not None:
-                checks.append((p.name, hint, _escape(_expected_text(_remove_typing(annotation)))))
+                checks.append((p.name, hint, _escape(_expected_text(_remove_typing(annotation))), _fields(hint)))
         self.params, self.checks = tuple(params), tuple(checks)
+        #: per checked argument (and "return"): the ``{name.attr}`` fields its annotation reads, for the messages
+        self.fields = {check[0]: check[3] for check in checks}
         self.result = None
         if signature.return_annotation is not _EMPTY:
-            annotation = _destring(signature.return_annotation, fn.__globals__)
+            annotation = signature.return_annotation
+            if not resolved:
+                annotation = _destring(annotation, fn.__globals__)
             hint = self._hint(annotation, "return")
             if hint is not None:
                 text = _remove_typing(annotation)
                 if text.startswith("<class '") and text.endswith("'>"):
                     text = text[8:-2]
-                self.result = (hint, _escape(_expected_text(text)))
+                self.result = (hint, _escape(_expected_text(text)), _fields(hint))
+                self.fields["return"] = self.result[2]
         self.spec = (self.qualname, self.params, self.checks, self.result)
         self.classes = tuple(self._classes)
         self.defaults = tuple(p.default for p in signature.parameters.values())
@@ -483,10 +552,12 @@ def _value_text(value, sizes: list, top: bool = True) -> str:
     return _escape(type(value).__name__) + "(...)"
 
 
-def _describe(subject: str, value, expected: str, single: dict, variadic: dict) -> tuple[str, list]:
+def _describe(subject: str, value, expected: str, single: dict, variadic: dict, fields: tuple,
+              bound: dict) -> tuple[str, list]:
     """``_summary``'s line for a violation: a format string with ``{}`` for every size, and the sizes."""
     sizes: list = []
     actual = _value_text(value, sizes)
+    expected = expected + field_text(fields, bound, sizes)
     bound = []
     for name, size in single.items():
         bound.append(name + "={}")
@@ -585,18 +656,19 @@ def call_traced(contract: Contract, fn: Callable, args: tuple, kwargs: dict):
         variadic: dict = {}
         memo = [single, variadic]
         failure = None
-        for name, hint, expected in checks:
+        for name, hint, expected, fields in checks:
             if name not in given:
                 continue
             if failure is not None:  # the other arguments still name sizes, for the placeholder's shape
                 _note_sizes(hint, given[name], memo[0])
             elif not _fits(hint, given[name], memo, bound, contract):
-                failure = _describe("argument '" + name + "'", given[name], expected, single, variadic)
+                failure = _describe("argument '" + name + "'", given[name], expected, single, variadic, fields,
+                                    bound)
         if failure is None:
             out = fn(*args, **kwargs)
             if result is None or _fits(result[0], out, memo, bound, contract):
                 return out
-            failure = _describe("the return value", out, result[1], single, variadic)
+            failure = _describe("the return value", out, result[1], single, variadic, result[2], bound)
         template, sizes = failure
         message = " > ".join(_TRACE_CALLS) + ": " + template
     finally:

@@ -25,7 +25,7 @@ class Embeddings(nn.Module):
 
     @checked
     def forward(self, x: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq {self.d_model}"]:
-        validate_token_ids(x, self.vocab, "tokens")
+        x = validate_token_ids(x, self.vocab, "tokens")  # on CUDA: clamped, checked asynchronously
         return self.lut(x) * math.sqrt(self.d_model)
 
 

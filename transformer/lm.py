@@ -199,7 +199,8 @@ def build_lm(config: LMConfig) -> TransformerLM:
     """Construct a language model from a validated config (initialised as ``config.init`` says, tied as
     configured)."""
     attention = _attention(config)
-    ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation)
+    ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout if config.ffn_hidden_dropout else 0.0,
+                                 config.activation)
     layer = DecoderOnlyLayer(config.d_model, attention, ff, config.dropout, config.norm_placement,
                              config.layer_norm_eps, config.norm)
     embed = EmbeddingStack(ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e), _positions(config))

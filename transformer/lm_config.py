@@ -72,6 +72,10 @@ class LMConfig(ConfigRecord):
         value_projection: ``"output"`` (per-head values of width d_k, concatenated, then W^O: section 3.2.2) or
             ``"per_head"`` (each head's value maps d_model -> d_model; the heads are summed, no W^O).
         activation: ``"relu"`` or ``"gelu"`` inside the feed-forward network.
+        ffn_hidden_dropout: dropout (P_drop = ``dropout``) also on the feed-forward network's hidden activations,
+            between its two linear maps, as the Annotated Transformer's ``PositionwiseFeedForward`` (True, the
+            default, the placement this model has always had); False leaves only the dropout on each sub-layer's
+            output, as GPT-2's MLP does (section 5.4 names only sub-layer outputs and the embedding sums).
         tie_weights: share the token embedding with the output projection (section 3.4).
         init: ``"xavier"`` (Glorot-uniform matrices, as :func:`~transformer.model.build_model`) or
             ``"functional"`` (the functional transformer's: N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero biases).
@@ -98,6 +102,7 @@ class LMConfig(ConfigRecord):
     attention_scale: float | None = None
     value_projection: ValueProjection = "output"
     activation: Activation = "relu"
+    ffn_hidden_dropout: bool = True
     tie_weights: bool = False
     init: Initialisation = "xavier"
     pad_id: int | None = 0
@@ -115,8 +120,9 @@ class LMConfig(ConfigRecord):
                 continue
             if not _is_number(value) or value <= 0:
                 raise ValueError(f"LMConfig: {name} must be a positive float, got {name}={value!r}")
-        if not isinstance(self.tie_weights, bool):
-            raise ValueError(f"LMConfig: tie_weights must be a bool, got {self.tie_weights!r}")
+        for name in ("tie_weights", "ffn_hidden_dropout"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"LMConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "
                              f"(d_k = d_model / n_heads must be an integer); head counts that would: "

@@ -36,7 +36,7 @@ MUTANTS += [
       "eps, placement = config.layer_norm_eps, config.norm_placement", "eps, placement = 1e-6, config.norm_placement",
       "build_model ignores config.layer_norm_eps"),
     P("plumb-layernorm-eps-hardcoded", "transformer/layers.py",
-      "torch.sqrt(var + self.eps)", "torch.sqrt(var + 1e-6)",
+      "self.weight, self.bias, self.eps)", "self.weight, self.bias, 1e-6)",
       "LayerNorm.forward uses a hard-coded eps instead of self.eps"),
     P("plumb-build-model-ignores-activation", "transformer/model.py",
       "ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation)",
@@ -55,4 +55,44 @@ MUTANTS += [
     P("mask-target-pad-keys-visible", "transformer/masks.py",
       "return causal & real.unsqueeze(-2) & real.unsqueeze(-1)", "return causal & real.unsqueeze(-1)",
       "target_mask hides padded query rows but not padded keys"),
+]
+
+# --- the eager fast path (transformer/contracts_fast.py): killed by tests/test_contracts_fast.py, which compares its
+# decisions with jaxtyping's on random calls
+FAST_TESTS = ("tests/test_contracts_fast.py",)
+
+
+def E(id: str, old: str, new: str, what: str) -> Mutant:
+    return Mutant(id, "transformer/contracts_fast.py", ((old, new),), what, FAST_TESTS)
+
+
+MUTANTS += [
+    E("contract-fast-broadcast-axis-compared", 'guard = src.block(f"if {size} != 1:")', 'guard = src.block("if True:")',
+      "the fast path compares (and binds) a size-1 '#name' axis"),
+    E("contract-fast-dtype-unchecked", 'src.emit(f"if {value}.dtype not in', 'src.emit(f"if False and {value}.dtype not in',
+      "the fast path accepts any dtype"),
+    E("contract-fast-union-keeps-failed-bindings",
+      '            src.restore.append([f"({\', \'.join(names)},) = {saved}"])', "            src.restore.append([])",
+      "a failed union alternative leaves its sizes bound in the fast path"),
+    E("contract-fast-defaults-checked", '            with src.conditional(), src.block(f"if {given[p.name]}:"):',
+      '            with src.conditional(), src.block("if True:"):',
+      "the fast path checks default values beartype does not check"),
+    E("contract-fast-variadic-broadcast-not-joined",
+      "        return None if joint is None or joint != tuple(previous) else (False, previous)",
+      "        return None if joint is None else (False, previous)",
+      "'*#name' after '*name' accepts shapes that widen the bound ones"),
+    E("contract-fast-field-any-type",
+      "        src.emit(f\"if type({value}) is not int{'' if alone else f' or {value} < 0'}: raise _Miss\")",
+      "        pass",
+      "the fast path evaluates {fields} itself whatever they hold (jaxtyping formats them into text first)"),
+    E("contract-fast-name-rebinds", "            src.single[value] = _BOUND\n", "            src.single[value] = _UNBOUND\n",
+      "a dimension name seen again binds anew instead of being compared"),
+    E("contract-fast-return-compares-rank-only", 'src.emit(f"if {shape} != {earlier}: {_fail(src, fail)}")',
+      'src.emit(f"if len({shape}) != len({earlier}): {_fail(src, fail)}")',
+      "a return value promising an argument's shape is compared by rank only"),
+    E("contract-fast-scalar-rank-unchecked", "        if not top or not rank:", "        if not top:",
+      "a 0-dimensional annotation accepts a tensor of any rank"),
+    E("contract-fast-return-unchecked",
+      '        _hint(src, signature.return_annotation, "out", "raise _Miss")', "        pass",
+      "the fast path never checks return values"),
 ]

@@ -3,6 +3,7 @@
 from .base import M, Mutant
 
 CONTRACT_TESTS = ("tests/test_guards.py", "tests/test_contracts.py")
+GUARD_TESTS = ("tests/test_guards.py",)
 
 MUTANTS: list[Mutant] = [
     M("guard-token-ids-follow-switch", "transformer/contracts.py",
@@ -30,6 +31,19 @@ MUTANTS: list[Mutant] = [
     M("guard-search-empty-src-unchecked", "transformer/decoding.py",
       "validate_nonempty(src, f\"{who}: argument 'src'\", \"batch src_len\")", "pass",
       "greedy_decode, sample_decode and beam_search do not name their empty source"),
+    # the token-id guard on CUDA (checked on the device, answered later; tests/test_guards.py fakes the device)
+    Mutant("guard-device-ids-not-clamped", "transformer/contracts.py",
+           (("    return tokens.clamp(0, vocab - 1)", "    return tokens"),),
+           "on CUDA the lookup gets the bad id itself: a device-side assert", GUARD_TESTS),
+    Mutant("guard-device-answer-never-read", "transformer/contracts.py",
+           (("        error = check.error()", "        error = None"),),
+           "on CUDA a bad id found by the device check is never reported", GUARD_TESTS),
+    Mutant("guard-device-waits-at-every-call", "transformer/contracts.py",
+           (("    raise_pending_token_errors(wait=False)  # what earlier", "    raise_pending_token_errors(wait=True)  # what earlier"),),
+           "on CUDA every call waits for the device (the host synchronisation the design avoids)", GUARD_TESTS),
+    Mutant("guard-device-position-column-major", "transformer/contracts.py",
+           (("        for size in reversed(self.shape):", "        for size in self.shape:"),),
+           "on CUDA the reported position of the bad id is wrong", GUARD_TESTS),
     Mutant("switch-ignored", "transformer/contracts.py",
            (("        if enabled:\n            if torch.compiler.is_compiling():",
              "        if True:\n            if torch.compiler.is_compiling():"),),

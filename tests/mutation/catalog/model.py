@@ -47,11 +47,20 @@ MUTANTS = [
     # --- layers
     M("residual-removed", "transformer/layers.py",
       "return x + sublayer_out", "return sublayer_out", "remove the residual connection"),
-    M("layernorm-unbiased-variance", "transformer/layers.py",
+    # (LayerNorm runs on F.layer_norm: these two replace it by a hand-written formula with the bug; the formula it
+    # falls back to for mixed dtypes keeps its own mutant)
+    M("layernorm-fallback-unbiased-variance", "transformer/layers.py",
       "var = x.var(-1, unbiased=False, keepdim=True)", "var = x.var(-1, unbiased=True, keepdim=True)",
+      "LayerNorm's written-out formula (mixed dtypes) with the unbiased variance"),
+    M("layernorm-unbiased-variance", "transformer/layers.py",
+      "return F.layer_norm(x, (self.features,), self.weight, self.bias, self.eps)",
+      "return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=True, keepdim=True) "
+      "+ self.eps) + self.bias",
       "LayerNorm with the unbiased variance (the tutorial's)"),
     M("layernorm-eps-outside-sqrt", "transformer/layers.py",
-      "torch.sqrt(var + self.eps)", "(torch.sqrt(var) + self.eps)",
+      "return F.layer_norm(x, (self.features,), self.weight, self.bias, self.eps)",
+      "return self.weight * (x - x.mean(-1, keepdim=True)) / (x.std(-1, correction=0, keepdim=True) + self.eps) "
+      "+ self.bias",
       "LayerNorm eps added to the std instead of the variance"),
     M("post-norm-behaves-as-pre", "transformer/layers.py",
       "return self.norm(residual(x, self.dropout(sublayer(x))))",
