@@ -419,3 +419,17 @@ def test_the_kernel_path_on_grouped_heads_matches_torch_or_names_the_kernels_lim
             T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="triton")
         assert torch.equal(T.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                            F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["quiet", "debug-logging"])
+def test_the_drop_in_compiles_in_one_graph_and_gives_torchs_answer(debug, caplog):
+    """Inside a user's model compiled with ``fullgraph=True`` the drop-in must not break the graph (a Logger call
+    while tracing is one), with DEBUG logging on or off, and must give torch's answer."""
+    def attend(q, k, v):
+        return T.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    torch._dynamo.reset()
+    with caplog.at_level(logging.DEBUG if debug else logging.WARNING, logger="transformer.sdpa"):
+        out = torch.compile(attend, fullgraph=True, backend="eager")(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))

@@ -75,7 +75,7 @@ def scaled_dot_product_attention(
     else:  # resolve_backend only reads the dtype and the device to choose between torch and eager
         q4, k4, v4, mask4 = query, key, value, attn_mask
     name = resolve_backend(requested, q4, k4, v4, mask4, dropout_p, scale)
-    if logger.isEnabledFor(logging.DEBUG) and not torch.compiler.is_compiling():
+    if not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG):  # a Logger call is a graph break
         logger.debug("%s runs on %s: %s", _NAME, name, _why(requested, name, q4, k4, v4, mask4, dropout_p, scale))
     if name not in ("torch", "eager"):  # triton, or a refusal that run_backend raises (from the graph, if compiled)
         out = run_backend(name, q4, k4, v4, mask4, dropout_p, scale)

@@ -136,6 +136,11 @@ MUTANTS += [
     _dropin("dropin-old-torch-tiles-heads", "key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)",
             "key = key.repeat(1, query.size(-3) // key.size(-3), 1, 1)",
             "torch < 2.5 (no enable_gqa) gets tiled key heads"),
+    _dropin("dropin-logging-breaks-the-graph",
+            "if not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG):",
+            "if logger.isEnabledFor(logging.DEBUG) and not torch.compiler.is_compiling():",
+            "the Logger is asked before is_compiling: a graph break, torch.compile(fullgraph=True) of a model "
+            "calling the drop-in fails"),
     _dropin("dropin-context-ignored",
             'else (current_backend() or "auto")', 'else "auto"',
             "a use_backend block does not choose the drop-in's backend"),
