@@ -24,7 +24,8 @@ SCRIPTS = notebooks.scripts()
 IDS = [p.stem for p in SCRIPTS]
 BUDGET_S = 360  # all the notebooks together, executed on the 2-core CI machine
 SECONDS: dict[str, float] = {}
-TUTORIALS = ["01_annotated_transformer", "02_shape_contracts", "03_attention_backends", "04_language_model"]
+TUTORIALS = ["01_annotated_transformer", "02_shape_contracts", "03_attention_backends", "04_language_model",
+             "05_your_own_model"]
 
 
 def test_the_tutorials_are_there_and_every_notebook_has_its_script():
