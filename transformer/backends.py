@@ -38,8 +38,8 @@ from .config import AttentionBackend
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 
-__all__ = ["attention", "use_backend", "current_backend", "resolve_backend",
-           "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason", "refuse", "Refusal"]
+__all__ = ["attention", "use_backend", "current_backend",
+           "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
 
 logger = logging.getLogger(__name__)
 BACKENDS: tuple[str, ...] = ("auto", "eager", "torch", "triton")

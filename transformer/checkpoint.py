@@ -51,8 +51,7 @@ from torch import nn
 from .output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 
 __all__ = ["Checkpoint", "CheckpointError", "ConfigMismatchError", "NonFiniteWeightsError", "save_checkpoint",
-           "load_checkpoint", "find_checkpoint", "nonfinite_tensors", "FORMAT_VERSION", "MODEL_KINDS", "read_config",
-           "model_kind", "encode_state", "decode_state"]
+           "load_checkpoint", "find_checkpoint", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 _CONFIG, _MODEL, _STATE_T, _STATE_J, _META = "config.json", "model.safetensors", "state.safetensors", "state.json", "meta.json"

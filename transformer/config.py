@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Self, get_args
 
+__all__ = ["TransformerConfig", "ConfigRecord"]
+
 NormPlacement = Literal["pre", "post"]
 PositionalKind = Literal["sinusoidal", "learned"]
 Activation = Literal["relu", "gelu"]

@@ -45,9 +45,6 @@ __all__ = [
     "checks",
     "checks_enabled",
     "set_checks",
-    "validate_length",
-    "validate_nonempty",
-    "validate_token_ids",
     "raise_pending_token_errors",
 ]
 

@@ -27,8 +27,7 @@ from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
 from .masks import AttentionMask
 
 __all__ = ["StepFunction", "greedy_decode", "greedy_step", "next_token_log_probs", "sample_decode", "beam_search",
-           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler", "seeded_generator",
-           "validate_sampling", "validate_beam"]
+           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler"]
 
 
 class StepFunction(Protocol):

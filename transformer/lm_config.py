@@ -22,6 +22,8 @@ from typing import Any, Literal, get_args
 
 from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors, check_kv_heads
 
+__all__ = ["LMConfig"]
+
 NormKind = Literal["layer", "std"]
 PositionalInit = Literal["normal", "zeros"]
 ValueProjection = Literal["output", "per_head"]

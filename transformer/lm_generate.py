@@ -21,7 +21,7 @@ from torch import nn
 from .contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
 from .decoding import beam_search_steps, sampler, search, seeded_generator, validate_beam, validate_sampling
 
-__all__ = ["generate", "beam_generate", "GenerationRequest", "StopSequences"]
+__all__ = ["generate", "beam_generate"]
 
 
 @dataclass(frozen=True)

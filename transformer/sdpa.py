@@ -39,7 +39,7 @@ from torch import Tensor
 from .backends import _check_backend, _triton_reason, current_backend, resolve_backend, run_backend
 from .masks import AttentionMask
 
-__all__ = ["scaled_dot_product_attention", "reference", "run_heads", "repeat_kv_heads"]
+__all__ = ["scaled_dot_product_attention", "reference"]
 
 logger = logging.getLogger(__name__)
 _TORCH_HAS_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)  # enable_gqa

@@ -34,7 +34,7 @@ from .contracts import Tensor, checks
 from .distributed import SingleProcess, Strategy
 from .training import SimpleLossCompute, check_label_ids
 
-__all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "autocast_context", "TrainingDiverged",
+__all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "TrainingDiverged",
            "TrainingInterrupted"]
 
 _HINT = ("lower the learning rate (--lr or --lr-factor), lengthen the warm-up (--warmup), or clip the gradients "

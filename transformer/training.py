@@ -24,8 +24,7 @@ from torch import nn
 
 from .contracts import Float, Int, Tensor, checked
 
-__all__ = ["LabelSmoothing", "label_smoothing_entropy", "rate", "NoamSchedule", "noam_factor", "SimpleLossCompute",
-           "check_label_ids"]
+__all__ = ["LabelSmoothing", "label_smoothing_entropy", "rate", "NoamSchedule", "noam_factor", "SimpleLossCompute"]
 
 
 def _checked_on_host(tensor: Tensor) -> bool:
