@@ -268,8 +268,8 @@ MUTANTS += [
            "eager calls never record the autograd node: inputs requiring grad get no gradient", API_TESTS),
 ]
 
-# --- grouped-query attention. Killed by tests/kernels/test_gqa.py (ratios 1/2/4/8, torch's enable_gqa).
-GQA_TESTS = ("tests/kernels/test_gqa.py", *KERNEL_TESTS)
+# --- grouped-query attention. Killed by tests/kernels/test_kernel_gqa.py (ratios 1/2/4/8, torch's enable_gqa).
+GQA_TESTS = ("tests/kernels/test_kernel_gqa.py", *KERNEL_TESTS)
 MUTANTS += [
     Mutant("kernel-gqa-forward-kv-head-modulo", "kernels/_forward.py",
            (("k_base = head_ptr(K, b, h // group, s_kb, s_kh)", "k_base = head_ptr(K, b, h % (heads // group), s_kb, s_kh)"),),
