@@ -68,7 +68,7 @@ def test_multi_head_attention_compiled_shows_a_self_size_and_a_mismatched_length
         "k_len bound twice": (x, memory, memory[:, :4]),
     })
     assert firsts["{self.d_model}"] == ("MultiHeadedAttention.forward: argument 'query' is f32[2,3,8], expected "
-                                        "Float[Tensor, 'batch q_len {self.d_model}'] with batch=2, q_len=3")
+                                        "Float[Tensor, 'batch q_len {self.d_model}'] (self.d_model=16) with batch=2, q_len=3")
 
 
 def test_the_language_model_compiled_shows_an_integer_kind_and_a_mask_that_does_not_broadcast():
