@@ -258,6 +258,30 @@ def test_a_use_backend_block_inside_a_compiled_function_governs_its_calls():
     assert backends._TRACE_BACKENDS == []
 
 
+def test_nested_use_backend_blocks_inside_a_compiled_function_resolve_to_the_innermost_as_in_eager():
+    torch._dynamo.reset()
+    mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
+    x = torch.randn(1, 3, 32)
+
+    def nested(x):
+        with T.use_backend("eager"):
+            with T.use_backend("torch"):
+                inner = mha(x, x, x)
+                inner_name = T.current_backend()
+            outer = mha(x, x, x)
+            return inner, outer, inner_name, T.current_backend()
+
+    graphs = _Graphs()
+    compiled = torch.compile(nested, backend=graphs, fullgraph=True)
+    with torch.no_grad():
+        inner, outer, inner_name, outer_name = compiled(x)
+        assert (inner_name, outer_name) == nested(x)[2:] == ("torch", "eager")
+        assert torch.allclose(inner, outer, atol=1e-6)
+    calls = graphs.calls(0)
+    assert "scaled_dot_product_attention" in calls and "softmax" in calls  # the inner call on torch, the outer eager
+    assert backends._TRACE_BACKENDS == []
+
+
 def test_auto_takes_the_reference_where_torchs_fused_attention_gives_nan_on_fully_masked_rows(monkeypatch, spy):
     """torch < 2.5 returns NaN for a query row whose every key is masked; auto must not pick it there."""
     monkeypatch.setattr(backends, "_TORCH_ZEROES_EMPTY_ROWS", False)

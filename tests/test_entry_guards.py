@@ -84,6 +84,10 @@ def _cases():
                                  f"PerHeadValueAttention.forward: argument 'x' is {F64}, {params} {F32}"),
         "cache keys dtype": (lambda: cache.extend(torch.randn(2, 2, 1, 8).double(), torch.randn(2, 2, 1, 8)),
                              f"KVCache.extend: argument 'k' is {F64}, the cached keys {F32}"),
+        "cache values dtype": (lambda: cache.extend(torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8).double()),
+                               f"KVCache.extend: argument 'v' is {F64}, the cached keys {F32}"),
+        "cache values device": (lambda: cache.extend(torch.randn(2, 2, 1, 8), _meta(torch.randn(2, 2, 1, 8))),
+                                "KVCache.extend: argument 'v' is on meta, the cached keys on cpu"),
     }
 
 

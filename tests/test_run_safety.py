@@ -342,6 +342,35 @@ def test_a_full_disk_while_writing_a_token_store_is_one_sentence(tmp_path, monke
     assert os.listdir(tmp_path) == []
 
 
+class _FillsUp:
+    """A file whose disk fills up after ``room`` bytes."""
+
+    def __init__(self, file, room: int) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def test_a_disk_that_fills_up_while_the_ids_are_written_is_one_sentence(tmp_path):
+    from transformer.data import token_store
+
+    with pytest.raises(OutputWriteError, match=r"^cannot write the token store .*/store: No space left on device "
+                                               r"\(ENOSPC\); nothing was left behind") as info:
+        with token_store.TokenStoreWriter(tmp_path / "store", vocab_size=10) as writer:
+            writer.file = _FillsUp(writer.file, room=8)
+            writer.add([1, 2, 3])  # 3 bytes (uint8 ids)
+            writer.add([4, 5, 6, 7, 8, 9])  # 6 more: the disk is full
+    assert "\n" not in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_cli_says_a_full_disk_in_one_line_exit_3(tmp_path, monkeypatch, capsys):
     from transformer.cli import main
 
