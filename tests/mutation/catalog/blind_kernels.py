@@ -76,7 +76,6 @@ SUITE = ('tests/kernels/test_api.py',
          'tests/kernels/test_kernel_gqa.py',
          'tests/kernels/test_split_kv.py',
          'tests/kernels/test_flash_attention.py',
-         'tests/kernels/test_compile_for_gpu.py',
          'tests/test_triton_backend.py',
          'tests/test_sdpa_dropin.py',
          'tests/test_gqa.py')
