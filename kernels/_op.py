@@ -66,7 +66,21 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
 
 
+def _registered(name: str):
+    """The op ``typed_transformer::<name>`` if this process has defined it already, else None.
+
+    A second copy of this module (``importlib.reload``, or the repository's ``kernels/`` folder imported under its own
+    name: transformers' probe for Hugging Face's ``kernels`` package does that when the repository root is on
+    ``sys.path``) must not define the ops again: torch would destroy the first definition, and calls through the first
+    copy's op objects would then read freed memory (a segfault or ``std::bad_alloc`` in torch's dispatcher)."""
+    namespace = getattr(torch.ops, NAMESPACE)
+    return getattr(namespace, name).default if hasattr(namespace, name) else None
+
+
 def _register(suffix: str, interpreted: bool):
+    defined = _registered(f"flash_attn_fwd{suffix}")
+    if defined is not None:
+        return defined
     if interpreted:
         fwd = custom_op(f"{NAMESPACE}::flash_attn_fwd{suffix}", _fwd, mutates_args=())
         bwd = custom_op(f"{NAMESPACE}::flash_attn_bwd{suffix}", _bwd, mutates_args=())

@@ -72,6 +72,37 @@ def test_import_does_not_decorate_or_touch_the_driver():
     assert result.returncode == 0 and result.stdout.startswith("ImportError: import of triton halted"), result
 
 
+SECOND_COPY = """
+import gc, importlib, pathlib, sys, torch
+import transformer.kernels
+from transformer.kernels import _op
+
+destroyed, destroy = [], torch.library.Library._destroy
+torch.library.Library._destroy = lambda self: (destroyed.append(self.ns), destroy(self))[1]
+op, q = _op.flash_attn_fwd_interpreted, torch.randn(1, 2, 20, 16)
+before = op(q, q, q, None, None, None, None, True, 0.25, 0.0)[0]
+importlib.reload(_op)  # a second copy of the module
+root = pathlib.Path(sys.argv[1])
+if (root / "kernels" / "__init__.py").is_file():  # the repository folder under its own name, as transformers probes it
+    sys.path.insert(0, str(root))
+    importlib.import_module("kernels")
+gc.collect()
+assert destroyed == [], f"registrations destroyed: {destroyed}"
+for _ in range(20):
+    assert torch.equal(op(q, q, q, None, None, None, None, True, 0.25, 0.0)[0], before)
+print("ok")
+"""
+
+
+def test_a_second_copy_of_the_module_reuses_the_registered_ops():
+    """Defining the ops again would destroy the first definition while the first copy's op objects still point at
+    it: torch's dispatcher then reads freed memory (a segfault or std::bad_alloc several calls later)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-c", SECOND_COPY, root], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
 BAD = [
     ("k batch", lambda q, k, v: (q, k[:1], v[:1]), {}, r"k batch \(dim 0\) must equal q's 2"),
     ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal k's 2: k has shape \(2, 2, 8, 16\), "

@@ -284,3 +284,11 @@ MUTANTS += [
            (("h = kvh * group + g  #", "h = kvh + g * kv_heads  #"),),
            "dK/dV takes the group's query heads strided (repeat) instead of adjacent (repeat_interleave)", GQA_TESTS),
 ]
+
+# A second copy of kernels/_op.py (a reload, or the repository folder imported as `kernels` by transformers' probe)
+MUTANTS += [
+    Mutant("kernel-ops-defined-again", "kernels/_op.py",
+           (("    if defined is not None:\n        return defined\n", ""),),
+           "a second import of the module defines the ops again, destroying the first definition that earlier "
+           "callers hold: torch's dispatcher reads freed memory (segfault or std::bad_alloc later)", API_TESTS),
+]
