@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _spec = importlib.util.spec_from_file_location("readme_setup", README.parent / "scripts" / "readme_setup.py")
@@ -20,6 +21,7 @@ def _tour_lines() -> list[str]:
 
 def test_readme_tour_runs_and_its_errors_are_real(monkeypatch):
     monkeypatch.delenv("TYPED_TRANSFORMER_CHECKS", raising=False)
+    torch._dynamo.reset()  # as in a new process: earlier tests' graphs of the same methods count toward Dynamo's recompile limit
     lines = _tour_lines()
     namespace: dict = {}
     i = 0
