@@ -284,3 +284,44 @@ def test_annotations_the_fast_path_does_not_replicate_are_left_to_jaxtyping():
     assert g(torch.zeros(3), [1, 2]).shape == (3,)
     with pytest.raises(TypeCheckError, match=r"argument 'x' is f32\[2,3\]"):
         g(torch.zeros(2, 3), [1])
+
+
+def _decisions(fn, calls):
+    """For each (args, result) call: (checked accepts, jaxtyping + beartype accept)."""
+    def with_result(result):
+        def call(*args):
+            return result
+        call.__signature__ = inspect.signature(fn)
+        call.__annotations__ = fn.__annotations__
+        call.__name__ = call.__qualname__ = fn.__name__
+        return call
+
+    out = []
+    for args, result in calls:
+        decided = []
+        for wrap in (checked, lambda f: jaxtyped(typechecker=beartype)(f)):
+            try:
+                wrap(with_result(result))(*args)
+            except TypeCheckError:
+                decided.append(False)
+            else:
+                decided.append(True)
+        out.append(tuple(decided))
+    return out
+
+
+def test_variadic_axes_between_fixed_ones_need_the_fixed_rank_at_least():
+    """'a *b c' takes rank 2 and up (*b may be empty); rank 0 and 1 are refused, as jaxtyping refuses them."""
+    def f(x: Float[Tensor, "a *b c"]) -> None: ...
+
+    shapes = [(), (5,), (2, 3), (2, 3, 4), (2, 3, 4, 5)]
+    decisions = _decisions(f, [((torch.zeros(s),), None) for s in shapes])
+    assert decisions == [(False, False), (False, False), (True, True), (True, True), (True, True)]
+
+
+def test_a_fixed_length_tuple_takes_exactly_its_length():
+    def f(x: Float[Tensor, "a"]) -> tuple[Float[Tensor, "a"], Float[Tensor, "a"]]: ...
+
+    x = torch.zeros(3)
+    decisions = _decisions(f, [((x,), (x,) * n) for n in (1, 2, 3)])
+    assert decisions == [(False, False), (True, True), (False, False)]
