@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -638,6 +639,46 @@ def test_a_corrupt_or_missing_shard_is_refused(laws, tmp_path):
     with pytest.raises(CheckpointError, match=r"incomplete: dcp/__1_0.distcp is missing"):
         consolidate_checkpoint(broken, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["config.json", "state.safetensors", "state.json"])
+def test_every_file_of_a_sharded_checkpoint_is_checked_against_its_recorded_hash(laws, tmp_path, name):
+    """The trainer state (RNG states, optimizer tensors) and the config are hashed like the shards: a damaged or
+    missing one is refused by name before anything resumes from it."""
+    import shutil
+
+    from transformer.checkpoint import CheckpointError
+    from transformer.distributed.sharded_checkpoint import verify_sharded
+
+    broken = tmp_path / "broken"
+    shutil.copytree(laws / "D_ck", broken)
+    data = bytearray((broken / name).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (broken / name).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"is corrupt: {re.escape(name)} does not match its recorded SHA-256"):
+        verify_sharded(str(broken))
+    (broken / name).unlink()
+    with pytest.raises(CheckpointError, match=rf"is incomplete: {re.escape(name)} is missing"):
+        verify_sharded(str(broken))
+
+
+def test_on_another_world_size_each_rank_resumes_with_its_own_dropout_stream():
+    """A one-process checkpoint (or one of another world size) has no stream per rank: each rank's is derived from
+    the step and the rank, so ranks differ, a rank gets the same stream every time, and later steps get new ones."""
+    from transformer.distributed.strategy import CollectiveStrategy
+    from transformer.distributed.world import World
+
+    def stream(rank, step, world_size=3):
+        strategy = CollectiveStrategy(World(rank=rank, world_size=world_size), "cpu")
+        state = {"step": step, "torch_rng": torch.Generator().manual_seed(7).get_state()}
+        generator = torch.Generator()
+        generator.set_state(strategy.own_rank_state(state)["torch_rng"])
+        return torch.rand(8, generator=generator)
+
+    at_5 = [stream(rank, 5) for rank in range(3)]
+    assert not any(torch.equal(at_5[i], at_5[j]) for i in range(3) for j in range(i + 1, 3))
+    assert torch.equal(stream(1, 5), at_5[1])
+    assert not any(torch.equal(stream(rank, 6), at_5[rank]) for rank in range(3))
 
 
 def test_a_shard_aware_factory_gets_each_ranks_share_of_a_file_corpus(laws):

@@ -1,5 +1,6 @@
 """Validation messages, the support check, the interpreter switch, gradcheck and torch.compile."""
 
+import math
 import os
 import re
 import subprocess
@@ -101,6 +102,20 @@ def test_a_second_copy_of_the_module_reuses_the_registered_ops():
     result = subprocess.run([sys.executable, "-c", SECOND_COPY, root], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_an_explicit_scale_of_zero_is_used_not_the_default():
+    """scale=0.0 makes every allowed score 0: the output is the plain mean of the allowed values and the logsumexp
+    is log(number of allowed keys), causal or not (None would mean 1/sqrt(head_dim))."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16)
+    out, lse = flash_attention_with_lse(q, k, v, scale=0.0)
+    torch.testing.assert_close(out, v.mean(dim=2, keepdim=True).expand_as(out), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, torch.full_like(lse, math.log(20)))
+    out, lse = flash_attention_with_lse(q, k, v, scale=0, causal=True)
+    allowed = torch.arange(1, 21, dtype=torch.float32)
+    torch.testing.assert_close(out, v.cumsum(dim=2) / allowed[:, None], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, allowed.log().expand_as(lse))
 
 
 BAD = [
