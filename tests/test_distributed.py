@@ -1031,3 +1031,19 @@ def test_consolidate_and_decode_name_the_wrong_kind_of_checkpoint(capsys, tmp_pa
 if __name__ == "__main__":  # the worker: python -m torch.distributed.run ... tests/test_distributed.py SCENARIO DIR
     scenario, directory = sys.argv[1], Path(sys.argv[2])
     {"laws": _worker_laws, "resize": _worker_resize, "raise": _worker_raise, "cli": _worker_cli}[scenario](directory)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_rank_0_draws_the_progress_bar(rank, capsys):
+    """Under torchrun every rank runs the same loop; the bar (and the eval lines written through it) is rank 0's."""
+    from transformer.distributed.world import World
+    from transformer.tasks import CopyTask
+    from transformer.tasks.run import make_trainer
+
+    trainer = make_trainer(CopyTask(), steps=2, batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16,
+                           d_ff=32, n_heads=2, eval_every=0)
+    trainer.config.progress = True
+    trainer.strategy.world = World(rank=rank, world_size=1)  # is_main from the rank; one process, no collectives
+    trainer.train()
+    err = capsys.readouterr().err
+    assert ("train" in err and "2/2" in err) if rank == 0 else err == "", err[-500:]
