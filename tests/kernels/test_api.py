@@ -118,6 +118,20 @@ def test_an_explicit_scale_of_zero_is_used_not_the_default():
     torch.testing.assert_close(lse, allowed.log().expand_as(lse))
 
 
+@pytest.mark.parametrize("head_dim, reason", [(16, None), (256, None), (15, "head_dim must be in [16, 256], got 15"),
+                                              (257, "head_dim must be in [16, 256], got 257")])
+def test_head_dims_from_16_to_256_inclusive_run_and_others_are_declined(head_dim, reason):
+    q, k, v = qkv(q_len=5, k_len=7, head_dim=head_dim, batch=1, heads=1)
+    got = unsupported_reason(q, k, v)
+    assert got == reason if reason is None else got.startswith(reason), got
+    if reason is None:
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        torch.testing.assert_close(flash_attention(q, k, v), expected, atol=1e-5, rtol=1e-5)
+    else:
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            flash_attention(q, k, v)
+
+
 BAD = [
     ("k batch", lambda q, k, v: (q, k[:1], v[:1]), {}, r"k batch \(dim 0\) must equal q's 2"),
     ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal k's 2: k has shape \(2, 2, 8, 16\), "

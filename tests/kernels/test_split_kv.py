@@ -22,6 +22,7 @@ def test_split_rule():
     assert _grid.kv_splits(32, 1, 32768, 132, 128) == (4, 8192)
     assert _grid.kv_splits(2048 * 32, 1, 32768, 132, 128) == (1, 32768)
     assert _grid.kv_splits(1, 65, 32768, 132, 128) == (1, 32768)
+    assert _grid.kv_splits(1, 64, 32768, 132, 128)[0] > 1  # 64 queries (one 64-row block) still split: q_len <= 64
     assert _grid.kv_splits(1, 1, 128, 132, 128) == (1, 128)
     assert _grid.kv_splits(8, 16, 1000, 132, 128) == (8, 128)  # 8 programs x 8 splits: 64 of 132 SMs, the most
     splits, keys = _grid.kv_splits(2, 1, 300, 132, 128)
