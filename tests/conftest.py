@@ -16,6 +16,14 @@ torch.set_num_threads(1)
 
 import transformer as T
 
+# Hypothesis draws the same examples on every run (seeded by each test's name): a property test that fails, fails
+# every time, in CI and on a developer's machine alike, instead of on one run in many.
+from hypothesis import settings as _hypothesis_settings
+
+_hypothesis_settings.register_profile("typed-transformer", _hypothesis_settings(), derandomize=True)  # on top of
+# the profile already loaded (the mutation runner's, which skips shrinking)
+_hypothesis_settings.load_profile("typed-transformer")
+
 
 @pytest.fixture(autouse=True)
 def _seed_and_checks():

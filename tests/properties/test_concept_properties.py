@@ -18,7 +18,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import transformer as T
@@ -222,7 +222,7 @@ def test_scaling_k_is_a_temperature_change_not_an_invariance(data, a):
     torch.testing.assert_close(p_ak, torch.softmax(a * logits, -1), rtol=1e-9, atol=1e-12)
     # the claimed invariance fails on every row that attends to two or more keys with different logits
     rows = (mask.expand_as(logits).sum(-1) >= 2)
-    assert rows.any()
+    assume(rows.any())  # a mask may leave every row a single key, where scaling changes nothing
     p = T.attention(q, k, v, mask)[1]
     assert not torch.allclose(p_ak[rows], p[rows], rtol=1e-6, atol=1e-9)
 
