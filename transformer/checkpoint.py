@@ -355,16 +355,24 @@ def find_checkpoint(path: str | os.PathLike) -> str | None:
     return None
 
 
-def _resolve(path: str) -> str:
-    """The checkpoint :func:`find_checkpoint` finds (with a warning when it is a copy left aside); ``path`` itself
-    when it is a directory without ``meta.json`` (loading names what is missing)."""
+def _checkpoint_dir(path: str, stacklevel: int) -> str | None:
+    """The checkpoint :func:`find_checkpoint` finds (with a warning when it is a copy left aside, attributed
+    ``stacklevel`` frames above the caller); ``path`` itself when it is a directory without ``meta.json`` (reading it
+    names what is missing); None when nothing is there. The one rule of single-file and sharded checkpoints."""
     found = find_checkpoint(path)
     if found is not None:
         if found != path:
-            warnings.warn(f"checkpoint {path} is missing; using {found} left by an interrupted save", stacklevel=3)
+            warnings.warn(f"checkpoint {path} is missing; using {found} left by an interrupted save",
+                          stacklevel=stacklevel + 1)
         return found
-    if os.path.isdir(path):
-        return path
+    return path if os.path.isdir(path) else None
+
+
+def _resolve(path: str) -> str:
+    """:func:`_checkpoint_dir`, or an error naming what is at ``path`` instead of a checkpoint."""
+    found = _checkpoint_dir(path, stacklevel=3)
+    if found is not None:
+        return found
     if os.path.exists(path):
         raise CheckpointError(f"checkpoint {path} is not a directory")
     raise CheckpointError(f"no checkpoint at {path} (expected a directory with {_META}, {_CONFIG} and {_MODEL})")

@@ -25,11 +25,11 @@ from ..checkpoint import (
     MODEL_KINDS,
     Checkpoint,
     CheckpointError,
+    _checkpoint_dir,
     _fsync,
     _load,
     _sha256,
     decode_state,
-    find_checkpoint,
     model_kind,
     read_config,
 )
@@ -125,14 +125,10 @@ def resolve_sharded(path: str) -> str:
     """The checkpoint :func:`~transformer.checkpoint.find_checkpoint` finds for ``path`` (the one rule: ``path``, or
     the copy an interrupted save left aside, ``path.old-*``, with a warning); ``path`` itself when it is a directory
     without ``meta.json`` (verifying names what is missing)."""
-    found = find_checkpoint(path)
-    if found is not None:
-        if found != path:
-            warnings.warn(f"checkpoint {path} is missing; using {found} left by an interrupted save", stacklevel=3)
-        return found
-    if os.path.isdir(path):
-        return path
-    raise CheckpointError(f"no checkpoint at {path}")
+    found = _checkpoint_dir(path, stacklevel=3)
+    if found is None:
+        raise CheckpointError(f"no checkpoint at {path}")
+    return found
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
