@@ -8,7 +8,9 @@ Both models are built in code (no download) at the sizes of issue 22: 4 layers, 
 vocabulary 2000, 256 positions. Ours is the GPT-2-like configuration of docs/lm.md (learned positions, GELU, no
 dropout inside the feed-forward block, tied output, LayerNorm eps 1e-5, embeddings unscaled); GPT-2 is
 ``GPT2LMHeadModel`` with ``attn_implementation="sdpa"`` and ``activation_function="gelu"`` (so that both compute the
-same function: tests/test_lm_gpt2.py). Ours runs with checks on (the default) and, for reference, off.
+same function: tests/test_lm_gpt2.py). Ours runs with checks on (the default) and, for reference, off; generation
+with checks on runs the default ``checks="first"`` (the first two steps checked) and, as "ours, checks always",
+``checks="always"`` (every step).
 
 * **training step**: batch 16 x 128, forward, cross-entropy, backward, AdamW step (dropout 0.1 in both);
 * **generation**: 64 new tokens after a 16-token prompt, greedy, with the key/value cache, batch 1 and batch 8
@@ -74,9 +76,9 @@ def _train_step(model, optimizer, x, y, ours: bool):
     return step
 
 
-def _generate(model, prompt, new: int, ours: bool):
+def _generate(model, prompt, new: int, ours: bool, policy: str = "first"):
     if ours:
-        return lambda: generate(model, prompt, new)
+        return lambda: generate(model, prompt, new, checks=policy)
     mask = torch.ones_like(prompt)
     return lambda: model.generate(prompt, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
                                   do_sample=False, use_cache=True, pad_token_id=0)
@@ -111,6 +113,7 @@ def variants(batch: int, length: int, prompt_len: int, new: int) -> dict[str, di
         prompt = torch.randint(1, SIZES["vocab"], (gen_batch, prompt_len), generator=g)
         tasks[f"generation, batch {gen_batch}"] = {
             "ours, checks on": _with_checks(_generate(ours_eval, prompt, new, ours=True), True),
+            "ours, checks always": _with_checks(_generate(ours_eval, prompt, new, ours=True, policy="always"), True),
             "ours, checks off": _with_checks(_generate(ours_eval, prompt, new, ours=True), False),
             "GPT-2 (sdpa)": _generate(gpt2_eval, prompt, new, ours=False),
         }
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers
 
     tasks = variants(args.batch, args.length, args.prompt, args.new_tokens)
-    probes = {task: _probes(vs["ours, checks on"]) for task, vs in tasks.items()}
+    probes = {(task, name): _probes(vs[name]) for task, vs in tasks.items()
+              for name in ("ours, checks on", "ours, checks always") if name in vs}
     costs = ROOT / "benchmarks" / "results" / "contracts_overhead.json"
     mean_us = None
     if costs.exists():  # the mean cost of one contract, measured by benchmarks/contracts_overhead.py
@@ -217,24 +221,28 @@ def main(argv: list[str] | None = None) -> dict:
           f"8 heads, vocab 2000; {rounds} alternating rounds, {torch.get_num_threads()} threads, torch "
           f"{torch.__version__}, load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
     rows = []
-    print(f"{'task':22s} | {'variant':18s} | {'median':>10s} | {'speed vs GPT-2':>14s}")
+    print(f"{'task':22s} | {'variant':20s} | {'median':>10s} | {'speed vs GPT-2':>14s}")
     for task, by_name in times.items():
         base = by_name["GPT-2 (sdpa)"]
         for name, values in by_name.items():
             ratio = statistics.median(b / v for b, v in zip(base, values))
             rows.append({"task": task, "variant": name, "median_ms": round(1e3 * statistics.median(values), 2),
                          "speed_vs_gpt2": round(ratio, 3), "times_ms": [round(1e3 * v, 2) for v in values]})
-            print(f"{task:22s} | {name:18s} | {1e3 * statistics.median(values):7.1f} ms | {ratio:13.2f}x")
-        on, off = by_name["ours, checks on"], by_name["ours, checks off"]
-        checks = statistics.median(b / a for a, b in zip(on, off))
-        share = None if mean_us is None else probes[task] * mean_us * 1e-6 / statistics.median(on)
-        rows.append({"task": task, "variant": "checks on vs off (ours)", "speed_on_vs_off": round(checks, 3),
-                     "contract_probes": probes[task],
-                     "contract_share_from_per_call_cost": None if share is None else round(share, 5)})
-        print(f"{task:22s} | {'on vs off':18s} | {'':>10s} | {checks:13.3f}x (checks on / off speed)")
-        if share is not None:
-            print(f"{'':22s} | {'contracts share':18s} | {'':>10s} | {100 * share:12.2f}%  ({probes[task]} checked calls "
-                  f"x {mean_us:.2f} us)")
+            print(f"{task:22s} | {name:20s} | {1e3 * statistics.median(values):7.1f} ms | {ratio:13.2f}x")
+        for name, label in (("ours, checks on", "checks on vs off (ours)"),
+                            ("ours, checks always", "checks always vs off (ours)")):
+            if name not in by_name:
+                continue
+            on, off = by_name[name], by_name["ours, checks off"]
+            checks = statistics.median(b / a for a, b in zip(on, off))
+            count = probes[(task, name)]
+            share = None if mean_us is None else count * mean_us * 1e-6 / statistics.median(on)
+            rows.append({"task": task, "variant": label, "speed_on_vs_off": round(checks, 3), "contract_probes": count,
+                         "contract_share_from_per_call_cost": None if share is None else round(share, 5)})
+            print(f"{task:22s} | {label.split(' (')[0]:20s} | {'':>10s} | {checks:13.3f}x (speed against checks off)")
+            if share is not None:
+                print(f"{'':22s} | {'contracts share':20s} | {'':>10s} | {100 * share:12.2f}%  ({count} checked calls "
+                      f"x {mean_us:.2f} us)")
     profiles = profile(tasks) if args.profile else None
     result = {"benchmark": "our LM vs Hugging Face GPT-2", "setup": vars(args) | {"rounds": rounds, **SIZES},
               "rows": rows, "profile": profiles, "torch": torch.__version__, "transformers": transformers.__version__,

@@ -9,6 +9,14 @@ Every search grows ``ys`` one token per step from ``start_symbol``. The result h
 columns (start symbol included, as in the Annotated Transformer): with an ``end_symbol``, positions after a
 row's end symbol hold ``pad_symbol``, never cut. :func:`greedy_step` states the one-token-per-step contract:
 ``(batch, steps) -> (batch, steps+1)``, checked by jaxtyping while checks are on and by a ValueError always.
+
+Every search takes ``checks``, which steps run with the model's contracts checked (:class:`CheckedSteps`):
+``"first"`` (the default) checks the first two steps (the prompt into an empty cache, then the first one-token step)
+and every step whose batch differs from the step before, and runs the rest unchecked; ``"always"`` checks every
+step; ``"never"`` none. A step after the second repeats the second's shapes with one more cached position, so a
+contract that holds there holds at every later step: ``"first"`` names a wrong shape exactly as ``"always"`` does,
+and spends the checks once per search instead of once per token. The policy only switches checks off: under
+``checks(False)`` nothing is checked. The guards (token ids, lengths) run at every step whatever it says.
 """
 
 from __future__ import annotations
@@ -24,10 +32,11 @@ from torch import nn
 
 from .cache import DecoderCache
 from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
+from .contracts import checks as checks_switch
 from .masks import AttentionMask
 
 __all__ = ["StepFunction", "greedy_decode", "greedy_step", "next_token_log_probs", "sample_decode", "beam_search",
-           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler"]
+           "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler", "CheckedSteps", "STEP_CHECKS"]
 
 
 class StepFunction(Protocol):
@@ -38,7 +47,43 @@ class StepFunction(Protocol):
     def reorder(self, index: Tensor) -> None: ...
 
 
+#: The values of the searches' ``checks`` argument: which decoding steps run with the contracts checked.
+STEP_CHECKS = ("first", "always", "never")
+
+
+class CheckedSteps:
+    """A step function whose calls run with contracts checked as ``policy`` says (the searches' ``checks``).
+
+    ``"first"``: the first two calls, and every call whose batch (``ys.size(0)``) differs from the call before
+    (beam search's hypotheses finishing), run under the current setting; the others under ``checks(False)``.
+    ``"always"``: every call under the current setting. ``"never"``: every call under ``checks(False)``. The policy
+    never switches checks on. ``policy`` is validated here, whatever the switch says (ValueError naming ``who``).
+    """
+
+    def __init__(self, steps: StepFunction, policy: str, who: str) -> None:
+        self.steps, self.policy = steps, validate_step_checks(who, policy)
+        self.calls, self.batch = 0, -1
+
+    def __call__(self, ys: Tensor) -> Tensor:
+        check = self.policy == "always" or (self.policy == "first" and (self.calls < 2 or ys.size(0) != self.batch))
+        self.calls, self.batch = self.calls + 1, ys.size(0)
+        if check:
+            return self.steps(ys)
+        with checks_switch(False):
+            return self.steps(ys)
+
+    def reorder(self, index: Tensor) -> None:
+        self.steps.reorder(index)
+
+
 # ---------------------------------------------------------------------------- validation
+def validate_step_checks(who: str, policy: object) -> str:
+    """The searches' ``checks`` argument, refused with a ValueError naming it unless one of :data:`STEP_CHECKS`."""
+    if not isinstance(policy, str) or policy not in STEP_CHECKS:
+        raise ValueError(f"{who}: checks must be one of {', '.join(map(repr, STEP_CHECKS))}, got {policy!r}")
+    return policy
+
+
 def _model_max_len(model: nn.Module) -> int | None:
     return getattr(getattr(model, "config", None), "max_len", None)
 
@@ -80,15 +125,18 @@ class _Request:
     start: int
     end: int | None
     pad: int
+    checks: str
+    who: str
 
 
 def _validate(model: nn.Module, who: str, src: Tensor, max_len: object, start_symbol: int, end_symbol: int | None,
-              pad_symbol: int | None) -> _Request:
+              pad_symbol: int | None, checks: object) -> _Request:
     validate_nonempty(src, f"{who}: argument 'src'", "batch src_len")
     _validate_max_len(model, max_len)
     _validate_symbol(model, "start_symbol", start_symbol)
     _validate_symbol(model, "end_symbol", end_symbol)
-    return _Request(max_len, start_symbol, end_symbol, _pad_symbol(model, pad_symbol, end_symbol))
+    policy = validate_step_checks(who, checks)
+    return _Request(max_len, start_symbol, end_symbol, _pad_symbol(model, pad_symbol, end_symbol), policy, who)
 
 
 def _full_batch_mask(src_mask: Tensor | AttentionMask | None, batch: int) -> Tensor | AttentionMask | None:
@@ -170,15 +218,17 @@ def greedy_decode(
     pad_symbol: int | None = None,
     *,
     use_cache: bool = True,
+    checks: str = "first",
 ) -> Int[Tensor, "batch {max_len}"]:
     """Greedy decoding (the Annotated Transformer's ``greedy_decode``) with an exact-length guarantee.
 
     Returns (batch, max_len) token ids starting with ``start_symbol``. With ``end_symbol``, every
     position after a row's first end symbol holds ``pad_symbol`` (default: ``model.config.pad_id``,
     or ``end_symbol`` when the config has no pad id), and decoding stops early once every row has
-    ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout).
+    ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout). ``checks``: which steps run
+    with the contracts checked (``"first"``, ``"always"``, ``"never"``; see :class:`CheckedSteps`).
     """
-    request = _validate(model, "greedy_decode", src, max_len, start_symbol, end_symbol, pad_symbol)
+    request = _validate(model, "greedy_decode", src, max_len, start_symbol, end_symbol, pad_symbol, checks)
     return _encode_and_search(model, src, src_mask, request, lambda log_probs: log_probs.argmax(dim=-1), use_cache)
 
 
@@ -188,6 +238,7 @@ def _encode_and_search(model: nn.Module, src: Tensor, src_mask: Tensor | Attenti
     src_mask = _full_batch_mask(src_mask, src.size(0))
     with torch.no_grad():
         steps = model.next_tokens(model.encode(src, src_mask), src_mask, use_cache=use_cache)
+        steps = CheckedSteps(steps, request.checks, request.who)
         return search(steps, _start(src, request.start), request.max_len, request.end, request.pad, pick)
 
 
@@ -282,13 +333,15 @@ def sample_decode(
     top_p: float | None = None,
     seed: int | torch.Generator | None = None,
     use_cache: bool = True,
+    checks: str = "first",
 ) -> Int[Tensor, "batch {max_len}"]:
     """Sampling: each token is drawn from softmax(log_probs / ``temperature``), restricted to the ``top_k`` most
     probable tokens and to the smallest set whose probability reaches ``top_p`` (nucleus sampling, Holtzman et
     al. 2020), then renormalised. The draws come from a ``torch.Generator`` seeded by ``seed`` (an int, a generator,
-    or None: torch's default seed), so a seed reproduces the output. Length and padding as :func:`greedy_decode`.
+    or None: torch's default seed), so a seed reproduces the output. Length, padding and ``checks`` as
+    :func:`greedy_decode`.
     """
-    request = _validate(model, "sample_decode", src, max_len, start_symbol, end_symbol, pad_symbol)
+    request = _validate(model, "sample_decode", src, max_len, start_symbol, end_symbol, pad_symbol, checks)
     pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="sample_decode")
     return _encode_and_search(model, src, src_mask, request, pick, use_cache)
 
@@ -365,12 +418,14 @@ def beam_search(
     length_penalty: float = 0.0,
     pad_symbol: int | None = None,
     use_cache: bool = True,
+    checks: str = "first",
 ) -> BeamResult:
     """Beam search with a GNMT length penalty; ``beam_size=1`` gives exactly ``greedy_decode``'s tokens.
 
-    Each source is searched separately (:func:`beam_search_steps`). Output is (batch, max_len), padded like greedy.
+    Each source is searched separately (:func:`beam_search_steps`). Output is (batch, max_len), padded like greedy;
+    ``checks`` as :func:`greedy_decode` (for each source's search).
     """
-    request = _validate(model, "beam_search", src, max_len, start_symbol, end_symbol, pad_symbol)
+    request = _validate(model, "beam_search", src, max_len, start_symbol, end_symbol, pad_symbol, checks)
     validate_beam("beam_search", beam_size, length_penalty)
     batch = src.size(0)
     src_mask = _full_batch_mask(src_mask, batch)
@@ -382,7 +437,7 @@ def beam_search(
             row = torch.tensor([b], device=src.device)
             mask = None if src_mask is None else (src_mask.index_select(row) if isinstance(src_mask, AttentionMask)
                                                   else src_mask.index_select(0, row))
-            steps = model.next_tokens(memory[b : b + 1], mask, use_cache=use_cache)
+            steps = CheckedSteps(model.next_tokens(memory[b : b + 1], mask, use_cache=use_cache), checks, "beam_search")
             tokens, score = beam_search_steps(steps, _start(src[b : b + 1], start_symbol), max_len, end_symbol,
                                               beam_size, length_penalty)
             out[b, : len(tokens)] = torch.tensor(tokens, dtype=out.dtype)

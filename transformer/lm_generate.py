@@ -8,6 +8,9 @@ language model's side: validating the request, and stop sequences, which a step 
 Every result has exactly ``prompt length + max_new_tokens`` columns, the prompt first: after a row's end token
 (or the end token that follows a stop sequence), its positions hold ``pad_symbol``. A request longer than the
 model's ``max_len`` raises ValueError naming the prompt length, ``max_new_tokens`` and the limit.
+
+``checks`` says which steps run with the model's contracts checked, as in :mod:`transformer.decoding`: ``"first"``
+(the default: the prompt, the first one-token step, and any step whose batch changes), ``"always"`` or ``"never"``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import torch
 from torch import nn
 
 from .contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
-from .decoding import beam_search_steps, sampler, search, seeded_generator, validate_beam, validate_sampling
+from .decoding import (CheckedSteps, beam_search_steps, sampler, search, seeded_generator, validate_beam,
+                       validate_sampling, validate_step_checks)
 
 __all__ = ["generate", "beam_generate"]
 
@@ -113,6 +117,7 @@ def generate(
     pad_symbol: int | None = None,
     stop_sequences: Sequence[Sequence[int]] = (),
     use_cache: bool = True,
+    checks: str = "first",
 ) -> Int[Tensor, "batch {max_new_tokens}+steps"]:
     """Continue ``prompt`` (batch, steps) by ``max_new_tokens`` tokens: greedy (``sample=False``), or drawn from
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
@@ -121,9 +126,12 @@ def generate(
     A row ends at ``end_symbol``, or after one of ``stop_sequences`` (token-id sequences; the end symbol is then
     appended); its later positions hold ``pad_symbol`` (default: the config's ``pad_id``). Decoding stops early
     once every row has ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout).
+    ``checks``: which steps run with the contracts checked (``"first"``, ``"always"``, ``"never"``; see
+    :class:`transformer.decoding.CheckedSteps`).
     """
     request = validate_request(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     validate_sampling("generate", temperature, top_k, top_p)
+    validate_step_checks("generate", checks)
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
@@ -134,7 +142,7 @@ def generate(
                              "out for greedy decoding)")
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
     with torch.no_grad():
-        steps = model.next_tokens(use_cache=use_cache)
+        steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "generate")
         if request.stops:
             steps = StopSequences(steps, request.stops, request.end, prompt.size(1))
         return search(steps, prompt, request.max_len, request.end, request.pad, pick)
@@ -151,14 +159,16 @@ def beam_generate(
     end_symbol: int | None = None,
     pad_symbol: int | None = None,
     use_cache: bool = True,
+    checks: str = "first",
 ) -> tuple[Int[Tensor, "1 {max_new_tokens}+steps"], float]:
     """Beam search continuing one prompt (:func:`transformer.decoding.beam_search_steps`, GNMT length penalty over
-    the generated tokens): the best continuation, padded like :func:`generate`, and its normalised score."""
+    the generated tokens): the best continuation, padded like :func:`generate`, and its normalised score.
+    ``checks`` as :func:`generate`."""
     request = validate_request(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
     validate_beam("beam_generate", beam_size, length_penalty)
+    steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "beam_generate")
     with torch.no_grad():
-        tokens, score = beam_search_steps(model.next_tokens(use_cache=use_cache), prompt, request.max_len,
-                                          request.end, beam_size, length_penalty)
+        tokens, score = beam_search_steps(steps, prompt, request.max_len, request.end, beam_size, length_penalty)
     out = torch.full((1, request.max_len), request.pad, dtype=prompt.dtype, device=prompt.device)
     out[0, : len(tokens)] = torch.tensor(tokens, dtype=prompt.dtype)
     return out, score
