@@ -5,6 +5,8 @@ A tripwire inside the model's step (a checked probe whose annotation is made wro
 what the model computes) shows which steps were checked: a checked step raises TypeCheckError, an unchecked one
 passes it silently."""
 
+import re
+
 import pytest
 import torch
 from jaxtyping import TypeCheckError
@@ -68,20 +70,31 @@ def _arm(model, trip_at):
 _SRC = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 2, 0]])
 _PROMPT = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]])
 
-# Each search: (build a model, run it with checks=policy). No end symbol: every search takes all 8 steps.
+DEFAULT = object()  # run a search without passing ``checks``
+
+
+# Each search: (build a model, run it with ``checks=policy``, or without ``checks`` when policy is DEFAULT). No end
+# symbol, or one the model never reaches: every search takes all 8 steps.
+def _policy(policy):
+    return {} if policy is DEFAULT else {"checks": policy}
+
+
 SEARCHES = {
-    "generate": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, checks=policy)),
+    "generate": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, **_policy(policy))),
     "generate (sample)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, sample=True, seed=3,
-                                                          checks=policy)),
-    "generate (no cache)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, use_cache=False, checks=policy)),
+                                                          **_policy(policy))),
+    "generate (no cache)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, use_cache=False,
+                                                            **_policy(policy))),
+    "generate (stop sequences)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, end_symbol=0,
+                                                                  stop_sequences=[[1, 2, 1]], **_policy(policy))),
     "beam_generate": (_lm, lambda m, policy: beam_generate(m, _PROMPT[:1], MAX_LEN - 1, beam_size=2,
-                                                           checks=policy)[0]),
+                                                           **_policy(policy))[0]),
     "greedy_decode": (_encoder_decoder, lambda m, policy: greedy_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1,
-                                                                       checks=policy)),
+                                                                       **_policy(policy))),
     "sample_decode": (_encoder_decoder, lambda m, policy: sample_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1,
-                                                                       seed=3, checks=policy)),
+                                                                       seed=3, **_policy(policy))),
     "beam_search": (_encoder_decoder, lambda m, policy: beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0),
-                                                                   MAX_LEN, 1, beam_size=2, checks=policy).tokens),
+                                                                   MAX_LEN, 1, beam_size=2, **_policy(policy)).tokens),
 }
 
 
@@ -108,23 +121,18 @@ def test_always_checks_every_step_first_and_never_do_not(name):
     for step in (2, 5, MAX_LEN - 2):
         with pytest.raises(TypeCheckError):
             _run(name, "always", trip_at={step})
-        if name.startswith("beam"):
-            continue  # a beam's batch may change at a later step, which "first" checks again (below)
+        if name.startswith("beam") and step == 2:
+            continue  # the beam fills up at step 2 (batch 1, then 2 hypotheses... ): "first" checks it (below)
         assert torch.equal(_run(name, "first", trip_at={step}), reference)
     assert torch.equal(_run(name, "never", trip_at={0, 1, 2, 5}), reference)
 
 
-def test_the_default_is_first():
-    """Step 1 checked, step 4 not, without passing ``checks``."""
-    defaults = {"generate": lambda m: generate(m, _PROMPT, MAX_LEN - 1),
-                "greedy_decode": lambda m: greedy_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1),
-                "beam_search": lambda m: beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0), MAX_LEN, 1).tokens}
-    for name, search in defaults.items():
-        build, _ = SEARCHES[name]
-        with pytest.raises(TypeCheckError):
-            search(_arm(build(), {1}))
-        if name != "beam_search":
-            assert torch.equal(search(_arm(build(), {4})), _run(name, "always"))
+@pytest.mark.parametrize("name", SEARCHES)
+def test_the_default_is_first(name):
+    """Without ``checks``: step 1 checked, step 5 (same batch) not."""
+    with pytest.raises(TypeCheckError):
+        _run(name, DEFAULT, trip_at={1})
+    assert torch.equal(_run(name, DEFAULT, trip_at={5}), _run(name, "always"))
 
 
 @pytest.mark.parametrize("name", SEARCHES)
@@ -167,6 +175,48 @@ def test_always_and_never_on_every_step():
         assert steps.steps.checked == [expected] * 4
 
 
+@pytest.mark.parametrize("name", ["beam_search", "beam_generate"])
+def test_first_checks_the_step_where_the_beam_grows(name):
+    """A beam wider than the vocabulary: batch 1, then every token (up to the beam), then the full beam at step 2,
+    after beam search's reorder: "first" checks that step, "never" does not."""
+    wide = {"beam_search": lambda m, policy: beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0), MAX_LEN, 1,
+                                                         beam_size=20, checks=policy).tokens,
+            "beam_generate": lambda m, policy: beam_generate(m, _PROMPT[:1], MAX_LEN - 1, beam_size=20,
+                                                             checks=policy)[0]}[name]
+    build, _ = SEARCHES[name]
+    model = _arm(build(), set())
+    batches = []
+    model_ff = (model.layers[0] if isinstance(model, T.TransformerLM) else model.decoder.layers[0]).feed_forward
+    model_ff.register_forward_pre_hook(lambda module, args: batches.append(args[0].size(0)))
+    reference = wide(model, "always")
+    assert batches[0] == 1 and batches[1] != batches[2] == batches[3], batches  # the beam grows at step 2
+    with pytest.raises(TypeCheckError):
+        wide(_arm(build(), {2}), "first")
+    assert torch.equal(wide(_arm(build(), {3}), "first"), reference)  # step 3: the same batch as step 2
+    assert torch.equal(wide(_arm(build(), {2}), "never"), reference)
+
+
+@pytest.mark.parametrize("model", ["lm", "encoder-decoder"])
+@pytest.mark.parametrize("policy", STEP_CHECKS)
+def test_the_cache_bookkeeping_guard_runs_on_unchecked_steps(model, policy):
+    """A step given a prefix that does not continue the cache is refused, checked step or not."""
+    if model == "lm":
+        lm = _lm()
+        steps, prefix, holder = CheckedSteps(lm.next_tokens(), policy, "test"), _PROMPT, "LMCache"
+    else:
+        ed = _encoder_decoder()
+        memory = ed.encode(_SRC, T.padding_mask(_SRC, 0))
+        steps = CheckedSteps(ed.next_tokens(memory, T.padding_mask(_SRC, 0)), policy, "test")
+        prefix, holder = torch.ones(2, 1, dtype=torch.long), "DecoderCache"
+    with torch.no_grad():
+        for _ in range(3):  # the prompt, then two one-token steps: the checked ones under "first"
+            token = steps(prefix).argmax(-1, keepdim=True)
+            prefix = torch.cat([prefix, token], dim=1)
+        with pytest.raises(ValueError, match=rf"{holder} holds {prefix.size(1) - 1} positions but ys has "
+                                             rf"{prefix.size(1) + 1}"):
+            steps(torch.cat([prefix, prefix[:, -1:]], dim=1))  # a token skipped
+
+
 def test_guards_run_on_unchecked_steps():
     """Guards are not contracts: a token id out of range raises at step 4 whatever the policy."""
 
@@ -181,6 +231,15 @@ def test_guards_run_on_unchecked_steps():
             steps(torch.ones(2, 3, dtype=torch.long))
         with pytest.raises(ValueError, match="token id 7"):
             steps(torch.full((2, 3), 7))
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+@pytest.mark.parametrize("value", [None, True, 0, ["first"]])
+def test_a_policy_that_is_not_a_string_is_refused_with_checks_off(name, value):
+    function = name.split(" ")[0]
+    with T.checks(False), pytest.raises(ValueError, match=rf"{function}: checks must be one of .*, got "
+                                                          rf"{re.escape(repr(value))}"):
+        _run(name, value)
 
 
 @pytest.mark.parametrize("name", SEARCHES)
