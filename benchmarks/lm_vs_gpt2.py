@@ -99,11 +99,11 @@ def variants(batch: int, length: int, prompt_len: int, new: int) -> dict[str, di
     x = torch.randint(1, SIZES["vocab"], (batch, length), generator=g)
     y = torch.randint(1, SIZES["vocab"], (batch, length), generator=g)
     tasks: dict[str, dict] = {"training step": {}}
+    torch.manual_seed(0)
+    model = build_lm(gpt2_like(**SIZES)).train()  # one model and optimizer for checks on and off (see train_step.py)
+    step = _train_step(model, torch.optim.AdamW(model.parameters()), x, y, ours=True)
     for name, enabled in (("ours, checks on", True), ("ours, checks off", False)):
-        torch.manual_seed(0)
-        model = build_lm(gpt2_like(**SIZES)).train()
-        tasks["training step"][name] = _with_checks(
-            _train_step(model, torch.optim.AdamW(model.parameters()), x, y, ours=True), enabled)
+        tasks["training step"][name] = _with_checks(step, enabled)
     torch.manual_seed(0)
     gpt2 = hf_gpt2(**SIZES).train()
     tasks["training step"]["GPT-2 (sdpa)"] = _train_step(gpt2, torch.optim.AdamW(gpt2.parameters()), x, y, ours=False)

@@ -1,0 +1,46 @@
+"""The CPU speed benchmarks of issue 22 run and record what docs/benchmarks.md reports: one round each, small
+sizes (the figures themselves come from full runs on an idle machine, never from tests)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lm_vs_gpt2_records_every_variant_and_both_check_policies(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "lm.json"
+    result = _script("lm_vs_gpt2").main(["--rounds", "1", "--batch", "2", "--length", "16", "--new-tokens", "3",
+                                         "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = {(r["task"], r["variant"]): r for r in result["rows"]}
+    for task in ("training step", "generation, batch 1", "generation, batch 8"):
+        for variant in ("ours, checks on", "ours, checks off", "GPT-2 (sdpa)"):
+            assert rows[(task, variant)]["median_ms"] > 0
+        assert 0 < rows[(task, "checks on vs off (ours)")]["contract_probes"]
+    for task in ("generation, batch 1", "generation, batch 8"):
+        first = rows[(task, "checks on vs off (ours)")]["contract_probes"]
+        always = rows[(task, "checks always vs off (ours)")]["contract_probes"]
+        assert first < always  # checks="first" checks two steps of three, "always" all three
+    assert ("training step", "checks always vs off (ours)") not in rows
+    assert result["load_average_before"] and result["date"]
+
+
+def test_train_step_records_ours_on_and_off_against_torch(tmp_path):
+    out = tmp_path / "ts.json"
+    result = _script("train_step").main(["--rounds", "1", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    variants = {r["variant"]: r for r in result["rows"]}
+    assert set(variants) == {"torch.nn.Transformer", "ours, checks on", "ours, checks off"}
+    assert variants["torch.nn.Transformer"]["speed_vs_torch_nn_transformer"] == 1.0
+    assert result["contract_probes_per_forward"] > 0
