@@ -13,10 +13,11 @@ row's end symbol hold ``pad_symbol``, never cut. :func:`greedy_step` states the 
 Every search takes ``checks``, which steps run with the model's contracts checked (:class:`CheckedSteps`):
 ``"first"`` (the default) checks the first two steps (the prompt into an empty cache, then the first one-token step)
 and every step whose batch differs from the step before, and runs the rest unchecked; ``"always"`` checks every
-step; ``"never"`` none. A step after the second repeats the second's shapes with one more cached position, so a
-contract that holds there holds at every later step: ``"first"`` names a wrong shape exactly as ``"always"`` does,
-and spends the checks once per search instead of once per token. The policy only switches checks off: under
-``checks(False)`` nothing is checked. The guards (token ids, lengths) run at every step whatever it says.
+step; ``"never"`` none. A step after the second differs from it only in the number of positions attended, so
+``"first"`` names a wrong shape that shows at every step exactly as ``"always"`` does, and spends the checks once per
+search instead of once per token; a fault that appears only at some later length needs ``"always"``. The policy only
+switches checks off: under ``checks(False)`` nothing is checked. The guards (token ids, lengths, the cache's
+bookkeeping) run at every step whatever it says.
 """
 
 from __future__ import annotations
