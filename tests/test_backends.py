@@ -298,3 +298,25 @@ def test_importing_the_package_does_not_import_dynamo_for_the_backend_choice():
 
     assert "_dynamo" not in inspect.getsource(backends)
     assert not [name for name in vars(backends.current_backend) if "dynamo" in name]
+
+
+@pytest.mark.parametrize("backend", ["eager", "torch"])
+@pytest.mark.parametrize("mask", ["causal", "key lengths"])
+def test_every_backend_multiplies_the_scores_by_the_modules_scale(backend, mask):
+    """CausalSelfAttention(scale=tau): softmax(tau * Q K^T + M) V W^O on each backend (tau far from 1/sqrt(d_k))."""
+    from transformer.lm_attention import CausalSelfAttention
+    from transformer.masks import AttentionMask
+
+    torch.manual_seed(0)
+    attention = CausalSelfAttention(2, 16, 0.0, scale=0.9, backend=backend).eval()
+    x = torch.randn(2, 5, 16)
+    lengths = torch.tensor([5, 3])
+    structured = AttentionMask(causal=True) if mask == "causal" else AttentionMask(key_lengths=lengths, causal=True)
+    q, k, v = (attention.split_heads(p(x)) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril().expand(2, 1, 5, 5).clone()
+    if mask == "key lengths":
+        allowed &= (torch.arange(5) < lengths[:, None])[:, None, None, :]
+    scores = (0.9 * q @ k.transpose(-1, -2)).masked_fill(~allowed, float("-inf"))
+    expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 5, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(attention(x, structured), expected, atol=1e-5, rtol=1e-5)

@@ -1,4 +1,6 @@
-"""Blind review of step checks: the searches' ``checks`` policy (2026-11-25), by a reviewer who did not read the tests."""
+"""Blind review of step checks: the searches' ``checks`` policy (2026-11-24), by a reviewer who did not read the tests."""
+import dataclasses
+
 from .base import Mutant
 
 MUTANTS = [
@@ -84,3 +86,7 @@ MUTANTS = [
            "the same number of hypotheses but permutes/repeats them leaves each row with another hypothesis's "
            "cache, so beam_search with use_cache=True differs from use_cache=False"),
 ]
+
+# The tests they are measured against (the default TEST_FILES do not include the step-check or contract suites).
+SUITE = ("tests/test_step_checks.py", "tests/test_decoding.py", "tests/test_contracts.py")
+MUTANTS = [dataclasses.replace(m, tests=SUITE) for m in MUTANTS]
