@@ -83,15 +83,15 @@ def main(argv: list[str] | None = None) -> dict:
     step = bench._step_ours(model, torch.optim.AdamW(model.parameters()), batch, dense=False)
     for name, enabled in (("ours, checks on", True), ("ours, checks off", False)):
 
-        def run(enabled=enabled, step=step):
+        def run(enabled=enabled):
             with T.checks(enabled):
                 step()
 
         variants[name] = run
     probes = _probes_per_forward(model, batch)
     load_before = os.getloadavg()
-    for step in variants.values():  # warm-up
-        step()
+    for warm_up in variants.values():
+        warm_up()
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(rounds):

@@ -23,7 +23,7 @@ from torch import nn
 
 from .contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
 from .decoding import (CheckedSteps, beam_search_steps, sampler, search, seeded_generator, validate_beam,
-                       validate_sampling, validate_step_checks)
+                       validate_sampling)
 
 __all__ = ["generate", "beam_generate"]
 
@@ -131,7 +131,7 @@ def generate(
     """
     request = validate_request(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     validate_sampling("generate", temperature, top_k, top_p)
-    validate_step_checks("generate", checks)
+    steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "generate")
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
@@ -142,7 +142,6 @@ def generate(
                              "out for greedy decoding)")
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
     with torch.no_grad():
-        steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "generate")
         if request.stops:
             steps = StopSequences(steps, request.stops, request.end, prompt.size(1))
         return search(steps, prompt, request.max_len, request.end, request.pad, pick)
