@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import transformer as T
-from transformer.batching import Batch
+from transformer.training.batch import Batch
 
 
 class TorchTransformer(nn.Module):

@@ -33,10 +33,10 @@ import torch
 
 import transformer as T
 from transformer.contracts import checked
-from transformer.contracts_fast import resolved_signature
+from transformer.contracts.fast import resolved_signature
 from transformer.layers import residual
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
+from transformer.lm.config import LMConfig
 
 
 def _calls() -> dict[str, tuple]:

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import transformer as T
-    from transformer.lm_attention import CausalSelfAttention, PerHeadValueAttention
+    from transformer.lm.attention import CausalSelfAttention, PerHeadValueAttention
 
     torch.set_num_threads(1)
     T.set_checks(False)

@@ -14,7 +14,7 @@ with checks on runs the default ``checks="first"`` (the first two steps checked)
 
 * **training step**: batch 16 x 128, forward, cross-entropy, backward, AdamW step (dropout 0.1 in both);
 * **generation**: 64 new tokens after a 16-token prompt, greedy, with the key/value cache, batch 1 and batch 8
-  (``transformer.lm_generate.generate`` and ``GPT2LMHeadModel.generate(min_new_tokens=64)``).
+  (``transformer.lm.generation.generate`` and ``GPT2LMHeadModel.generate(min_new_tokens=64)``).
 
 Each round runs every variant once, the order rotated; the table shows medians and, for each of ours, the median of
 its per-round speed ratio to GPT-2 (above 1: faster). Writes ``benchmarks/results/lm_vs_gpt2.json`` with the load
@@ -37,8 +37,8 @@ import torch.nn.functional as F
 
 import transformer as T
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
-from transformer.lm_generate import generate
+from transformer.lm.config import LMConfig
+from transformer.lm.generation import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = dict(vocab=2000, n_layers=4, d_model=256, n_heads=8, max_len=256)

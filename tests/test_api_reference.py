@@ -142,8 +142,8 @@ def test_the_rule_fails_when_a_name_goes_missing_or_an_internal_one_is_listed(si
         "(an internal name)"]
     # a module dropped from its page, and a page that opens with its directive instead of an example
     lm_page = pages["lm.md"]
-    assert any("transformer.lm_generate is neither documented" in p for p in
-               problems({**pages, "lm.md": lm_page.replace("::: transformer.lm_generate\n", "")}, index, ids))
+    assert any("transformer.lm.generation is neither documented" in p for p in
+               problems({**pages, "lm.md": lm_page.replace("::: transformer.lm.generation\n", "")}, index, ids))
     assert problems({**pages, "lm.md": "# Language model\n\n" + lm_page[lm_page.index(":::"):]}, index, ids) == [
         "docs/api/lm.md does not open with a python example (run by tests/test_docs_code.py) before its first ':::'"]
 

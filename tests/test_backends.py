@@ -304,7 +304,7 @@ def test_importing_the_package_does_not_import_dynamo_for_the_backend_choice():
 @pytest.mark.parametrize("mask", ["causal", "key lengths"])
 def test_every_backend_multiplies_the_scores_by_the_modules_scale(backend, mask):
     """CausalSelfAttention(scale=tau): softmax(tau * Q K^T + M) V W^O on each backend (tau far from 1/sqrt(d_k))."""
-    from transformer.lm_attention import CausalSelfAttention
+    from transformer.lm.attention import CausalSelfAttention
     from transformer.masks import AttentionMask
 
     torch.manual_seed(0)

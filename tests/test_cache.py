@@ -161,7 +161,7 @@ def test_after_a_reorder_every_cache_the_memory_and_the_mask_follow_the_rows(str
 
 def test_after_a_reorder_the_language_models_cache_follows_the_rows():
     from transformer.lm import build_lm
-    from transformer.lm_config import LMConfig
+    from transformer.lm.config import LMConfig
 
     torch.manual_seed(0)
     for config in (LMConfig(vocab=13, n_layers=2, d_model=16, d_ff=16, n_heads=2, dropout=0.0, attention_dropout=0.0),

@@ -11,7 +11,7 @@ import transformer as T
 from transformer import checkpoint as ckpt_mod
 from transformer.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from transformer.tasks import CopyTask
-from transformer.tasks.run import make_trainer
+from transformer.cli.run import make_trainer
 
 
 def _model(**changes):

@@ -11,7 +11,7 @@ import torch
 
 from transformer.cli import build_parser, main
 from transformer.tasks import CopyTask, DatesTask
-from transformer.trainer import Trainer
+from transformer.training.trainer import Trainer
 from transformer.training import NoamSchedule, noam_factor
 
 LINES = ["def add(a, b):", "    return a + b", "class Box:", "    def __init__(self, value):",
@@ -192,7 +192,7 @@ def test_the_synthetic_tasks_flags_reach_the_trainer(tmp_path, capture, monkeypa
     assert (cfg.steps, cfg.eval_every, cfg.checkpoint_every, cfg.out_dir, cfg.progress) == (7, 3, 3, str(out), False)
     assert len(next(trainer.make_batches(torch.Generator()))) == 6
     assert trainer.data_generator.initial_seed() == 3
-    from transformer.tasks.run import make_trainer
+    from transformer.cli.run import make_trainer
 
     reference = make_trainer(CopyTask(), seed=3)
     assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), reference.model.parameters()))

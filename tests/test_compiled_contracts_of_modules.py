@@ -1,5 +1,5 @@
 """Each kind of contract violation the attention, cache and language-model modules can get is shown to the compiled
-checker (transformer/contracts_traced.py) under torch.compile(fullgraph=True): a dimension name bound to two sizes, a
+checker (transformer/contracts/traced.py) under torch.compile(fullgraph=True): a dimension name bound to two sizes, a
 size that does not broadcast (``#batch``), a dtype of the wrong kind (``Float``/``Int``/``Bool``), a ``{self.x}``
 size, a variadic ``*batch``, and a tuple return. Each raises eager mode's TypeCheckError, first line for first line,
 from the compiled graph (not an eager fallback), and the valid call still matches eager afterwards."""
@@ -11,7 +11,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import transformer as T
 from transformer.cache import KVCache
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
+from transformer.lm.config import LMConfig
 
 COMPILED_NOTE = "(raised by a graph compiled with torch.compile"
 

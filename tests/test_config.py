@@ -123,7 +123,7 @@ def _w2_inputs_and_ffn_outputs(ffn_hidden_dropout):
     import torch
 
     from transformer.lm import build_lm
-    from transformer.lm_config import LMConfig
+    from transformer.lm.config import LMConfig
 
     torch.manual_seed(0)
     config = LMConfig(vocab=30, n_layers=1, d_model=16, d_ff=64, n_heads=2, dropout=0.5, attention_dropout=0.0,
@@ -146,7 +146,7 @@ def test_the_ffn_hidden_dropout_option_drops_the_hidden_activations_or_not(inner
 
 
 def test_ffn_hidden_dropout_is_validated_and_round_trips():
-    from transformer.lm_config import LMConfig
+    from transformer.lm.config import LMConfig
 
     assert LMConfig(vocab=10).ffn_hidden_dropout is True  # the default: the placement the model always had
     for value in ("no", 0, None):

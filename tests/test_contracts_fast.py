@@ -1,4 +1,4 @@
-"""The eager fast path of ``checked`` (transformer/contracts_fast.py) decides every call as jaxtyping + beartype do.
+"""The eager fast path of ``checked`` (transformer/contracts/fast.py) decides every call as jaxtyping + beartype do.
 
 The fast path only ever accepts a call; whatever it does not accept goes to jaxtyping, which decides and reports. So
 two things could go wrong: the fast path accepts a call jaxtyping refuses (a contract silently skipped), or refuses
@@ -19,7 +19,7 @@ from jaxtyping import jaxtyped
 import transformer as T
 from transformer.cache import KVCache
 from transformer.contracts import Bool, Float, Int, Shaped, Tensor, TypeCheckError, checked
-from transformer.contracts_fast import NotFast, compile_checker, resolved_signature
+from transformer.contracts.fast import NotFast, compile_checker, resolved_signature
 from transformer.masks import AttentionMask
 
 REFUSED_ARGUMENTS, REFUSED_RETURN = object(), object()
@@ -256,7 +256,7 @@ def test_every_contract_of_the_package_but_one_has_the_fast_path():
     assert len(list(_checked_functions())) > 30
     # beartype checks one random item of a Sequence[...]: only jaxtyping can decide those exactly
     assert slow == {
-        "transformer.lm_generate.generate": "the annotation collections.abc.Sequence[collections.abc.Sequence[int]]"}
+        "transformer.lm.generation.generate": "the annotation collections.abc.Sequence[collections.abc.Sequence[int]]"}
 
 
 def _checked_wrappers():

@@ -17,7 +17,7 @@ from transformer.data.tokenizers import (
     train_tokenizer,
 )
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
+from transformer.lm.config import LMConfig
 from transformer.tasks.tokenizer_assets import attach_tokenizer, check_same_tokenizer, tokenizer_from_checkpoint
 
 CORPUS = [

@@ -450,8 +450,8 @@ BAD_BEAM = [
 def test_beam_options_without_a_meaning_are_refused_naming_the_value_in_both_searches(options, message):
     """A NaN length penalty used to give NaN scores without a word; both beam searches refuse it, checks on or off."""
     from transformer.lm import build_lm
-    from transformer.lm_config import LMConfig
-    from transformer.lm_generate import beam_generate
+    from transformer.lm.config import LMConfig
+    from transformer.lm.generation import beam_generate
 
     model = _model(N=1)
     src, mask = _src(batch=1)

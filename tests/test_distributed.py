@@ -30,8 +30,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import transformer as T
-from transformer.batching import Batch
-from transformer.trainer import Trainer, TrainerConfig
+from transformer.training.batch import Batch
+from transformer.training.trainer import Trainer, TrainerConfig
 from transformer.training import LabelSmoothing, NoamSchedule
 
 HERE = Path(__file__).resolve()
@@ -193,7 +193,7 @@ def _worker_laws(out: Path) -> None:
                                     "writes": len(writes)})
 
         # H: every rank stops together: a NaN loss on rank 1 alone (divergence), then Ctrl-C on rank 1 alone
-        from transformer.trainer import TrainingDiverged, TrainingInterrupted
+        from transformer.training.trainer import TrainingDiverged, TrainingInterrupted
 
         outcome = {}
         diverging = build(seed=2, steps=6, out_dir=str(out / "H_diverged"), checkpoint_every=1, strategy=ddp)
@@ -1038,7 +1038,7 @@ def test_only_rank_0_draws_the_progress_bar(rank, capsys):
     """Under torchrun every rank runs the same loop; the bar (and the eval lines written through it) is rank 0's."""
     from transformer.distributed.world import World
     from transformer.tasks import CopyTask
-    from transformer.tasks.run import make_trainer
+    from transformer.cli.run import make_trainer
 
     trainer = make_trainer(CopyTask(), steps=2, batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16,
                            d_ff=32, n_heads=2, eval_every=0)

@@ -8,8 +8,8 @@ import torch
 import transformer as T
 from transformer.cache import KVCache
 from transformer.lm import build_lm
-from transformer.lm_attention import CausalSelfAttention, PerHeadValueAttention
-from transformer.lm_config import LMConfig
+from transformer.lm.attention import CausalSelfAttention, PerHeadValueAttention
+from transformer.lm.config import LMConfig
 
 F32, F64 = "torch.float32", "torch.float64"
 

@@ -46,7 +46,7 @@ def test_gqa_equals_full_attention_with_repeated_key_value_heads(backend, kv_hea
 def test_gqa_keeps_the_modules_score_scale_on_every_backend(backend):
     """CausalSelfAttention(scale=tau, kv_heads < h): the scores are scaled by tau whatever the backend and whether the
     key/value heads are shared or full (the torch backend takes the grouped heads in place, eager repeats them)."""
-    from transformer.lm_attention import CausalSelfAttention
+    from transformer.lm.attention import CausalSelfAttention
 
     torch.manual_seed(0)
     gqa = CausalSelfAttention(4, 64, 0.0, scale=0.7, kv_heads=2).eval()

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 import transformer as T
 from transformer.lm import TransformerLM, build_lm
-from transformer.lm_attention import PerHeadValueAttention
-from transformer.lm_config import LMConfig
+from transformer.lm.attention import PerHeadValueAttention
+from transformer.lm.config import LMConfig
 
 BACKENDS = ["eager", "torch", "triton"]  # triton: Triton's interpreter on the CPU (tests/conftest.py)
 SIZES = dict(n_layers=2, d_model=32, d_ff=48, n_heads=2, max_len=24)  # d_k = 16: the kernel's smallest head

@@ -11,8 +11,8 @@ from torch import nn
 import transformer as T
 from transformer.decoding import beam_search_steps, search
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
-from transformer.lm_generate import beam_generate, generate
+from transformer.lm.config import LMConfig
+from transformer.lm.generation import beam_generate, generate
 
 SIZES = dict(n_layers=2, d_model=32, d_ff=48, n_heads=2, max_len=40)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
+from transformer.lm.config import LMConfig
 
 transformers = pytest.importorskip("transformers")
 

@@ -21,19 +21,19 @@ from torch import nn
 
 import transformer as T
 import transformer.checkpoint as ckpt_mod
-import transformer.output_dirs as output_dirs
+import transformer.common.output_dirs as output_dirs
 from transformer import training as training_mod
-from transformer.batching import Batch
+from transformer.training.batch import Batch
 from transformer.checkpoint import (
     NonFiniteWeightsError,
     find_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from transformer.output_dirs import OutputWriteError, make_temp_dir, remove_stale_temps
+from transformer.common.output_dirs import OutputWriteError, make_temp_dir, remove_stale_temps
 from transformer.tasks import CopyTask
-from transformer.tasks.run import make_trainer
-from transformer.trainer import Trainer, TrainerConfig, TrainingDiverged, TrainingInterrupted, run_epoch
+from transformer.cli.run import make_trainer
+from transformer.training.trainer import Trainer, TrainerConfig, TrainingDiverged, TrainingInterrupted, run_epoch
 from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, noam_factor
 
 TINY = dict(batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2, eval_every=0)
@@ -206,7 +206,7 @@ def test_decode_generate_and_resume_refuse_a_non_finite_checkpoint(tmp_path, cap
     # generate reads a language model the same way
     from transformer.data.tokenizers import train_tokenizer
     from transformer.lm import build_lm
-    from transformer.lm_config import LMConfig
+    from transformer.lm.config import LMConfig
     from transformer.tasks.tokenizer_assets import attach_tokenizer, tokenizer_metadata
 
     tokenizer = train_tokenizer(["abcabc"], "char", vocab_size=10, min_frequency=1)

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import transformer as T
-from transformer.lm_config import LMConfig
-from transformer.lm_generate import generate
+from transformer.lm.config import LMConfig
+from transformer.lm.generation import generate
 
 P = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])  # the next-token distribution of the stub model, every step
 

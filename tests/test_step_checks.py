@@ -16,8 +16,8 @@ import transformer as T
 from transformer.contracts import Float, Tensor, checked, checks_enabled, validate_token_ids
 from transformer.decoding import STEP_CHECKS, CheckedSteps, beam_search, greedy_decode, sample_decode
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
-from transformer.lm_generate import beam_generate, generate
+from transformer.lm.config import LMConfig
+from transformer.lm.generation import beam_generate, generate
 
 MAX_LEN = 9  # the encoder-decoder's searches: 8 steps after the start symbol; the LM's: 8 new tokens
 

@@ -8,9 +8,9 @@ import torch
 
 import transformer as T
 from transformer import backends
-from transformer.batching import Batch
+from transformer.training.batch import Batch
 from transformer.lm import build_lm
-from transformer.lm_config import LMConfig
+from transformer.lm.config import LMConfig
 
 BACKENDS = ["eager", "torch", "triton"]  # triton: Triton's interpreter on the CPU (tests/conftest.py)
 

@@ -10,8 +10,8 @@ from torch import nn
 
 import transformer as T
 from transformer.tasks import CopyTask, data_gen
-from transformer.batching import Batch
-from transformer.trainer import Trainer, TrainerConfig, TrainState, run_epoch
+from transformer.training.batch import Batch
+from transformer.training.trainer import Trainer, TrainerConfig, TrainState, run_epoch
 from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, label_smoothing_entropy, rate
 
 

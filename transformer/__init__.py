@@ -5,25 +5,25 @@ The names follow the Annotated Transformer; every ``forward`` is a checked tenso
 (see :mod:`transformer.attention`).
 """
 
-from .attention import MultiHeadedAttention, attention, current_backend, scaled_dot_product_attention, use_backend
+from .common import moved_modules
+
+moved_modules.install()  # module paths of the flat layout (transformer.backends.sdpa, transformer.lm.config, ...) keep working
+
+from . import attention  # the module (MultiHeadedAttention); calling it calls the function attention()
+from .attention import MultiHeadedAttention, current_backend, scaled_dot_product_attention, use_backend
 from .cache import DecoderCache, KVCache, LayerCache
 from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from .config import TransformerConfig
-from .contracts import TypeCheckError, checks, checks_enabled, set_checks
+from .contracts import Bool, Float, Int, Shaped, Tensor, TypeCheckError, checked, checks, checks_enabled, set_checks
 from .decoder import Decoder, DecoderLayer
 from .decoding import BeamResult, beam_search, greedy_decode, greedy_step, next_token_log_probs, sample_decode
 from .embeddings import EmbeddingStack, Embeddings, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
-from .lm import LMCache, LMNextTokens, TransformerLM, build_lm  # the decoder-only language model (docs/lm.md)
-from .lm_config import LMConfig
-from .lm_generate import beam_generate, generate
+from .lm import LMCache, LMConfig, LMNextTokens, TransformerLM, beam_generate, build_lm, generate
 from .masks import AttentionMask, padding_mask, subsequent_mask, target_mask
 from .model import EncoderDecoder, Generator, NextTokens, build_model, make_model
-from .batching import Batch
-from .trainer import Trainer, TrainerConfig, TrainState, run_epoch
-from .training import LabelSmoothing, NoamSchedule, SimpleLossCompute, rate
-from .contracts import Bool, Float, Int, Shaped, Tensor, checked  # contracts on your own code (docs/contracts.md)
+from .training import Batch, LabelSmoothing, NoamSchedule, SimpleLossCompute, Trainer, TrainerConfig, TrainState, rate, run_epoch
 
 __version__ = "0.1.0"
 

@@ -1,11 +1,14 @@
 """Multi-head attention (section 3.2.2), with an optional key/value cache for incremental decoding.
 
 The attention reference and its backends are in :mod:`transformer.backends`, the drop-in for
-``F.scaled_dot_product_attention`` in :mod:`transformer.sdpa` (re-exported here: ``attention``,
+``F.scaled_dot_product_attention`` in :mod:`transformer.backends.sdpa` (re-exported here: ``attention``,
 ``scaled_dot_product_attention``, ``use_backend``).
 """
 
 from __future__ import annotations
+
+import sys
+import types
 
 from einops import rearrange
 from torch import nn
@@ -25,7 +28,7 @@ from .cache import KVCache
 from .config import AttentionBackend, check_kv_heads
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
-from .sdpa import repeat_kv_heads, run_heads, scaled_dot_product_attention
+from .backends.sdpa import repeat_kv_heads, run_heads, scaled_dot_product_attention
 
 __all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "MultiHeadedAttention",
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
@@ -127,3 +130,14 @@ class MultiHeadedAttention(nn.Module):
             name = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p)
             x = run_heads(name, q, k, v, mask, dropout_p)
         return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))
+
+
+class _CallableModule(types.ModuleType):
+    """``transformer.attention`` is this module; calling it calls :func:`attention` (the reference function), so
+    ``T.attention(q, k, v, mask)`` keeps working without the function's name shadowing the module's."""
+
+    def __call__(self, *args, **kwargs):
+        return attention(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -43,7 +43,7 @@ class EncoderDecoder(nn.Module):
     ``src_mask`` (batch, 1, src_len) from :func:`transformer.masks.padding_mask`,
     ``tgt_mask`` (batch, tgt_len, tgt_len) from :func:`transformer.masks.target_mask`,
     or the same as :class:`~transformer.masks.AttentionMask` (``AttentionMask.padding``, ``AttentionMask.target``,
-    what :class:`~transformer.batching.Batch` builds), which lets the attention backends skip work.
+    what :class:`~transformer.training.batch.Batch` builds), which lets the attention backends skip work.
 
     A plain ``nn.Sequential`` embedding (the tutorial's ``nn.Sequential(Embeddings(...), c(position))``) becomes
     an :class:`~transformer.embeddings.EmbeddingStack` over the same modules, so it can take a position offset.

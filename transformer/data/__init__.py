@@ -5,7 +5,7 @@
 * :mod:`.token_store`: token ids in one file on disk, memory-mapped (never a corpus of Python objects).
 * :mod:`.corpora`: language-model windows and translation pairs over stores.
 * :mod:`.token_batches`: batches by token count with length buckets, sharded by rank, resumable.
-* :mod:`.lm_batch`: the language model's batch (the protocol of :class:`~transformer.batching.Batch`).
+* :mod:`.lm_batch`: the language model's batch (the protocol of :class:`~transformer.training.batch.Batch`).
 
 Importing this package does not import ``tokenizers``; training or loading a tokenizer does.
 """

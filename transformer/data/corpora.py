@@ -5,7 +5,7 @@
   windows of ``block + 1`` tokens, consecutive windows sharing one token, so every token of the span but the first
   is predicted exactly once per epoch.
 * Translation: :func:`build_pair_stores` tokenizes ``source<TAB>target`` (or JSON-lines) files into a source store
-  and a target store, aligned row by row; :class:`PairDataset` makes :class:`~transformer.batching.Batch` objects
+  and a target store, aligned row by row; :class:`PairDataset` makes :class:`~transformer.training.batch.Batch` objects
   (target wrapped in ``<s> ... </s>``). Pairs longer than the model's ``max_len`` are refused (naming file and
   line), truncated or skipped, as ``too_long`` says, and counted (:class:`CorpusReport`).
 
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..batching import Batch
-from ..output_dirs import remove_stale_temps
+from ..training.batch import Batch
+from ..common.output_dirs import remove_stale_temps
 from .lm_batch import LMBatch
 from .text_files import ReadReport, TextFileError, pair_format, read_lines, read_text
 from .token_store import TokenStore, TokenStoreWriter
@@ -64,7 +64,7 @@ def _file_identity(paths: Sequence[str]) -> list[list]:
 def cached_store(path: str, build: Callable[[], TokenStore], identity: dict[str, Any]) -> tuple[TokenStore, bool]:
     """The store at ``path`` if it was built from ``identity`` (JSON values), else ``build()``; and whether it
     was rebuilt. Temporary directories that interrupted writes of ``path`` left behind are removed first, when their
-    process no longer exists (:func:`transformer.output_dirs.remove_stale_temps`)."""
+    process no longer exists (:func:`transformer.common.output_dirs.remove_stale_temps`)."""
     remove_stale_temps(path)
     if os.path.isdir(path):
         try:
@@ -219,7 +219,7 @@ def _encode_pairs(file: str, batch: list[tuple[int, str, str]], tokenizer: TextT
 
 class PairDataset:
     """Aligned source and target stores as training examples: ``make_batch(indices)`` pads the sources and
-    ``<s> target </s>`` with ``pad`` into a :class:`~transformer.batching.Batch`; ``lengths`` is each pair's cost in
+    ``<s> target </s>`` with ``pad`` into a :class:`~transformer.training.batch.Batch`; ``lengths`` is each pair's cost in
     the batch budget, ``max(source, target + 1)`` (the decoder reads ``<s> target``)."""
 
     def __init__(self, src: TokenStore, tgt: TokenStore, *, pad: int, bos: int, eos: int) -> None:

@@ -17,7 +17,7 @@ Every rank computes the same epoch plan, so the shares are disjoint and together
 per epoch; ranks' batch counts differ by at most one. The number of batches is the same in every epoch (the cut
 depends only on the sorted lengths). ``shuffle=False`` keeps the length order and no batch shuffle (evaluation).
 
-:class:`ResumableBatches` turns a plan into the endless iterator :class:`~transformer.trainer.Trainer` wants,
+:class:`ResumableBatches` turns a plan into the endless iterator :class:`~transformer.training.trainer.Trainer` wants,
 ``batches(generator)``: its position (batches this rank has taken) is kept in the generator the Trainer saves in
 checkpoints, as the generator's seed, so a resumed run continues with the next batch of the same epoch.
 """

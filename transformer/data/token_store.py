@@ -12,9 +12,9 @@ complete or absent. :meth:`TokenStore.open` maps ``tokens.bin``
 with ``numpy.memmap``; reading a sequence or a window copies only those ids.
 
 A disk that fills up (or a read-only directory) while a store is written raises
-:class:`~transformer.output_dirs.OutputWriteError`: one sentence naming the store, nothing left behind. Temporary
+:class:`~transformer.common.output_dirs.OutputWriteError`: one sentence naming the store, nothing left behind. Temporary
 directories of writes that were interrupted (``PATH.tmp-HOST-PID-*``) are removed by the next write to the same path
-when their process no longer exists (:mod:`transformer.output_dirs`).
+when their process no longer exists (:mod:`transformer.common.output_dirs`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
+from ..common.output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 
 __all__ = ["TokenStore", "TokenStoreWriter", "write_token_store"]
 

@@ -1,6 +1,6 @@
 """Training on several processes and machines with PyTorch's own distributed engine (torchrun, DDP, FSDP2, DCP).
 
-The :class:`~transformer.trainer.Trainer` runs one code path everywhere; what differs is a *strategy* object:
+The :class:`~transformer.training.trainer.Trainer` runs one code path everywhere; what differs is a *strategy* object:
 
 * :class:`SingleProcess` (the default): every operation is the identity or a no-op.
 * :class:`DDPStrategy`: the model is replicated (``DistributedDataParallel``); gradients are all-reduced once per

@@ -23,7 +23,7 @@ from ..checkpoint import (
     kept_message,
     nonfinite_tensors,
 )
-from ..output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
+from ..common.output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 from .sharded_checkpoint import (
     build_model,
     dcp_directory,

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..batching import Batch
+from ..training.batch import Batch
 from .world import DistributedSetupError
 
 __all__ = ["Shard", "check_batch_size", "shard_batch", "takes_shard"]
@@ -39,7 +39,7 @@ def check_batch_size(batch_size: int, world_size: int, what: str = "batch size")
 def shard_batch(batch: Any, shard: Shard) -> Any:
     """Rank ``shard.rank``'s contiguous ``1/world_size`` of the rows of a global batch.
 
-    A :class:`~transformer.batching.Batch` is rebuilt from its rows (masks and ``ntokens`` recomputed); any other
+    A :class:`~transformer.training.batch.Batch` is rebuilt from its rows (masks and ``ntokens`` recomputed); any other
     batch kind must provide ``shard(rank, world_size)``. The rows of all ranks together are the global batch.
     """
     n = len(batch)

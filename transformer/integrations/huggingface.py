@@ -35,7 +35,7 @@ from importlib import metadata
 
 from torch import Tensor, nn
 
-from ..sdpa import scaled_dot_product_attention
+from ..backends.sdpa import scaled_dot_product_attention
 
 __all__ = ["NAME", "MIN_TRANSFORMERS", "register", "attention_forward"]
 

@@ -19,7 +19,7 @@ from torch import nn
 from ..config import TransformerConfig
 from ..decoding import beam_search, greedy_decode
 from ..masks import padding_mask
-from ..batching import Batch
+from ..training.batch import Batch
 
 __all__ = ["Vocab", "Task", "TrainingDefaults", "UnknownTokenError"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..config import TransformerConfig
-from ..batching import Batch
+from ..training.batch import Batch
 from .base import Task, TrainingDefaults, UnknownTokenError, Vocab
 
 __all__ = ["CopyTask", "data_gen"]

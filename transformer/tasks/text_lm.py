@@ -25,10 +25,10 @@ from ..data.text_files import check_files, read_text
 from ..data.token_batches import ResumableBatches, TokenBudgetPlan
 from ..data.token_store import TokenStore
 from ..data.tokenizers import TextTokenizer, train_tokenizer
-from ..lm import TransformerLM, build_lm
-from ..lm_config import LMConfig
-from ..trainer import Trainer, TrainerConfig
-from ..training import LabelSmoothing, NoamSchedule
+from ..lm.model import TransformerLM, build_lm
+from ..lm.config import LMConfig
+from ..training.trainer import Trainer, TrainerConfig
+from ..training.losses import LabelSmoothing, NoamSchedule
 from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
 
 __all__ = ["LMData", "prepare_lm_data", "lm_config", "make_lm_trainer", "unigram_cross_entropy", "lm_results",

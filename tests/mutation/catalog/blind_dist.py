@@ -21,7 +21,7 @@ MUTANTS = [
            (('1_000_003 * int(state["step"]) + self.rank', '1_000_003 * int(state["step"])'),),
            "resuming on another world size (or from a one-process checkpoint) gives every rank the same dropout "
            "stream: it is re-derived from the step only, not from the step and the rank"),
-    Mutant("blind-dist-nosync-first", "transformer/trainer.py",
+    Mutant("blind-dist-nosync-first", "transformer/training/trainer.py",
            (("last=i == len(group) - 1", "last=i == 0"),),
            "with accum_iter > 1 under DDP the gradients are all-reduced in the first micro-batch's backward and the "
            "later micro-batches run in no_sync, so their gradients are never averaged: the replicas diverge and the "
@@ -41,10 +41,10 @@ MUTANTS = [
            "restarted_with_checkpoint is true on a first attempt too (restart count 0, and the one-process World()): "
            "`train` without --resume into an --out that holds a checkpoint silently resumes it (\"restart 0: resumed "
            "from ... at step N\") and trains nothing more, instead of starting again"),
-    Mutant("blind-dist-bar-every-rank", "transformer/trainer.py",
+    Mutant("blind-dist-bar-every-rank", "transformer/training/trainer.py",
            (("cfg.progress and self.strategy.is_main, initial", "cfg.progress, initial"),),
            "under torchrun every rank draws its own progress bar on stderr, not rank 0 alone"),
-    Mutant("blind-dist-batch-size-message", "transformer/cli.py",
+    Mutant("blind-dist-batch-size-message", "transformer/cli/__init__.py",
            (('"--batch-size" if given else', '"--batch-size" if not given else'),),  # re-targeted after run safety
            "an indivisible --batch-size under torchrun is reported as \"the copy task's batch size 16 is not "
            "divisible...\" and an indivisible task default as \"--batch-size 80 ...\": the error names the wrong "

@@ -5,23 +5,23 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-dropin-eager-causal-bottom-right", "transformer/sdpa.py",
+    Mutant("blind-dropin-eager-causal-bottom-right", "transformer/backends/sdpa.py",
            (("attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()",
              "attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))"),),
            "backend='eager' (and auto on float64) with is_causal=True and L != S aligns the causal mask bottom-right "
            "(flash-attn style) instead of torch's top-left: query i sees keys 0..i+S-L, a different output than torch"),
-    Mutant("blind-dropin-float32-mask-refused-for-half", "transformer/sdpa.py",
+    Mutant("blind-dropin-float32-mask-refused-for-half", "transformer/backends/sdpa.py",
            (("if mask.dtype not in (torch.bool, torch.float32, query.dtype):",
              "if mask.dtype not in (torch.bool, query.dtype):"),),
            "a float32 additive mask with float16/bfloat16 queries (which torch takes) raises RuntimeError "
            "'Expected attn_mask dtype to be bool or float or to match query dtype'"),
-    Mutant("blind-dropin-broadcast-left-aligned", "transformer/sdpa.py",
+    Mutant("blind-dropin-broadcast-left-aligned", "transformer/backends/sdpa.py",
            (("for i, size in enumerate(shape, n - len(shape)):",
              "for i, size in enumerate(shape):"),),
            "leading dims of inputs of different ranks are aligned from the left, not the right as torch.matmul: "
            "query (2, 3, L, E) with key/value (3, S, E) is refused ('do not broadcast') although torch accepts it, "
            "and masks are checked against a wrong weights shape"),
-    Mutant("blind-dropin-gqa-torch-drops-scale", "transformer/sdpa.py",
+    Mutant("blind-dropin-gqa-torch-drops-scale", "transformer/backends/sdpa.py",
            (("return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)",
              "return _torch_sdpa(q, k, v, dense, dropout_p, causal, None, True)"),),
            "grouped-query attention on the torch backend (auto on CPU) ignores the module's score scale: an LM with "
@@ -54,7 +54,7 @@ MUTANTS = [
            "d_k-wide chunks (unlike split_heads for the queries): key/value head g is not k_proj's rows "
            "g*d_k..(g+1)*d_k, so a GQA module differs from the full module with repeated key/value projections "
            "(when kv_heads > 1)"),
-    Mutant("blind-dropin-lmconfig-kv-error-names", "transformer/lm_config.py",
+    Mutant("blind-dropin-lmconfig-kv-error-names", "transformer/lm/config.py",
            (('check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", prefix="LMConfig: ")',
              'check_kv_heads(self.n_kv_heads, self.n_heads, prefix="LMConfig: ")'),),
            "LMConfig(n_kv_heads=3, n_heads=8) raises 'LMConfig: kv_heads=3 does not divide h=8', naming the module's "

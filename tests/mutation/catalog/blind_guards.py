@@ -4,32 +4,32 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-guards-trace-backend-outermost", "transformer/backends.py",
+    Mutant("blind-guards-trace-backend-outermost", "transformer/backends/__init__.py",
            (("        return _TRACE_BACKENDS[-1]\n", "        return _TRACE_BACKENDS[0]\n"),),
            "inside a compiled function, nested use_backend blocks resolve to the OUTERMOST block's backend: "
            "use_backend('eager') around use_backend('torch') (or 'triton') runs eager for the inner calls, "
            "while eager mode (the context variable) runs the innermost one"),
-    Mutant("blind-guards-auto-cuda-bf16-to-sdpa", "transformer/backends.py",
+    Mutant("blind-guards-auto-cuda-bf16-to-sdpa", "transformer/backends/__init__.py",
            (("        if q.dtype == torch.float32:  # issue 18",
              "        if q.dtype != torch.float16:  # issue 18"),),
            "auto on CUDA sends bfloat16 inputs to torch's SDPA (with the float32 DEBUG message) although the kernel "
            "takes them: only float16 reaches the fused kernel under auto"),
-    Mutant("blind-guards-sampler-float32-logits", "transformer/decoding.py",
+    Mutant("blind-guards-sampler-float32-logits", "transformer/decoding/__init__.py",
            (("        logits = log_probs.detach().to(torch.float64)\n",
              "        logits = log_probs.detach().float()\n"),),
            "the tempered logits are computed in float32: a temperature below float32's range (e.g. 1e-50, 1e-300) "
            "turns the best token's 0/temperature into NaN and sampling raises 'log-probabilities ... are NaN' "
            "instead of being greedy decoding"),
-    Mutant("blind-guards-top-p-slack-sign", "transformer/decoding.py",
+    Mutant("blind-guards-top-p-slack-sign", "transformer/decoding/__init__.py",
            (("drop_sorted = before >= top_p - TOP_P_SLACK", "drop_sorted = before >= top_p + TOP_P_SLACK"),),
            "the top-p slack is applied the wrong way: a prefix whose mass reaches top_p up to float32 rounding "
            "(0.5, 0.25, ... with top_p=0.75) keeps one token too many"),
-    Mutant("blind-guards-length-penalty-inf", "transformer/decoding.py",
+    Mutant("blind-guards-length-penalty-inf", "transformer/decoding/__init__.py",
            (("    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):",
              "    if not (_is_real(length_penalty) and length_penalty >= 0):"),),
            "beam_search/beam_generate accept length_penalty=inf: every score becomes -0.0 and the first "
            "hypothesis found wins, silently, instead of a ValueError naming length_penalty"),
-    Mutant("blind-guards-generate-top-p-ignored", "transformer/lm_generate.py",
+    Mutant("blind-guards-generate-top-p-ignored", "transformer/lm/generation.py",
            (("(\"temperature\", temperature, 1.0), (\"top_k\", top_k, None), (\"top_p\", top_p, None))",
              "(\"temperature\", temperature, 1.0), (\"top_k\", top_k, None))"),),
            "generate(..., top_p=0.9) without sample=True silently decodes greedily (top_p ignored) instead of "
@@ -41,12 +41,12 @@ MUTANTS = [
              "        for name, size, dim in ((\"key_lengths\", k_len, \"k_len\"), (\"query_lengths\", q_len, \"q_len\")):\n"),),
            "with contracts switched off, an AttentionMask length above the attention's size (key_lengths 9 for "
            "k_len=5) is accepted silently instead of raising the documented ValueError (a guard: checks on or off)"),
-    Mutant("blind-guards-dtype-autocast-cuda-only", "transformer/contracts.py",
+    Mutant("blind-guards-dtype-autocast-cuda-only", "transformer/contracts/__init__.py",
            (("not torch.is_autocast_enabled(device.type)", "not torch.is_autocast_enabled()"),),
            "the autocast exemption reads only CUDA's autocast state: under torch.autocast('cpu', bfloat16) a model "
            "whose activations are bfloat16 and parameters float32 is refused with 'argument x is torch.bfloat16, "
            "the module's parameters torch.float32'"),
-    Mutant("blind-guards-perhead-dropout-falls-back", "transformer/lm_attention.py",
+    Mutant("blind-guards-perhead-dropout-falls-back", "transformer/lm/attention.py",
            (("                if (current_backend() or self.backend) != \"auto\":",
              "                if self.backend != \"auto\":"),),
            "PerHeadValueAttention with attention dropout under use_backend('triton') (module default 'auto') "

@@ -32,19 +32,19 @@ MUTANTS = [
            (("    more.setdefault(\"attention_dropout\", dropout)\n", ""),),
            "make_model(..., dropout=p) no longer passes p on as attention_dropout: the attention probabilities keep "
            "the config default 0.1 (make_model(..., dropout=0.0) still drops out attention weights in training)"),
-    Mutant("blind-model-lm-init-fan-out", "transformer/lm.py",
+    Mutant("blind-model-lm-init-fan-out", "transformer/lm/model.py",
            (("                bound = 1.0 / math.sqrt(module.in_features)",
              "                bound = 1.0 / math.sqrt(module.out_features)"),),
            "init='functional' draws Linear weights from U(+-1/sqrt(fan_out)) instead of U(+-1/sqrt(fan_in)): the FFN's "
            "first layer (d_model -> d_ff) is initialised too small and its second (d_ff -> d_model) and the generator "
            "(d_model -> vocab) at the wrong scale"),
-    Mutant("blind-model-lm-ffn-norm-kind", "transformer/lm_layers.py",
+    Mutant("blind-model-lm-ffn-norm-kind", "transformer/lm/layers.py",
            (("        for connection in self.sublayer:\n            connection.norm = make_norm(norm, size, eps)",
              "        self.sublayer[0].norm = make_norm(norm, size, eps)"),),
            "DecoderOnlyLayer applies norm='std' (the functional transformer's standardize) only in the attention "
            "sub-layer: the feed-forward sub-layer keeps LayerNorm, so LMConfig.functional no longer reproduces the "
            "functional transformer"),
-    Mutant("blind-model-perhead-bias-ones", "transformer/lm_attention.py",
+    Mutant("blind-model-perhead-bias-ones", "transformer/lm/attention.py",
            (("        return out + torch.einsum(\"bis,ie->bse\", u[..., self.d_model], self.value_bias)",
              "        return out + self.value_bias.sum(0)"),),
            "PerHeadValueAttention adds every head's value bias b_i as if each attention row summed to 1, instead of "
@@ -55,7 +55,7 @@ MUTANTS = [
            "TransformerConfig accepts a pad_id that is valid only in the larger vocabulary (e.g. src_vocab=5, "
            "tgt_vocab=10, pad_id=7) instead of raising ValueError: padding masks then refer to a token the smaller "
            "vocabulary does not have, and the error message quotes the wrong bound"),
-    Mutant("blind-model-functional-lambda-default-dmodel", "transformer/lm_config.py",
+    Mutant("blind-model-functional-lambda-default-dmodel", "transformer/lm/config.py",
            (("embedding_scale=d_model ** -0.5,", "embedding_scale=cls.d_model ** -0.5,"),),
            "LMConfig.functional(vocab, d_model=D) sets lambda_e from the default d_model 512 instead of D "
            "(d_model=128 gives 512^-0.5 instead of 128^-0.5): token embeddings are scaled wrongly for every "

@@ -4,13 +4,13 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-stepchecks-first-checks-one-step", "transformer/decoding.py",
+    Mutant("blind-stepchecks-first-checks-one-step", "transformer/decoding/__init__.py",
            (("(self.calls < 2 or ys.size(0) != self.batch)",
              "(self.calls < 1 or ys.size(0) != self.batch)"),),
            "checks='first' (the default) checks only the prompt step: the first one-token step (the second call) runs "
            "unchecked whenever the batch is unchanged, so a contract that only breaks on a one-token cached step "
            "(greedy, sampling, generate) is never named"),
-    Mutant("blind-stepchecks-policy-switches-checks-on", "transformer/decoding.py",
+    Mutant("blind-stepchecks-policy-switches-checks-on", "transformer/decoding/__init__.py",
            (("        if check:\n"
              "            return self.steps(ys)\n"
              "        with checks_switch(False):\n"
@@ -19,7 +19,7 @@ MUTANTS = [
              "            return self.steps(ys)\n"),),
            "the policy now switches checks ON for the steps it checks: under set_checks(False) or "
            "`with checks(False)`, every search (default 'first', or 'always') still runs checked steps"),
-    Mutant("blind-stepchecks-reorder-records-batch", "transformer/decoding.py",
+    Mutant("blind-stepchecks-reorder-records-batch", "transformer/decoding/__init__.py",
            (("    def reorder(self, index: Tensor) -> None:\n"
              "        self.steps.reorder(index)\n",
              "    def reorder(self, index: Tensor) -> None:\n"
@@ -27,13 +27,13 @@ MUTANTS = [
              "        self.steps.reorder(index)\n"),),
            "CheckedSteps.reorder records the new batch, so under checks='first' the step after beam search's batch "
            "changes (hypotheses finishing, or the beam filling up past the second step) is no longer checked"),
-    Mutant("blind-stepchecks-validate-accepts-non-str", "transformer/decoding.py",
+    Mutant("blind-stepchecks-validate-accepts-non-str", "transformer/decoding/__init__.py",
            (("    if not isinstance(policy, str) or policy not in STEP_CHECKS:",
              "    if isinstance(policy, str) and policy not in STEP_CHECKS:"),),
            "validate_step_checks only refuses unknown strings: checks=None, True, 0 ... are accepted (with checks "
            "off, where the str annotation is not checked) and silently behave as 'never', instead of the ValueError "
            "naming checks"),
-    Mutant("blind-stepchecks-beam-default-always", "transformer/decoding.py",
+    Mutant("blind-stepchecks-beam-default-always", "transformer/decoding/__init__.py",
            (("    use_cache: bool = True,\n"
              "    checks: str = \"first\",\n"
              ") -> BeamResult:",
@@ -42,18 +42,18 @@ MUTANTS = [
              ") -> BeamResult:"),),
            "beam_search's default policy is 'always' instead of the documented 'first': every step of every "
            "source's search is checked by default (steps after the second, with an unchanged batch, raise/slow down)"),
-    Mutant("blind-stepchecks-stop-sequences-bypass-policy", "transformer/lm_generate.py",
+    Mutant("blind-stepchecks-stop-sequences-bypass-policy", "transformer/lm/generation.py",
            (("            steps = StopSequences(steps, request.stops, request.end, prompt.size(1))",
              "            steps = StopSequences(model.next_tokens(use_cache=use_cache), request.stops, request.end, "
              "prompt.size(1))"),),
            "generate with stop_sequences wraps a fresh, unwrapped step function: the checks policy is dropped, so "
            "'first' and 'never' check every step (under the current setting), as if checks='always'"),
-    Mutant("blind-stepchecks-beam-generate-wrong-who", "transformer/lm_generate.py",
+    Mutant("blind-stepchecks-beam-generate-wrong-who", "transformer/lm/generation.py",
            (("checks, \"beam_generate\")",
              "checks, \"generate\")"),),
            "beam_generate(checks='sometimes') raises 'generate: checks must be one of ...': the error names the "
            "wrong function"),
-    Mutant("blind-stepchecks-switch-not-restored-on-error", "transformer/contracts.py",
+    Mutant("blind-stepchecks-switch-not-restored-on-error", "transformer/contracts/__init__.py",
            (("    token = _override.set(bool(enabled))\n"
              "    try:\n"
              "        yield\n"
@@ -65,10 +65,10 @@ MUTANTS = [
            "checks(...) restores the previous setting only on a normal exit: an exception inside the block (e.g. a "
            "guard's ValueError in a decoding step the policy ran unchecked) leaves checks switched off (or on) for "
            "the rest of the thread/task"),
-    Mutant("blind-stepchecks-lm-cache-guard-follows-switch", "transformer/lm.py",
-           (("from .contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, "
+    Mutant("blind-stepchecks-lm-cache-guard-follows-switch", "transformer/lm/model.py",
+           (("from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, "
              "validate_nonempty",
-             "from .contracts import (Bool, Float, Int, Tensor, checked, checks_enabled, validate_dtype_device, "
+             "from ..contracts import (Bool, Float, Int, Tensor, checked, checks_enabled, validate_dtype_device, "
              "validate_length,\n                        validate_nonempty)"),
             ("            if cache.length != ys.size(1) - 1:\n                raise ValueError(f\"LMCache holds",
              "            if checks_enabled() and cache.length != ys.size(1) - 1:\n"

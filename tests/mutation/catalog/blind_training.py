@@ -4,40 +4,40 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-training-run-epoch-train-log", "transformer/trainer.py",
+    Mutant("blind-training-run-epoch-train-log", "transformer/training/trainer.py",
            (('training = mode.startswith("train")', 'training = mode == "train"'),),
            "run_epoch(mode='train+log') silently evaluates instead of training: no backward, no optimizer or "
            "scheduler step, train_state not advanced, weights unchanged"),
-    Mutant("blind-training-resume-torch-rng", "transformer/trainer.py",
+    Mutant("blind-training-resume-torch-rng", "transformer/training/trainer.py",
            (('        torch.set_rng_state(rng["torch_rng"])\n', ''),),
            "Trainer.resume no longer restores the torch RNG state: dropout masks after a resume differ, so "
            "N steps + resume + M steps is not bit-identical to N+M steps straight"),
-    Mutant("blind-training-accum-ntokens", "transformer/trainer.py",
+    Mutant("blind-training-accum-ntokens", "transformer/training/trainer.py",
            (("ntokens += batch.ntokens", "ntokens = batch.ntokens"),),
            "with accum_iter > 1, train_step's loss per token divides the whole group's loss by the last batch's "
            "tokens only (loss reported accum_iter times too large) and Trainer.tokens under-counts"),
-    Mutant("blind-training-entropy-torch", "transformer/training.py",
+    Mutant("blind-training-entropy-torch", "transformer/training/losses.py",
            (("1.0 - smoothing + smoothing / size", "1.0 - smoothing"),),
            "label_smoothing_entropy(V, s) (torch style) uses the annotated confidence 1 - s, so H(q) is wrong: "
            "LabelSmoothing(V, pad, s) no longer equals F.cross_entropy(label_smoothing=s) - ntokens * H(q), and a "
            "perfect prediction q no longer gives loss 0"),
-    Mutant("blind-training-ntokens-input", "transformer/batching.py",
+    Mutant("blind-training-ntokens-input", "transformer/training/batch.py",
            (("int((self.tgt_y != pad).sum())", "int((self.tgt != pad).sum())"),),
            "Batch.ntokens counts the non-padding decoder inputs tgt[:, :-1] instead of the labels tgt[:, 1:]: "
            "one too many per row with end padding, so the per-token loss is normalised wrongly"),
-    Mutant("blind-training-ckpt-runtime-mismatch", "transformer/checkpoint.py",
+    Mutant("blind-training-ckpt-runtime-mismatch", "transformer/checkpoint/__init__.py",
            (("architecture_only=True", "architecture_only=False"),),
            "load_checkpoint into a model whose config differs only in a run-time field (attention_backend) raises "
            "ConfigMismatchError, so a run can no longer resume or decode on another backend"),
-    Mutant("blind-training-ckpt-asset-sha", "transformer/checkpoint.py",
+    Mutant("blind-training-ckpt-asset-sha", "transformer/checkpoint/__init__.py",
            (("if _sha256(file) != digest:", "if name in _RESERVED and _sha256(file) != digest:"),),
            "a changed byte in a checkpoint asset (e.g. tokenizer.json) is no longer detected: load_checkpoint "
            "loads it without CheckpointError although the asset's SHA-256 in meta.json does not match"),
-    Mutant("blind-training-cli-nonneg-bound", "transformer/cli.py",
+    Mutant("blind-training-cli-nonneg-bound", "transformer/cli/__init__.py",
            (('_int_at_least(0, "a non-negative integer")', '_int_at_least(1, "a non-negative integer")'),),
            "`typed-transformer train copy --eval-every 0` (documented: only at the end) and `--seed 0` are refused "
            "with exit status 2: 'expected a non-negative integer, got 0'"),
-    Mutant("blind-training-run-eval-every-zero", "transformer/tasks/run.py",
+    Mutant("blind-training-run-eval-every-zero", "transformer/cli/run.py",
            (("eval_every=defaults.eval_every if eval_every is None else eval_every",
              "eval_every=eval_every or defaults.eval_every"),),
            "make_trainer(eval_every=0) / `train --eval-every 0` evaluates (and, in the CLI, checkpoints) every "

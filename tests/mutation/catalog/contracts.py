@@ -45,7 +45,7 @@ MUTANTS += [
     P("plumb-decoder-layers-from-encoder-count", "transformer/model.py",
       "config.n_decoder_layers)", "config.n_encoder_layers)",
       "the decoder stack gets n_encoder_layers layers"),
-    P("plumb-decoding-pad-ignores-config", "transformer/decoding.py",
+    P("plumb-decoding-pad-ignores-config", "transformer/decoding/__init__.py",
       'pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)', "pad_symbol = None",
       "decoding pads after the end symbol with the end symbol even when the config has a pad id"),
     P("mask-target-none-pads-zero", "transformer/masks.py",
@@ -57,13 +57,13 @@ MUTANTS += [
       "target_mask hides padded query rows but not padded keys"),
 ]
 
-# --- the eager fast path (transformer/contracts_fast.py): killed by tests/test_contracts_fast.py, which compares its
+# --- the eager fast path (transformer/contracts/fast.py): killed by tests/test_contracts_fast.py, which compares its
 # decisions with jaxtyping's on random calls
 FAST_TESTS = ("tests/test_contracts_fast.py",)
 
 
 def E(id: str, old: str, new: str, what: str) -> Mutant:
-    return Mutant(id, "transformer/contracts_fast.py", ((old, new),), what, FAST_TESTS)
+    return Mutant(id, "transformer/contracts/fast.py", ((old, new),), what, FAST_TESTS)
 
 
 MUTANTS += [

@@ -3,14 +3,14 @@
 from .base import M, Mutant
 
 MUTANTS = [
-    # --- decoding (transformer/decoding.py)
-    M("greedy-argmin", "transformer/decoding.py",
+    # --- decoding (transformer/decoding/__init__.py)
+    M("greedy-argmin", "transformer/decoding/__init__.py",
       "lambda log_probs: log_probs.argmax(dim=-1)", "lambda log_probs: log_probs.argmin(dim=-1)",
       "greedy decoding picks the least probable token"),
-    M("greedy-step-argmin", "transformer/decoding.py",
+    M("greedy-step-argmin", "transformer/decoding/__init__.py",
       "ys, cache).argmax(dim=-1)", "ys, cache).argmin(dim=-1)",
       "greedy_step appends the least probable token"),
-    M("greedy-one-step-too-many", "transformer/decoding.py",
+    M("greedy-one-step-too-many", "transformer/decoding/__init__.py",
       "    while ys.size(1) < max_len:\n        if end_symbol is not None and bool(finished.all()):",
       "    while ys.size(1) <= max_len:\n        if end_symbol is not None and bool(finished.all()):",
       "greedy decoding loop runs one step too many"),
@@ -22,7 +22,7 @@ MUTANTS = [
 
 # --- beam search and the end of a row: killed by tests/test_decoding.py's reference beam search, GNMT
 # score recomputation, exhaustive optimum and padding tests (all through the public API)
-_D = "transformer/decoding.py"
+_D = "transformer/decoding/__init__.py"
 MUTANTS += [
     M("beam-lp-counts-start-symbol", _D,
       "return ((5.0 + length) / 6.0) ** alpha", "return ((5.0 + length + 1) / 6.0) ** alpha",
@@ -82,7 +82,7 @@ MUTANTS += [
 
 
 # --- issue 20: search options that have no meaning, and generate's sampling options without sample=True
-_GEN = "transformer/lm_generate.py"
+_GEN = "transformer/lm/generation.py"
 MUTANTS += [
     Mutant("beam-nan-length-penalty-accepted", _D, ((
         "if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):",

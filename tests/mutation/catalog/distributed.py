@@ -9,9 +9,9 @@ _STRATEGY = "transformer/distributed/strategy.py"
 _FSDP = "transformer/distributed/fsdp.py"
 _SHARDED = "transformer/distributed/sharded_checkpoint.py"
 _LAUNCH = "transformer/distributed/launch.py"
-_T = "transformer/trainer.py"
-_C = "transformer/cli.py"
-_F = "transformer/tasks/file_commands.py"
+_T = "transformer/training/trainer.py"
+_C = "transformer/cli/__init__.py"
+_F = "transformer/cli/file_commands.py"
 _TESTS = ("tests/test_distributed.py",)
 
 
@@ -100,7 +100,7 @@ MUTANTS += [
 ]
 
 MUTANTS += [
-    # --- train lm / train translate under torchrun (transformer/tasks/file_commands.py and the CLI's wiring)
+    # --- train lm / train translate under torchrun (transformer/cli/file_commands.py and the CLI's wiring)
     D("dist-file-task-single-process", _C,
       "        return train_file_task(args, strategy.device, strategy)",
       "        return train_file_task(args, strategy.device)",

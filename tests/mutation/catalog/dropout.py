@@ -65,13 +65,13 @@ MUTANTS: list[Mutant] = [
       "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
       "return nn.functional.dropout(x + self.rows(offset, end).to(x.dtype), self.dropout.p)",
       "embeddings: F.dropout without training=self.training drops in evaluation too"),
-    # --- the attention reference (transformer/backends.py; eager backend and record_attention)
-    Mutant("dropout-attn-on-scores", "transformer/backends.py", (
+    # --- the attention reference (transformer/backends/__init__.py; eager backend and record_attention)
+    Mutant("dropout-attn-on-scores", "transformer/backends/__init__.py", (
         ("p_attn = scores.softmax(dim=-1)",
          "p_attn = (scores if dropout is None else dropout(scores)).softmax(dim=-1)"),
         (_ATTN_DROPOUT_LINE, "        pass\n"),
     ), "attention dropout on the masked scores, before the softmax", DROPOUT_TESTS),
-    Mutant("dropout-attn-before-mask", "transformer/backends.py", (
+    Mutant("dropout-attn-before-mask", "transformer/backends/__init__.py", (
         ("    if mask is not None:\n        scores = scores.masked_fill",
          "    if dropout is not None:\n        scores = dropout(scores)\n"
          "    if mask is not None:\n        scores = scores.masked_fill"),
@@ -89,26 +89,26 @@ MUTANTS: list[Mutant] = [
     D("dropout-backends-in-eval", "transformer/attention.py",
       "x = run_heads(name, q, k, v, mask, dropout_p)", "x = run_heads(name, q, k, v, mask, self.dropout_p)",
       "eager/torch/triton attention get the module's dropout_p in evaluation too"),
-    # --- each backend (transformer/backends.py)
-    D("dropout-eager-backend-ignored", "transformer/backends.py",
+    # --- each backend (transformer/backends/__init__.py)
+    D("dropout-eager-backend-ignored", "transformer/backends/__init__.py",
       "return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout",
       "return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), None",
       "the eager backend never drops the attention probabilities"),
-    D("dropout-torch-backend-ignored", "transformer/backends.py",
+    D("dropout-torch-backend-ignored", "transformer/backends/__init__.py",
       "attn_mask=mask, dropout_p=dropout_p", "attn_mask=mask, dropout_p=0.0",
       "the torch backend with a dense mask (or none) never passes dropout_p to F.scaled_dot_product_attention"),
-    D("dropout-torch-causal-ignored", "transformer/backends.py",
+    D("dropout-torch-causal-ignored", "transformer/backends/__init__.py",
       "dropout_p=dropout_p, is_causal=True", "dropout_p=0.0, is_causal=True",
       "the torch backend with a causal-only AttentionMask (is_causal=True) never drops"),
-    D("dropout-torch-empty-mask-ignored", "transformer/backends.py",
+    D("dropout-torch-empty-mask-ignored", "transformer/backends/__init__.py",
       "if mask.is_empty():\n            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p",
       "if mask.is_empty():\n            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.0",
       "the torch backend with an empty AttentionMask never drops"),
-    D("dropout-triton-backend-ignored", "transformer/backends.py",
+    D("dropout-triton-backend-ignored", "transformer/backends/__init__.py",
       "kernels.flash_attention(q, k, v, dropout_p=dropout_p,",
       "kernels.flash_attention(q, k, v,",
       "the triton backend never passes dropout_p to the kernel"),
-    D("dropout-triton-fixed-seed", "transformer/backends.py",
+    D("dropout-triton-fixed-seed", "transformer/backends/__init__.py",
       "kernels.flash_attention(q, k, v, dropout_p=dropout_p,",
       "kernels.flash_attention(q, k, v, seed=0, dropout_p=dropout_p,",
       "the triton backend drops with one fixed seed: the same mask at every call, whatever torch's seed"),

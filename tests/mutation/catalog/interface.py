@@ -3,7 +3,7 @@ key/value caches the modules own, and sampling."""
 
 from .base import M, Mutant
 
-_MASKS, _BACKENDS, _CACHE = "transformer/masks.py", "transformer/backends.py", "transformer/cache.py"
+_MASKS, _BACKENDS, _CACHE = "transformer/masks.py", "transformer/backends/__init__.py", "transformer/cache.py"
 
 MUTANTS: list[Mutant] = [
     # --- AttentionMask and its dense form
@@ -74,23 +74,23 @@ MUTANTS: list[Mutant] = [
       "            self.src_mask = self.src_mask.index_select(index)\n", "            pass\n",
       "a structured source mask does not follow beam search's rows"),
     # --- sampling
-    M("sample-temperature-multiplies", "transformer/decoding.py",
+    M("sample-temperature-multiplies", "transformer/decoding/__init__.py",
       "logits = (logits - logits.amax(-1, keepdim=True)) / temperature",
       "logits = (logits - logits.amax(-1, keepdim=True)) * temperature",
       "temperature multiplies the logits instead of dividing them"),
-    M("sample-top-k-keeps-one-more", "transformer/decoding.py",
+    M("sample-top-k-keeps-one-more", "transformer/decoding/__init__.py",
       "kth = logits.topk(top_k, dim=-1).values[:, -1:]", "kth = logits.topk(min(top_k + 1, logits.size(-1)), dim=-1).values[:, -1:]",
       "top-k keeps k + 1 tokens"),
-    M("sample-top-p-inclusive", "transformer/decoding.py",
+    M("sample-top-p-inclusive", "transformer/decoding/__init__.py",
       "drop_sorted = before >= top_p - TOP_P_SLACK", "drop_sorted = before + sorted_probs > top_p",
       "top-p drops the token that crosses p (the nucleus falls short of p)"),
-    M("sample-seed-ignored", "transformer/decoding.py",
+    M("sample-seed-ignored", "transformer/decoding/__init__.py",
       "        generator.manual_seed(seed)\n", "        pass\n",
       "an int seed does not seed the generator"),
 ]
 
-# --- the drop-in for F.scaled_dot_product_attention (transformer/sdpa.py) and grouped-query attention
-_SDPA, _DROPIN_TESTS, _GQA_TESTS = "transformer/sdpa.py", ("tests/test_sdpa_dropin.py",), ("tests/test_gqa.py",)
+# --- the drop-in for F.scaled_dot_product_attention (transformer/backends/sdpa.py) and grouped-query attention
+_SDPA, _DROPIN_TESTS, _GQA_TESTS = "transformer/backends/sdpa.py", ("tests/test_sdpa_dropin.py",), ("tests/test_gqa.py",)
 
 
 def _dropin(id: str, old: str, new: str, what: str, tests: tuple[str, ...] = _DROPIN_TESTS,
@@ -152,11 +152,11 @@ MUTANTS += [
             "the modules' torch path forgets enable_gqa", _GQA_TESTS),
     _dropin("gqa-config-unchecked", 'check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", '
             'prefix="LMConfig: ")', "pass", "LMConfig accepts a kv head count that does not divide n_heads",
-            _GQA_TESTS, "transformer/lm_config.py"),
+            _GQA_TESTS, "transformer/lm/config.py"),
     _dropin("gqa-lm-builds-full-heads",
             'grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}', "grouped = {}",
             "build_lm ignores n_kv_heads (full key/value heads, a cache per query head)", _GQA_TESTS,
-            "transformer/lm.py"),
+            "transformer/lm/model.py"),
 ]
 
 # --- Hugging Face transformers (transformer/integrations/huggingface.py)
@@ -179,8 +179,8 @@ MUTANTS += [
             "the attention dropout transformers passes while training is dropped", _HF_TESTS, _HF),
 ]
 MUTANTS += [
-    _dropin("hf-imports-transformers-eagerly", "from ..sdpa import scaled_dot_product_attention\n",
-            "import transformers  # noqa: F401\n\nfrom ..sdpa import scaled_dot_product_attention\n",
+    _dropin("hf-imports-transformers-eagerly", "from ..backends.sdpa import scaled_dot_product_attention\n",
+            "import transformers  # noqa: F401\n\nfrom ..backends.sdpa import scaled_dot_product_attention\n",
             "importing the integration imports transformers (seconds, and a hard dependency)", _HF_TESTS, _HF),
 ]
 
@@ -212,7 +212,7 @@ MUTANTS += [
 # --- issue 20 (never silently wrong): the backend choice under torch.compile, sampling at its edges, mask lengths,
 # dtype/device guards, caches after a reorder. Each runs the test files that state the promise (the new ones are not
 # in TEST_FILES), so a run with -k costs one small baseline.
-_DEC = "transformer/decoding.py"
+_DEC = "transformer/decoding/__init__.py"
 _BACKEND_TESTS = ("tests/test_backends.py",)
 _SAMPLING_TESTS = ("tests/test_sampling.py",)
 _MASK_TESTS = ("tests/test_structured_masks.py",)
@@ -277,10 +277,10 @@ MUTANTS += [
         "a reorder leaves every layer's cross-attention cache on the old rows", _CACHE_TESTS),
     I20("steps-reorder-forgets-memory", "transformer/model.py", "        self.memory = self.memory.index_select(0, index)\n",
         "", "a reorder leaves the memory on the old rows (the cache and mask follow)", _CACHE_TESTS),
-    I20("entry-dtype-unchecked", "transformer/contracts.py",
+    I20("entry-dtype-unchecked", "transformer/contracts/__init__.py",
         "if tensor.is_floating_point() and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):",
         "if False:", "a floating tensor of another dtype reaches torch's own error", _ENTRY_TESTS),
-    I20("entry-autocast-refused", "transformer/contracts.py",
+    I20("entry-autocast-refused", "transformer/contracts/__init__.py",
         " and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):", " and tensor.dtype != dtype:",
         "autocast's mixed dtypes are refused", _ENTRY_TESTS),
     I20("entry-decode-memory-unchecked", "transformer/model.py",

@@ -14,8 +14,8 @@ def L(id: str, file: str, old: str, new: str, what: str, tests: tuple[str, ...] 
     return Mutant(id, file, ((old, new),), what, tests)
 
 
-_ATT, _LAY, _LM, _GEN = "transformer/lm_attention.py", "transformer/lm_layers.py", "transformer/lm.py", \
-    "transformer/lm_generate.py"
+_ATT, _LAY, _LM, _GEN = "transformer/lm/attention.py", "transformer/lm/layers.py", "transformer/lm/model.py", \
+    "transformer/lm/generation.py"
 _BAT, _COR, _TXT = "transformer/data/token_batches.py", "transformer/data/corpora.py", "transformer/data/text_files.py"
 
 MUTANTS = [
@@ -81,7 +81,7 @@ MUTANTS = [
       "a line with two tabs is read as a pair", DATA_TESTS),
     L("tok-fingerprint-unchecked", "transformer/tasks/tokenizer_assets.py", "if recorded != tokenizer.fingerprint:",
       "if False:", "a checkpoint's tokenizer is used even when it is not the recorded one", DATA_TESTS),
-    L("ckpt-assets-outside-manifest", "transformer/checkpoint.py",
+    L("ckpt-assets-outside-manifest", "transformer/checkpoint/__init__.py",
       "                f.write(content.encode(\"utf-8\") if isinstance(content, str) else content)\n"
       "            files.append(name)",
       "                f.write(content.encode(\"utf-8\") if isinstance(content, str) else content)",

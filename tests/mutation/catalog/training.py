@@ -3,23 +3,23 @@
 from .base import M
 
 MUTANTS = [
-    # --- label smoothing (transformer/training.py)
-    M("label-smoothing-wrong-mass", "transformer/training.py",
+    # --- label smoothing (transformer/training/losses.py)
+    M("label-smoothing-wrong-mass", "transformer/training/losses.py",
       "each = s / self.size", "each = s / (self.size - 1)",
       "label smoothing spreads s/(V-1) instead of s/V (mass != 1)"),
-    M("label-smoothing-full-confidence", "transformer/training.py",
+    M("label-smoothing-full-confidence", "transformer/training/losses.py",
       "cross = -((1.0 - s) * x_label + each * total)", "cross = -(x_label + each * total)",
       "label smoothing keeps confidence 1 on the label (mass 1 + s)"),
-    M("label-smoothing-mass-on-padding", "transformer/training.py",
+    M("label-smoothing-mass-on-padding", "transformer/training/losses.py",
       "columns[self.padding_idx] = False", "columns[self.padding_idx] = True",
       "annotated label smoothing puts mass on the padding class"),
 ]
 
-# --- the training loop (transformer/trainer.py): killed by tests/test_training.py's comparisons with SGD by hand (accumulation groups,
+# --- the training loop (transformer/training/trainer.py): killed by tests/test_training.py's comparisons with SGD by hand (accumulation groups,
 # the trailing partial group, global-norm clipping, the schedule, the loss normalisation)
 from .base import Mutant  # noqa: E402
 
-_T = "transformer/trainer.py"
+_T = "transformer/training/trainer.py"
 MUTANTS += [
     M("accum-steps-every-batch", _T,
       "if (i + 1) % accum_iter == 0:", "if True:",
@@ -72,7 +72,7 @@ MUTANTS += [
     M("trainer-loss-per-last-batch", _T,
       "self.last_train_loss = loss_sum / max(ntokens, 1)", "self.last_train_loss = loss_sum / max(batch.ntokens, 1)",
       "Trainer's loss per token divides by the last batch's tokens only"),
-    M("loss-compute-unnormalised", "transformer/training.py",
+    M("loss-compute-unnormalised", "transformer/training/losses.py",
       "sloss = self.criterion(x.contiguous().view(-1, x.size(-1)), y.contiguous().view(-1)) / norm",
       "sloss = self.criterion(x.contiguous().view(-1, x.size(-1)), y.contiguous().view(-1))",
       "SimpleLossCompute back-propagates the summed loss, not the loss / norm"),
@@ -81,8 +81,8 @@ MUTANTS += [
 # --- issue 20, never silently wrong: the command line, divergence, non-finite weights, label ids, disk writes,
 # leftovers, the rule that finds a checkpoint, Ctrl-C, resumes. Each runs the sharpest of the files written for it.
 _RS, _CF, _TP = ("tests/test_run_safety.py",), ("tests/test_cli_flags.py",), ("tests/test_training_promises.py",)
-_CLI, _F, _CK, _TR = "transformer/cli.py", "transformer/tasks/file_commands.py", "transformer/checkpoint.py", \
-    "transformer/training.py"
+_CLI, _F, _CK, _TR = "transformer/cli/__init__.py", "transformer/cli/file_commands.py", "transformer/checkpoint/__init__.py", \
+    "transformer/training/losses.py"
 
 
 def S(id: str, file: str, old: str, new: str, what: str, tests: tuple[str, ...] = _RS) -> Mutant:
@@ -117,19 +117,19 @@ MUTANTS += [
     S("cli-out-not-tried", _CLI, '        check_writable(out, "--out")', "        pass",
       "an --out that cannot be written is found out at the first save, after training"),
     # divergence and non-finite weights
-    S("trainer-divergence-unchecked", "transformer/trainer.py",
+    S("trainer-divergence-unchecked", "transformer/training/trainer.py",
       "        if not math.isfinite(loss_sum):\n            self._diverged(", "        if False:\n            self._diverged(",
       "a NaN loss is trained on and saved"),
-    Mutant("trainer-divergence-after-the-step", "transformer/trainer.py", ((
+    Mutant("trainer-divergence-after-the-step", "transformer/training/trainer.py", ((
         "        if not math.isfinite(loss_sum):\n            self._diverged(group, loss_sum / max(ntokens, 1))\n"
         "        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n",
         "        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n"
         "        if not math.isfinite(loss_sum):\n            self._diverged(group, loss_sum / max(ntokens, 1))\n"),),
         "the optimizer steps on the NaN loss before the run stops: the weights in memory are ruined", _RS),
-    S("trainer-eval-divergence-unchecked", "transformer/trainer.py",
+    S("trainer-eval-divergence-unchecked", "transformer/training/trainer.py",
       "                    if not math.isfinite(eval_loss):", "                    if False:",
       "a NaN held-out loss is recorded and training goes on"),
-    S("trainer-saves-nonfinite-weights", "transformer/trainer.py",
+    S("trainer-saves-nonfinite-weights", "transformer/training/trainer.py",
       "        if self.strategy.all_reduce_sum([len(bad)])[0]:", "        if False:",
       "Trainer.save hands NaN weights to the strategy (only save_checkpoint's own check is left)"),
     S("checkpoint-saves-nonfinite-weights", _CK, "    if not allow_nonfinite:\n        bad = nonfinite_tensors",
@@ -147,7 +147,7 @@ MUTANTS += [
     S("labels-gpu-path-unclamped", _TR,
       "        keep = target != self.padding_idx if invalid is None else (target != self.padding_idx) & ~invalid",
       "        keep = target != self.padding_idx", "on a GPU an out-of-range label is gathered: a device-side assert"),
-    S("batch-last-target-position-unchecked", "transformer/batching.py",
+    S("batch-last-target-position-unchecked", "transformer/training/batch.py",
       '            _check_ids(tgt, tgt_vocab, "tgt", "target")', '            _check_ids(tgt[:, :-1], tgt_vocab, "tgt", "target")',
       "Batch checks the decoder input only, never the last label"),
     S("label-smoothing-entropy-zero-division", _TR, "    if smoothing == 0.0:\n        return 0.0\n    if style",
@@ -158,31 +158,31 @@ MUTANTS += [
     S("token-store-write-failure-traceback", "transformer/data/token_store.py",
       "        if is_write_failure(error):\n            return write_failure(",
       "        if False:\n            return write_failure(", "a full disk while tokenizing is a raw OSError traceback"),
-    S("leftovers-of-other-hosts-removed", "transformer/output_dirs.py",
+    S("leftovers-of-other-hosts-removed", "transformer/common/output_dirs.py",
       '        if match is None or match["host"] != host or _alive(int(match["pid"])):',
       '        if match is None or _alive(int(match["pid"])):',
       "another host's temporary directory (a shared filesystem) is removed while its save may be running"),
-    S("leftovers-of-live-processes-removed", "transformer/output_dirs.py",
+    S("leftovers-of-live-processes-removed", "transformer/common/output_dirs.py",
       '        if match is None or match["host"] != host or _alive(int(match["pid"])):',
       '        if match is None or match["host"] != host:', "a live process's temporary directory is removed mid-save"),
     S("find-checkpoint-ignores-the-copy-aside", _CK, "    if os.path.exists(path):\n        return None\n    aside =",
       "    if True:\n        return None\n    aside =", "after a crash between a save's renames no checkpoint is found"),
     # Ctrl-C
-    S("ctrl-c-request-not-reduced", "transformer/trainer.py",
+    S("ctrl-c-request-not-reduced", "transformer/training/trainer.py",
       "        loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, float(requested)])",
       "        loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, 0.0])",
       "Ctrl-C is never acted on at the step boundary"),
-    S("ctrl-c-no-save", "transformer/trainer.py",
+    S("ctrl-c-no-save", "transformer/training/trainer.py",
       "                    if cfg.out_dir and self.saved_step != self.step:", "                    if False:",
       "Ctrl-C stops without saving: everything since the last periodic checkpoint is lost"),
-    S("second-ctrl-c-ignored", "transformer/trainer.py", "        if self.requested:\n            signal.signal",
+    S("second-ctrl-c-ignored", "transformer/training/trainer.py", "        if self.requested:\n            signal.signal",
       "        if False:\n            signal.signal", "a second Ctrl-C waits for the step to end instead of stopping at once"),
     # the training setup
-    S("make-trainer-ignores-factor", "transformer/tasks/run.py",
+    S("make-trainer-ignores-factor", "transformer/cli/run.py",
       "    schedule = NoamSchedule(config.d_model, defaults.factor if factor is None else factor,",
       "    schedule = NoamSchedule(config.d_model, defaults.factor,",
       "make_trainer (so train copy/dates --lr) ignores the factor it is given", _TP),
-    S("checks-first-checks-always", "transformer/trainer.py",
+    S("checks-first-checks-always", "transformer/training/trainer.py",
       '                check = cfg.checks == "always" or (cfg.checks == "first" and first)',
       '                check = cfg.checks != "never"', 'checks="first" checks every step', _TP),
 ]

@@ -11,7 +11,7 @@ A checkpoint is a directory::
 
 ``config.json`` names the model's kind (``MODEL_KINDS``): ``"encoder_decoder"`` (a
 :class:`~transformer.config.TransformerConfig`, built by :func:`~transformer.model.build_model`) or ``"lm"`` (an
-:class:`~transformer.lm_config.LMConfig`, built by :func:`~transformer.lm.build_lm`). A ``config.json`` without a
+:class:`~transformer.lm.config.LMConfig`, built by :func:`~transformer.lm.build_lm`). A ``config.json`` without a
 kind, as written before there were two, is an encoder-decoder.
 
 ``save_checkpoint`` writes everything into a fresh temporary directory beside the target, fsyncs
@@ -25,9 +25,9 @@ are NaN or infinite (a diverged run's), naming the tensors, unless asked to load
 
 Where the checkpoint of a directory is (``--resume``, a torchrun restart, loading) follows one rule,
 :func:`find_checkpoint`. A disk that is full or read-only during a save raises
-:class:`~transformer.output_dirs.OutputWriteError` (one sentence: the path, the space needed, that the previous
+:class:`~transformer.common.output_dirs.OutputWriteError` (one sentence: the path, the space needed, that the previous
 checkpoint is intact); temporary directories of interrupted saves are removed by the next save when provably
-leftovers (:mod:`transformer.output_dirs`).
+leftovers (:mod:`transformer.common.output_dirs`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from .output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
+from ..common.output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 
 __all__ = ["Checkpoint", "CheckpointError", "ConfigMismatchError", "NonFiniteWeightsError", "save_checkpoint",
            "load_checkpoint", "find_checkpoint", "FORMAT_VERSION"]
@@ -60,7 +60,7 @@ _CONFIG, _MODEL, _STATE_T, _STATE_J, _META = "config.json", "model.safetensors",
 #: The kinds of model a checkpoint may hold: kind -> (config class, builder), as "module:name" (imported on use).
 MODEL_KINDS: dict[str, tuple[str, str]] = {
     "encoder_decoder": ("transformer.config:TransformerConfig", "transformer.model:build_model"),
-    "lm": ("transformer.lm_config:LMConfig", "transformer.lm:build_lm"),
+    "lm": ("transformer.lm.config:LMConfig", "transformer.lm.model:build_lm"),
 }
 _DEFAULT_KIND = "encoder_decoder"  # config.json files written before there were kinds
 _RESERVED = {_CONFIG, _MODEL, _STATE_T, _STATE_J, _META}
@@ -225,7 +225,7 @@ def save_checkpoint(
     attribute (the same mapping) is saved too, so whatever saves the model (a Trainer, a distributed strategy) keeps
     its tokenizer with it. Returns the path. The previous checkpoint at
     ``path``, if any, survives any interruption, and a full or read-only disk
-    (:class:`~transformer.output_dirs.OutputWriteError`, one sentence). Weights that are NaN or infinite are refused (:class:`NonFiniteWeightsError`, naming the tensors;
+    (:class:`~transformer.common.output_dirs.OutputWriteError`, one sentence). Weights that are NaN or infinite are refused (:class:`NonFiniteWeightsError`, naming the tensors;
     nothing is written) unless ``allow_nonfinite``.
     """
     path = os.path.abspath(os.fspath(path))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from .contracts import Tensor
-from .masks import AttentionMask, target_mask
+from ..contracts import Tensor
+from ..masks import AttentionMask, target_mask
 
 __all__ = ["Batch"]
 

@@ -4,7 +4,7 @@
 ``Trainer`` puts a step-counted loop, periodic evaluation and exact-resume checkpoints
 (:mod:`transformer.checkpoint`) on top; the same loop runs under torchrun with DDP or FSDP2 when given a strategy
 (:mod:`transformer.distributed`). Both take any batch with ``inputs()``, ``labels``, ``ntokens``,
-``len()`` and ``to()`` (:class:`~transformer.batching.Batch`): the model runs as ``model(*batch.inputs())``.
+``len()`` and ``to()`` (:class:`~transformer.training.batch.Batch`): the model runs as ``model(*batch.inputs())``.
 
 Never silently wrong: a loss that becomes NaN or infinite stops training (:class:`TrainingDiverged`, read where the
 loop reads the loss anyway: no extra synchronisation), weights that are not finite are never saved, so the last
@@ -28,11 +28,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .batching import Batch
-from .checkpoint import describe_nonfinite, kept_message, nonfinite_tensors
-from .contracts import Tensor, checks
-from .distributed import SingleProcess, Strategy
-from .training import SimpleLossCompute, check_label_ids
+from .batch import Batch
+from ..checkpoint import describe_nonfinite, kept_message, nonfinite_tensors
+from ..contracts import Tensor, checks
+from ..distributed import SingleProcess, Strategy
+from .losses import SimpleLossCompute, check_label_ids
 
 __all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "TrainingDiverged",
            "TrainingInterrupted"]

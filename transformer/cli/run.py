@@ -8,9 +8,9 @@ import torch
 
 from ..config import TransformerConfig
 from ..model import make_model
-from ..trainer import Trainer, TrainerConfig
-from ..training import LabelSmoothing, NoamSchedule
-from .base import Task
+from ..training.trainer import Trainer, TrainerConfig
+from ..training.losses import LabelSmoothing, NoamSchedule
+from ..tasks.base import Task
 
 __all__ = ["make_trainer"]
 

@@ -31,10 +31,10 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .cache import DecoderCache
-from .contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
-from .contracts import checks as checks_switch
-from .masks import AttentionMask
+from ..cache import DecoderCache
+from ..contracts import Bool, Float, Int, Tensor, checked, validate_nonempty
+from ..contracts import checks as checks_switch
+from ..masks import AttentionMask
 
 __all__ = ["StepFunction", "greedy_decode", "greedy_step", "next_token_log_probs", "sample_decode", "beam_search",
            "BeamResult", "DecoderCache", "search", "beam_search_steps", "sampler", "CheckedSteps", "STEP_CHECKS"]

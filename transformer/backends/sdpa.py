@@ -23,7 +23,7 @@ picks the implementation (``backend`` > :func:`~transformer.backends.use_backend
 :mod:`transformer.backends`): ``"triton"`` (our kernel, on CUDA or under ``TRITON_INTERPRET=1``), ``"torch"``
 (torch's own function), ``"eager"`` (:func:`reference`, torch's definition in plain PyTorch). ``"auto"`` runs the
 kernel where it takes the inputs and torch's function where it does not (float masks, head dims outside 16-256,
-value width != key width, ...); it logs which and why at DEBUG level on ``transformer.sdpa``. A backend asked for
+value width != key width, ...); it logs which and why at DEBUG level on ``transformer.backends.sdpa``. A backend asked for
 by name never falls back: it raises ``ValueError`` with the reason.
 """
 
@@ -36,12 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .backends import _check_backend, _triton_reason, current_backend, resolve_backend, run_backend
-from .masks import AttentionMask
+from . import _check_backend, _triton_reason, current_backend, resolve_backend, run_backend
+from ..masks import AttentionMask
 
 __all__ = ["scaled_dot_product_attention", "reference"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("transformer.sdpa")  # the name documented before the drop-in moved into backends/
 _TORCH_HAS_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)  # enable_gqa
 _NAME = "scaled_dot_product_attention"
 

@@ -15,7 +15,7 @@ dropout on the probabilities, and rows whose every key is masked giving zeros (f
   where torch < 2.5 (whose fused attention returns NaN on fully masked rows).
 
 Choosing one is a run-time decision, never part of a model's identity. From strongest to weakest: the
-``backend=`` argument of :func:`transformer.sdpa.scaled_dot_product_attention`; the innermost :func:`use_backend`
+``backend=`` argument of :func:`transformer.backends.sdpa.scaled_dot_product_attention`; the innermost :func:`use_backend`
 block (a context variable, so threads and asyncio tasks each keep their own); the module's default
 (``TransformerConfig.attention_backend``); ``"auto"``. A backend asked for by name never falls back: it raises.
 Under torch.compile the choice is guarded (another choice traces again) and a refusal raises from the graph.
@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import AttentionBackend
-from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
-from .masks import AttentionMask
+from ..config import AttentionBackend
+from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
+from ..masks import AttentionMask
 
 __all__ = ["attention", "use_backend", "current_backend",
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
@@ -172,7 +172,7 @@ def _triton_reason(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask
     if missing is not None:
         return missing
     try:
-        from . import kernels
+        from .. import kernels
     except ImportError as error:  # triton installed but broken
         return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
     parts = _kernel_masks(mask)
@@ -281,7 +281,7 @@ def run_backend(name: str | Refusal, q: Tensor, k: Tensor, v: Tensor, mask: Tens
         shape = [*q.shape[:-1], v.size(-1)]
         return torch.ops.typed_transformer.backend_refused.default(name.message, shape, q.dtype, q.device)
     if name == "triton":
-        from . import kernels
+        from .. import kernels
 
         out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **_kernel_masks(mask))
         return _zero_padded_queries(out, mask)

@@ -11,7 +11,7 @@ thread or asyncio task with the :func:`checks` context manager (a ``contextvars.
 that overrides the process-wide default). Off costs one ContextVar lookup per call.
 
 Under ``torch.compile`` the same contracts hold: while Dynamo traces, ``checked`` hands the
-call to the checker of ``transformer.contracts_traced``, which raises the same
+call to the checker of ``transformer.contracts.traced``, which raises the same
 ``TypeCheckError`` (same first line) from the compiled graph. No graph break.
 """
 
@@ -30,8 +30,8 @@ import torch
 from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError
 from torch import Tensor
 
-from .contracts_fast import NotFast, Reporter, compile_checker, resolved_signature
-from .contracts_traced import Contract, call_traced, clean_expected, field_text
+from .fast import NotFast, Reporter, compile_checker, resolved_signature
+from .traced import Contract, call_traced, clean_expected, field_text
 
 __all__ = [
     "DIMENSIONS",
@@ -150,11 +150,11 @@ def checked(fn: F) -> F:
     shape and the sizes bound so far (and the values of ``{self.x}`` fields the annotation reads).
 
     In eager mode the annotations are read once, here, and compiled into a small Python checker
-    (``transformer.contracts_fast``: about a microsecond per call); a call it does not find valid is handed to
+    (``transformer.contracts.fast``: about a microsecond per call); a call it does not find valid is handed to
     jaxtyping and beartype themselves, which raise the error with their full report. Annotations the fast checker
     does not replicate exactly (e.g. ``Sequence[int]``) are left to jaxtyping at every call.
 
-    While torch.compile traces, the same annotations are checked by ``transformer.contracts_traced`` (read from the
+    While torch.compile traces, the same annotations are checked by ``transformer.contracts.traced`` (read from the
     annotations once, here), on the shapes Dynamo traces with; a violation becomes an operator in the graph that
     raises the same ``TypeCheckError`` with the same first line when the graph runs. See docs/contracts.md.
 

@@ -39,7 +39,7 @@ from ..distributed import (
     read_sharded_checkpoint,
     restarted_with_checkpoint,
 )
-from .tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
+from ..tasks.tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
 
 __all__ = ["FILE_TASKS", "CommandError", "add_lm_flags", "add_translate_flags", "add_generate_parser",
            "train_file_task", "generate_command", "decode_translation", "schedule_settings", "schedule_given",
@@ -105,7 +105,7 @@ def _model_flags(p: argparse.ArgumentParser, d: dict[str, Any], layers: str) -> 
 
 def add_lm_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``train lm`` (the training flags every task takes are the CLI's)."""
-    from .text_lm import LM_DEFAULTS as d
+    from ..tasks.text_lm import LM_DEFAULTS as d
 
     g = p.add_argument_group("data (see docs/data.md)")
     g.add_argument("--text", nargs="+", metavar="FILE", required=True, help="training text files (UTF-8)")
@@ -125,7 +125,7 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
 
 def add_translate_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``train translate`` (the training flags every task takes are the CLI's)."""
-    from .translation_files import TRANSLATE_DEFAULTS as d
+    from ..tasks.translation_files import TRANSLATE_DEFAULTS as d
 
     g = p.add_argument_group("data (see docs/data.md)")
     g.add_argument("--train", metavar="FILE", required=True,
@@ -152,7 +152,7 @@ def schedule_settings(args: argparse.Namespace, d_model: int, defaults: dict[str
     """The Noam ``(factor, warmup)`` the flags ask for: ``--warmup`` (else the task's), and ``--lr`` (the schedule's
     peak) converted with ``d_model`` and the warm-up (:func:`transformer.training.noam_factor`), else
     ``--lr-factor``, else the task's factor (``defaults``: ``"factor"`` and ``"warmup"``)."""
-    from ..training import noam_factor
+    from ..training.losses import noam_factor
 
     warmup = defaults["warmup"] if args.warmup is None else args.warmup
     if args.lr is not None:
@@ -176,7 +176,7 @@ def resume_schedule(trainer, args: argparse.Namespace) -> str | None:
     it (``--lr``, ``--lr-factor``, ``--warmup``; what it does not set stays the checkpoint's), which then applies
     from the resumed step on (e.g. a lower ``--lr`` after a divergence). Returns a line saying what changed, or
     None."""
-    from ..training import NoamSchedule
+    from ..training.losses import NoamSchedule
 
     scheduler = trainer.scheduler
     saved = scheduler.lr_lambdas[0]
@@ -195,11 +195,11 @@ def resume_schedule(trainer, args: argparse.Namespace) -> str | None:
 
 
 def require_finite(eval_loss: float, step: int) -> float:
-    """``eval_loss``, or :class:`~transformer.trainer.TrainingDiverged` when it is NaN or infinite: a run never
+    """``eval_loss``, or :class:`~transformer.training.trainer.TrainingDiverged` when it is NaN or infinite: a run never
     reports a non-finite loss (or perplexity, or BLEU of a broken model) as its result."""
     import math
 
-    from ..trainer import TrainingDiverged
+    from ..training.trainer import TrainingDiverged
 
     if not math.isfinite(eval_loss):
         raise TrainingDiverged(f"the held-out loss after step {step} is {eval_loss}: the model is broken (a loss or "
@@ -335,7 +335,7 @@ def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[st
 
 
 def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
-    from .text_lm import LM_DEFAULTS, lm_config, lm_results, make_lm_trainer, prepare_lm_data
+    from ..tasks.text_lm import LM_DEFAULTS, lm_config, lm_results, make_lm_trainer, prepare_lm_data
 
     d, out = LM_DEFAULTS, run.out
     block = _pick(args, "block_len", d)
@@ -382,7 +382,7 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
 
 def _sample_text(model, data, new_tokens: int = 40) -> str:
     """A greedy continuation of the first held-out tokens (what the model makes of unseen text)."""
-    from ..lm_generate import generate
+    from ..lm.generation import generate
 
     prompt = torch.from_numpy(data.valid.window(0)[:16]).unsqueeze(0).to(next(model.parameters()).device)
     was_training = model.training
@@ -396,7 +396,7 @@ def _sample_text(model, data, new_tokens: int = 40) -> str:
 
 
 def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
-    from .translation_files import (
+    from ..tasks.translation_files import (
         TRANSLATE_DEFAULTS,
         make_translation_trainer,
         prepare_translation_data,
@@ -484,7 +484,7 @@ def _load_task_checkpoint(path: str, device: torch.device, task: str, command: s
 
 def generate_command(args: argparse.Namespace, device: torch.device) -> int:
     """``generate``: print each prompt followed by its continuation."""
-    from ..lm_generate import beam_generate, generate
+    from ..lm.generation import beam_generate, generate
 
     sampling = [flag for flag, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
                                          ("--top-p", args.top_p), ("--seed", args.seed)) if value is not None]
@@ -519,7 +519,7 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
 def decode_translation(args: argparse.Namespace, ckpt) -> int:
     """``decode`` on a ``train translate`` checkpoint: plain text in, plain text out (a ``train lm`` checkpoint is
     refused: it generates)."""
-    from .translation_files import translate
+    from ..tasks.translation_files import translate
 
     if ckpt.metadata.get("task") != "translate":
         raise CommandError(f"checkpoint {args.checkpoint} was trained by `train {ckpt.metadata.get('task')}`: "

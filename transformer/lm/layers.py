@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import KVCache
-from .config import NormPlacement
-from .contracts import Bool, Float, Int, Tensor, checked, validate_token_ids
-from .embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
-from .layers import PositionwiseFeedForward, SublayerConnection, clones
-from .masks import AttentionMask
+from ..cache import KVCache
+from ..config import NormPlacement
+from ..contracts import Bool, Float, Int, Tensor, checked, validate_token_ids
+from ..embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
+from ..layers import PositionwiseFeedForward, SublayerConnection, clones
+from ..masks import AttentionMask
 
 __all__ = ["StandardizedNorm", "ScaledEmbeddings", "ScaledPositionalEncoding", "ScaledLearnedPositionalEncoding",
            "DecoderOnlyLayer", "make_norm"]
@@ -46,7 +46,7 @@ class StandardizedNorm(nn.Module):
 
 def make_norm(kind: str, features: int, eps: float) -> nn.Module:
     """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`."""
-    from .layers import LayerNorm
+    from ..layers import LayerNorm
 
     if kind not in ("layer", "std"):
         raise ValueError(f"norm must be 'layer' or 'std', got {kind!r}")
@@ -102,8 +102,8 @@ class DecoderOnlyLayer(nn.Module):
     """One layer of the decoder-only model: masked self-attention, then the position-wise FFN, each a residual
     sub-layer with dropout and a normalisation (section 3.1's decoder layer without its encoder-decoder attention).
 
-    ``self_attn`` is a :class:`~transformer.lm_attention.CausalSelfAttention` or a
-    :class:`~transformer.lm_attention.PerHeadValueAttention`; ``norm`` picks LayerNorm (``"layer"``) or the
+    ``self_attn`` is a :class:`~transformer.lm.attention.CausalSelfAttention` or a
+    :class:`~transformer.lm.attention.PerHeadValueAttention`; ``norm`` picks LayerNorm (``"layer"``) or the
     functional transformer's :class:`StandardizedNorm` (``"std"``) inside both sub-layer connections.
     With ``cache``, ``x`` holds the new positions only and the attention appends their keys and values.
     """

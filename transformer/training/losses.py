@@ -4,13 +4,13 @@ The names and signatures follow the Annotated Transformer (``LabelSmoothing``, `
 ``SimpleLossCompute``); the differences are fixes: ``LabelSmoothing`` never produces inf or NaN (the
 tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), the loss compute survives
 all-padding batches (the tutorial divides by zero), and a label outside the vocabulary is named in a ValueError
-instead of an index error (or, on a GPU, a device-side assert). Batches are in :mod:`transformer.batching`, the
-training loop (``run_epoch``, ``Trainer``) in :mod:`transformer.trainer`.
+instead of an index error (or, on a GPU, a device-side assert). Batches are in :mod:`transformer.training.batch`, the
+training loop (``run_epoch``, ``Trainer``) in :mod:`transformer.training.trainer`.
 
 Label ids are checked where reading them costs nothing: on the CPU, every call checks them and raises. On a GPU the
 check does not read the labels back to the host (that would add a synchronisation to every step): an out-of-range
 id never indexes anything (the loss reads a clamped id), and the loss becomes NaN; the training loops, which read
-the loss on the host at every step anyway, then name the label (:class:`~transformer.trainer.Trainer` checks the
+the loss on the host at every step anyway, then name the label (:class:`~transformer.training.trainer.Trainer` checks the
 labels of a step whose loss is not finite, and the CPU-built batches of the tasks check them when they are made).
 """
 
@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from .contracts import Float, Int, Tensor, checked
+from ..contracts import Float, Int, Tensor, checked
 
 __all__ = ["LabelSmoothing", "label_smoothing_entropy", "rate", "NoamSchedule", "noam_factor", "SimpleLossCompute"]
 

@@ -1,8 +1,8 @@
 """The decoder-only Transformer language model (the functional-transformer's model, GPT's shape).
 
-A stack of :class:`~transformer.lm_layers.DecoderOnlyLayer` (masked self-attention and a feed-forward network)
+A stack of :class:`~transformer.lm.layers.DecoderOnlyLayer` (masked self-attention and a feed-forward network)
 between token embeddings plus positions and a final normalisation; :class:`~transformer.model.Generator` turns
-the hidden states into log-probabilities of the next token. :class:`~transformer.lm_config.LMConfig` chooses
+the hidden states into log-probabilities of the next token. :class:`~transformer.lm.config.LMConfig` chooses
 between the paper's formulation and the functional transformer's (``LMConfig.functional``), option by option.
 
 The model is always causal: the mask it is given (key padding, an ``AttentionMask`` or a dense tensor) is
@@ -10,7 +10,7 @@ combined with "attend to yourself and earlier positions", passed as ``AttentionM
 backend runs without a dense mask. Incremental decoding is the modules' own: :meth:`TransformerLM.new_cache`
 gives an :class:`LMCache` (one :class:`~transformer.cache.KVCache` per layer), the embeddings take the position
 offset, and :meth:`TransformerLM.next_tokens` is the step function that :mod:`transformer.decoding`'s searches
-and :func:`transformer.lm_generate.generate` run on.
+and :func:`transformer.lm.generation.generate` run on.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ import math
 
 from torch import nn
 
-from .cache import KVCache
-from .contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
-from .embeddings import EmbeddingStack
-from .layers import PositionwiseFeedForward, clones
-from .lm_attention import CausalSelfAttention, PerHeadValueAttention
-from .lm_config import LMConfig
-from .lm_layers import (
+from ..cache import KVCache
+from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
+from ..embeddings import EmbeddingStack
+from ..layers import PositionwiseFeedForward, clones
+from .attention import CausalSelfAttention, PerHeadValueAttention
+from .config import LMConfig
+from .layers import (
     DecoderOnlyLayer,
     ScaledEmbeddings,
     ScaledLearnedPositionalEncoding,
     ScaledPositionalEncoding,
     make_norm,
 )
-from .masks import AttentionMask, subsequent_mask
-from .model import Generator
+from ..masks import AttentionMask, subsequent_mask
+from ..model import Generator
 
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
 

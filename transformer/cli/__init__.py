@@ -34,18 +34,18 @@ from collections.abc import Sequence
 
 import torch
 
-from .attention import BACKENDS, triton_missing_reason, use_backend
-from .checkpoint import CheckpointError, find_checkpoint, load_checkpoint
-from .distributed import (
+from ..attention import BACKENDS, triton_missing_reason, use_backend
+from ..checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+from ..distributed import (
     STRATEGIES,
     DistributedSetupError,
     check_batch_size,
     restarted_with_checkpoint,
     torchrun_world,
 )
-from .output_dirs import OutputWriteError, check_writable, remove_stale_temps
-from .tasks import TASKS, UnknownTokenError, get_task, task_from_metadata
-from .tasks.file_commands import (
+from ..common.output_dirs import OutputWriteError, check_writable, remove_stale_temps
+from ..tasks import TASKS, UnknownTokenError, get_task, task_from_metadata
+from .file_commands import (
     FILE_TASKS,
     CommandError,
     add_generate_parser,
@@ -59,7 +59,7 @@ from .tasks.file_commands import (
     schedule_settings,
     train_file_task,
 )
-from .trainer import TrainingDiverged
+from ..training.trainer import TrainingDiverged
 
 __all__ = ["main", "build_parser", "EXIT_USAGE", "EXIT_RUN_FAILED", "EXIT_INTERRUPTED"]
 
@@ -128,12 +128,12 @@ def _task_defaults(task: str) -> dict:
     """The defaults ``train TASK`` shows and uses: the synthetic task's ``default_training()``, or the file
     task's ``LM_DEFAULTS``/``TRANSLATE_DEFAULTS``; and the d_model of its default model (for --lr's default)."""
     if task == "lm":
-        from .tasks.text_lm import LM_DEFAULTS as d
+        from ..tasks.text_lm import LM_DEFAULTS as d
 
         return dict(steps=d["steps"], eval_every=d["eval_every"], warmup=d["warmup"], factor=d["factor"],
                     d_model=d["d_model"])
     if task == "translate":
-        from .tasks.translation_files import TRANSLATE_DEFAULTS as d
+        from ..tasks.translation_files import TRANSLATE_DEFAULTS as d
 
         return dict(steps=d["steps"], eval_every=d["eval_every"], warmup=d["warmup"], factor=d["factor"],
                     d_model=d["d_model"])
@@ -145,7 +145,7 @@ def _task_defaults(task: str) -> dict:
 
 def _add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
     """The flags every task of ``train`` takes, with the task's defaults."""
-    from .training import NoamSchedule
+    from ..training.losses import NoamSchedule
 
     d = _task_defaults(task)
     g = p.add_argument_group("training")
@@ -197,7 +197,7 @@ _TASK_HELP = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = _Parser(prog=PROG, description="Train and decode the typed Transformer on synthetic tasks or your own "
                                             "files.", epilog=_EXIT_STATUSES)
@@ -371,7 +371,7 @@ def _check_out(args: argparse.Namespace, world) -> None:
 
 def _describe_checkpoint(path: str) -> str:
     """`` (step 600 of train copy)``, read from the checkpoint at ``path`` (less when it says less)."""
-    from .checkpoint import checkpoint_step
+    from ..checkpoint import checkpoint_step
 
     step = checkpoint_step(path)
     try:
@@ -384,7 +384,7 @@ def _describe_checkpoint(path: str) -> str:
 
 
 def _train_file_task(args: argparse.Namespace, device: torch.device, world) -> int:
-    """``train lm`` / ``train translate`` (transformer.tasks.file_commands), in one process or as one rank of a
+    """``train lm`` / ``train translate`` (transformer.cli.file_commands), in one process or as one rank of a
     torchrun job (their token-budget batches are dealt out between the ranks: no batch size to divide)."""
     if world is None:
         with _backend(args.attention_backend):
@@ -418,7 +418,7 @@ def _torchrun_rank(args: argparse.Namespace, device: torch.device, world):
     """This process as one rank of the torchrun job: the process group joined for ``--strategy`` (left on the way
     out), standard output from rank 0 only, the attention backend, and an escaping error recorded for torchrun's
     failure summary; a launch that cannot work is a usage error."""
-    from .distributed import distributed, main_process_output, recorded_errors
+    from ..distributed import distributed, main_process_output, recorded_errors
 
     with recorded_errors():
         try:
@@ -435,8 +435,8 @@ def _backend(name: str | None) -> contextlib.AbstractContextManager:
 
 
 def _train_task(args: argparse.Namespace, task, out: str, device: torch.device, strategy=None) -> int:
-    from .distributed import is_sharded_checkpoint
-    from .tasks.run import make_trainer
+    from ..distributed import is_sharded_checkpoint
+    from .run import make_trainer
 
     defaults = task.default_training()
     factor, warmup = schedule_settings(args, task.default_config().d_model,
@@ -503,7 +503,7 @@ def _train_task(args: argparse.Namespace, task, out: str, device: torch.device, 
 
 def _refuse_sharded(path: str) -> None:
     """``decode`` and ``generate`` read single-file checkpoints: a sharded one must be consolidated first."""
-    from .distributed import is_sharded_checkpoint
+    from ..distributed import is_sharded_checkpoint
 
     if is_sharded_checkpoint(path):
         raise UsageError(f"checkpoint {path} is sharded (saved by --strategy fsdp); gather it first: "
@@ -531,8 +531,8 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
-    from .checkpoint import read_config
-    from .distributed import consolidate_checkpoint
+    from ..checkpoint import read_config
+    from ..distributed import consolidate_checkpoint
 
     path = consolidate_checkpoint(args.src, args.out)
     command = "generate" if read_config(path, with_kind=True)[0] == "lm" else "decode"  # an LM continues text
@@ -542,7 +542,7 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` (default: ``sys.argv[1:]``); returns the exit status (see the module docstring)."""
-    from .trainer import TrainingInterrupted
+    from ..training.trainer import TrainingInterrupted
 
     parser = build_parser()
     args = _parse(parser, argv)  # exits with status 2 and a usage line on bad flags

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors, check_kv_heads
+from ..config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors, check_kv_heads
 
 __all__ = ["LMConfig"]
 

@@ -29,14 +29,14 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .backends import (_check_backend, attention, current_backend, dense_heads_mask, refuse, resolve_backend,
+from ..backends import (_check_backend, attention, current_backend, dense_heads_mask, refuse, resolve_backend,
                        run_backend)
-from .sdpa import repeat_kv_heads, run_heads
-from .cache import KVCache
-from .config import AttentionBackend
-from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
-from .masks import AttentionMask
-from .attention import MultiHeadedAttention
+from ..backends.sdpa import repeat_kv_heads, run_heads
+from ..cache import KVCache
+from ..config import AttentionBackend
+from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
+from ..masks import AttentionMask
+from ..attention import MultiHeadedAttention
 
 __all__ = ["CausalSelfAttention", "PerHeadValueAttention"]
 

@@ -4,7 +4,7 @@ jaxtyping with beartype re-reads every annotation at each call (about 200 us per
 evaluating ``{self.d_model}``-style sizes). Here each contract is read once, when ``checked`` decorates the function,
 and turned into the source of one small function: bind the arguments, compare each tensor's dtype and sizes with
 the annotation, call the function, compare its result. The comparisons follow jaxtyping's rules exactly (the same
-grammar as ``transformer.contracts_traced`` reads: ``name``, ``#name``, ``*name``, ``*#name``, ``...``, ``_``, fixed
+grammar as ``transformer.contracts.traced`` reads: ``name``, ``#name``, ``*name``, ``*#name``, ``...``, ``_``, fixed
 sizes, ``{self.x}`` / ``{arg}`` fields and expressions such as ``steps+1``, unions, ``None``, classes, ``Callable``
 and fixed-length tuples), binding names in the order beartype checks the arguments.
 
@@ -29,7 +29,7 @@ import jaxtyping
 import torch
 from jaxtyping import AbstractArray
 
-from .contracts_traced import _UnsupportedAnnotation, _array_dtypes, _broadcast, _parse_dims
+from .traced import _UnsupportedAnnotation, _array_dtypes, _broadcast, _parse_dims
 
 _EMPTY = inspect.Parameter.empty
 

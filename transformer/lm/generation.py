@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
-from .decoding import (CheckedSteps, beam_search_steps, sampler, search, seeded_generator, validate_beam,
+from ..contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
+from ..decoding import (CheckedSteps, beam_search_steps, sampler, search, seeded_generator, validate_beam,
                        validate_sampling)
 
 __all__ = ["generate", "beam_generate"]

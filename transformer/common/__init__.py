@@ -1,0 +1,2 @@
+"""Idioms the package's concepts share, written once: output directories and write failures, the run-time switches,
+argument validators, version parsing and dtype names. Nothing here knows about the Transformer."""
