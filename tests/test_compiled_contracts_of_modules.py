@@ -49,7 +49,7 @@ def test_the_reference_attention_compiled_shows_a_dimension_a_broadcast_a_dtype_
     mask = torch.rand(2, 1, 4, 6) > 0.3
 
     def attend(q, k, v, mask):
-        return T.attention(q, k, v, mask)[0]
+        return T.attention.attention(q, k, v, mask)[0]  # the function: Dynamo cannot call a module object
 
     firsts = _same_error_compiled(attend, lambda: (q, k, v, mask), {
         "d_k bound twice": (q, k[..., :7], v, mask),

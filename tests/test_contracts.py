@@ -151,8 +151,8 @@ def _checked_functions():
 
     import transformer
 
-    for info in pkgutil.iter_modules(transformer.__path__):
-        module = importlib.import_module(f"transformer.{info.name}")
+    for info in pkgutil.walk_packages(transformer.__path__, "transformer."):  # subpackages too
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module):
             candidates = [obj]
             if inspect.isclass(obj) and obj.__module__ == module.__name__:
@@ -409,10 +409,10 @@ def test_every_contract_of_the_package_is_read_by_the_compiled_checker():
     import transformer
 
     contracts = {}
-    for info in pkgutil.iter_modules(transformer.__path__):
-        module = importlib.import_module(f"transformer.{info.name}")
+    for info in pkgutil.walk_packages(transformer.__path__, "transformer."):  # subpackages too
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module):
-            candidates = [getattr(obj, n) for n in vars(obj)] if inspect.isclass(obj) else [obj]
+            candidates = [getattr(obj, n, None) for n in vars(obj)] if inspect.isclass(obj) else [obj]
             for fn in candidates:
                 if hasattr(fn, "_contract") and fn.__module__ == module.__name__:
                     contracts[f"{module.__name__}.{fn.__qualname__}"] = fn._contract

@@ -263,10 +263,10 @@ def _checked_wrappers():
     import importlib
     import pkgutil
 
-    for info in pkgutil.iter_modules(T.__path__):
-        module = importlib.import_module(f"transformer.{info.name}")
+    for info in pkgutil.walk_packages(T.__path__, "transformer."):  # subpackages too
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module):
-            for fn in [getattr(obj, n) for n in vars(obj)] if inspect.isclass(obj) else [obj]:
+            for fn in [getattr(obj, n, None) for n in vars(obj)] if inspect.isclass(obj) else [obj]:
                 if hasattr(fn, "_fast_checker") and fn.__module__ == module.__name__:
                     yield f"{module.__name__}.{fn.__qualname__}", fn
 

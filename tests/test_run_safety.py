@@ -22,7 +22,7 @@ from torch import nn
 import transformer as T
 import transformer.checkpoint as ckpt_mod
 import transformer.common.output_dirs as output_dirs
-from transformer import training as training_mod
+from transformer.training import losses as training_mod
 from transformer.training.batch import Batch
 from transformer.checkpoint import (
     NonFiniteWeightsError,

@@ -286,11 +286,11 @@ def test_a_named_backend_never_falls_back_and_says_why():
 
 def test_the_choice_and_its_reason_are_logged_at_debug_level(caplog):
     q, k, v = torch.randn(1, 2, 4, 16), torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
-    with caplog.at_level(logging.DEBUG, logger="transformer.backends.sdpa"):
+    with caplog.at_level(logging.DEBUG, logger="transformer.sdpa"):
         T.scaled_dot_product_attention(q, k, v)
         T.scaled_dot_product_attention(q.double(), k.double(), v.double())
         T.scaled_dot_product_attention(q, k, v, backend="triton")
-    lines = [r.getMessage() for r in caplog.records if r.name == "transformer.backends.sdpa"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "transformer.sdpa"]
     assert lines == ["scaled_dot_product_attention runs on torch: cpu tensors: auto runs the kernel on CUDA only",
                      "scaled_dot_product_attention runs on eager: float64: only the reference supports every "
                      "autograd mode",
@@ -299,10 +299,10 @@ def test_the_choice_and_its_reason_are_logged_at_debug_level(caplog):
 
 def test_a_use_backend_block_chooses_when_no_backend_is_named(caplog):
     q = torch.randn(1, 2, 4, 16)
-    with caplog.at_level(logging.DEBUG, logger="transformer.backends.sdpa"), T.use_backend("eager"):
+    with caplog.at_level(logging.DEBUG, logger="transformer.sdpa"), T.use_backend("eager"):
         T.scaled_dot_product_attention(q, q, q)
         T.scaled_dot_product_attention(q, q, q, backend="torch")  # the argument beats the block
-    assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == "transformer.backends.sdpa"] == [
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == "transformer.sdpa"] == [
         "scaled_dot_product_attention runs on eager", "scaled_dot_product_attention runs on torch"]
 
 
@@ -430,6 +430,6 @@ def test_the_drop_in_compiles_in_one_graph_and_gives_torchs_answer(debug, caplog
 
     q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
     torch._dynamo.reset()
-    with caplog.at_level(logging.DEBUG if debug else logging.WARNING, logger="transformer.backends.sdpa"):
+    with caplog.at_level(logging.DEBUG if debug else logging.WARNING, logger="transformer.sdpa"):
         out = torch.compile(attend, fullgraph=True, backend="eager")(q, k, v)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
