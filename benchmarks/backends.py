@@ -38,8 +38,15 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, tgt, src_pad, tgt_pad):
         causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), dtype=torch.bool)
-        out = self.core(self.src_embed(src), self.tgt_embed(tgt), tgt_mask=causal, src_key_padding_mask=src_pad,
-                        tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        out = self.core(
+            self.src_embed(src),
+            self.tgt_embed(tgt),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
         return self.generator(out).log_softmax(-1)
 
 
@@ -103,16 +110,26 @@ def main() -> None:
     for backend in args.backends:
         for dense in (False, True):
             torch.manual_seed(0)
-            model = T.make_model(args.vocab, args.vocab, N=args.layers, d_model=args.d_model, d_ff=args.d_ff,
-                                 h=args.heads, dropout=0.1, attention_backend=backend).train()
+            model = T.make_model(
+                args.vocab,
+                args.vocab,
+                N=args.layers,
+                d_model=args.d_model,
+                d_ff=args.d_ff,
+                h=args.heads,
+                dropout=0.1,
+                attention_backend=backend,
+            ).train()
             name = f"{backend}, {'dense masks' if dense else 'AttentionMask'}"
             variants[name] = _step_ours(model, torch.optim.AdamW(model.parameters()), batch, dense)
     q = torch.randn(args.batch, args.heads, args.length, args.d_model // args.heads)
     auto = T.backends.resolve_backend("auto", q, q, q, batch.tgt_mask, 0.1)
     load = os.getloadavg()[0]
-    print(f"one training step, d_model {args.d_model}, {args.heads} heads, {args.layers}+{args.layers} layers, d_ff "
-          f"{args.d_ff}, batch {args.batch} x {args.length}, checks on, {args.threads} thread(s), torch "
-          f"{torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, load {load:.2f}; auto picks {auto!r}")
+    print(
+        f"one training step, d_model {args.d_model}, {args.heads} heads, {args.layers}+{args.layers} layers, d_ff "
+        f"{args.d_ff}, batch {args.batch} x {args.length}, checks on, {args.threads} thread(s), torch "
+        f"{torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, load {load:.2f}; auto picks {auto!r}"
+    )
     for step in variants.values():  # warm-up
         step()
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -126,12 +143,26 @@ def main() -> None:
     print(f"{'variant':32s} | {'median step':>11s} | {'steps/s vs torch.nn.Transformer':>31s}")
     for name, values in times.items():
         median = statistics.median(values)
-        rows.append({"variant": name, "median_step_ms": round(1000 * median, 1), "relative_steps_per_s": round(base / median, 3),
-                     "steps_ms": [round(1000 * v, 1) for v in values]})
+        rows.append(
+            {
+                "variant": name,
+                "median_step_ms": round(1000 * median, 1),
+                "relative_steps_per_s": round(base / median, 3),
+                "steps_ms": [round(1000 * v, 1) for v in values],
+            }
+        )
         print(f"{name:32s} | {1000 * median:9.1f} ms | {base / median:30.2f}x")
-    result = {"benchmark": "one training step per attention backend and mask form", "setup": vars(args),
-              "auto_picks": auto, "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
-              "load_average_at_start": round(load, 2), "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    result = {
+        "benchmark": "one training step per attention backend and mask form",
+        "setup": vars(args),
+        "auto_picks": auto,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": round(load, 2),
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)

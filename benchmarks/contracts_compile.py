@@ -122,13 +122,13 @@ def measure(opts, threads: int, dynamic: bool) -> dict:
                 _time_forward(compiled, args, 2)
         times = {True: [], False: []}
         for round_ in range(opts.rounds):  # on/off pairs, the order swapped every round
-            for enabled in ((True, False) if round_ % 2 == 0 else (False, True)):
+            for enabled in (True, False) if round_ % 2 == 0 else (False, True):
                 with T.checks(enabled):
                     times[enabled].append(_time_forward(compiled, args, opts.repeats))
         with T.checks(True):
             eager_ms = statistics.median(_time_forward(model, args, 1) for _ in range(3)) * 1e3
     on, off = statistics.median(times[True]), statistics.median(times[False])
-    paired = statistics.median(a / b for a, b in zip(times[True], times[False]))
+    paired = statistics.median(a / b for a, b in zip(times[True], times[False], strict=True))
     return {
         "threads": threads,
         "shapes": "dynamic" if dynamic else "static",
@@ -156,9 +156,12 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2", help="torch thread counts, comma-separated")
     parser.add_argument("--shapes", default="static,dynamic", help="static and/or dynamic, comma-separated")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/contracts_compile.json"))
-    parser.add_argument("--update", action="store_true",
-                        help="keep the rows of --out that this run does not measure (e.g. re-measure 2 threads only, "
-                             "when other jobs disturbed them); each row records its own date and load")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the rows of --out that this run does not measure (e.g. re-measure 2 threads only, "
+        "when other jobs disturbed them); each row records its own date and load",
+    )
     opts = parser.parse_args()
 
     load_before = os.getloadavg()
@@ -170,8 +173,11 @@ def main() -> None:
             r = rows[-1]
             r["load_average_1min"] = {"before": row_load, "after": os.getloadavg()[0]}
             r["date"] = datetime.date.today().isoformat()
-            print(f"  measured {threads} thread(s), {shapes}: {r['overhead_percent']:+.2f}% "
-                  f"(paired {r['paired_overhead_percent']:+.2f}%)", flush=True)
+            print(
+                f"  measured {threads} thread(s), {shapes}: {r['overhead_percent']:+.2f}% "
+                f"(paired {r['paired_overhead_percent']:+.2f}%)",
+                flush=True,
+            )
     switch = _switch_cost_ns()
     model = T.make_model(opts.vocab, opts.vocab, N=2, d_model=128, d_ff=512, h=8).eval()
     src = torch.randint(1, opts.vocab, (opts.batch, opts.length))
@@ -181,20 +187,30 @@ def main() -> None:
     switch_share = calls * switch["contextvar switch"] * 1e-6 / eager_off_ms * 100
     load_after = os.getloadavg()
 
-    print(f"make_model({opts.vocab}, {opts.vocab}, N=2, d_model=128, d_ff=512, h=8), batch {opts.batch} x length "
-          f"{opts.length}, torch.compile(fullgraph=True), inductor, no_grad; load average {load_before[0]:.2f} "
-          f"before, {load_after[0]:.2f} after")
+    print(
+        f"make_model({opts.vocab}, {opts.vocab}, N=2, d_model=128, d_ff=512, h=8), batch {opts.batch} x length "
+        f"{opts.length}, torch.compile(fullgraph=True), inductor, no_grad; load average {load_before[0]:.2f} "
+        f"before, {load_after[0]:.2f} after"
+    )
     print("overhead: of the medians / median of the paired on/off ratios / of the fastest runs")
-    print(f"{'threads':>7} {'shapes':>8} {'checks on (ms)':>15} {'checks off (ms)':>16} {'overhead':>24} "
-          f"{'trace on (s)':>13} {'trace off (s)':>14} {'compile (s)':>12} {'eager, on (ms)':>15}")
+    print(
+        f"{'threads':>7} {'shapes':>8} {'checks on (ms)':>15} {'checks off (ms)':>16} {'overhead':>24} "
+        f"{'trace on (s)':>13} {'trace off (s)':>14} {'compile (s)':>12} {'eager, on (ms)':>15}"
+    )
     for r in rows:
-        overheads = f"{r['overhead_percent']:+.2f}/{r['paired_overhead_percent']:+.2f}/{r['min_overhead_percent']:+.2f}%"
-        print(f"{r['threads']:>7} {r['shapes']:>8} {r['checks_on_ms']:>15.2f} {r['checks_off_ms']:>16.2f} "
-              f"{overheads:>24} {r['trace_checks_on_s']:>13.1f} {r['trace_checks_off_s']:>14.1f} "
-              f"{r['first_compile_inductor_checks_on_s']:>12.1f} {r['eager_checks_on_ms']:>15.2f}")
-    print(f"eager, checks off: {switch['contextvar switch']:.0f} ns per checked call (ContextVar switch), "
-          f"{switch['global boolean']:.0f} ns with the former global boolean; {calls} checked calls per forward: "
-          f"{switch_share:.4f}% of an eager forward")
+        overheads = (
+            f"{r['overhead_percent']:+.2f}/{r['paired_overhead_percent']:+.2f}/{r['min_overhead_percent']:+.2f}%"
+        )
+        print(
+            f"{r['threads']:>7} {r['shapes']:>8} {r['checks_on_ms']:>15.2f} {r['checks_off_ms']:>16.2f} "
+            f"{overheads:>24} {r['trace_checks_on_s']:>13.1f} {r['trace_checks_off_s']:>14.1f} "
+            f"{r['first_compile_inductor_checks_on_s']:>12.1f} {r['eager_checks_on_ms']:>15.2f}"
+        )
+    print(
+        f"eager, checks off: {switch['contextvar switch']:.0f} ns per checked call (ContextVar switch), "
+        f"{switch['global boolean']:.0f} ns with the former global boolean; {calls} checked calls per forward: "
+        f"{switch_share:.4f}% of an eager forward"
+    )
 
     record = {
         "benchmark": "contracts_compile",

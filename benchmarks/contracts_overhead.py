@@ -45,8 +45,9 @@ def _calls() -> dict[str, tuple]:
     d, batch, seq = 16, 2, 3
     x = torch.randn(batch, seq, d)
     mha = T.MultiHeadedAttention(4, d, dropout=0.0).eval()
-    lm = build_lm(LMConfig(vocab=50, n_layers=1, d_model=d, d_ff=32, n_heads=4, dropout=0.0, attention_dropout=0.0,
-                           max_len=16)).eval()
+    lm = build_lm(
+        LMConfig(vocab=50, n_layers=1, d_model=d, d_ff=32, n_heads=4, dropout=0.0, attention_dropout=0.0, max_len=16)
+    ).eval()
     layer = lm.layers[0]
     model = T.make_model(50, 50, N=1, d_model=d, d_ff=32, h=4, dropout=0.0).eval()
     tokens = torch.randint(1, 50, (batch, seq))
@@ -60,8 +61,11 @@ def _calls() -> dict[str, tuple]:
         "MultiHeadedAttention.forward": (T.MultiHeadedAttention.forward, (mha, x, x, x, mask), {}),
         "DecoderOnlyLayer.forward": (type(layer).forward, (layer, x, T.AttentionMask(causal=True)), {}),
         "TransformerLM.forward": (T.TransformerLM.forward, (lm, tokens), {}),
-        "EncoderDecoder.forward": (T.EncoderDecoder.forward, (model, tokens, tokens, mask, T.target_mask(tokens, 0)),
-                                   {}),
+        "EncoderDecoder.forward": (
+            T.EncoderDecoder.forward,
+            (model, tokens, tokens, mask, T.target_mask(tokens, 0)),
+            {},
+        ),
     }
 
 
@@ -104,7 +108,7 @@ def _best_of(variants: dict, batches: int, batch_us: float) -> dict[str, float]:
     best = {v: float("inf") for v in variants}
     names = list(variants)
     for r in range(batches):
-        for v in names[r % len(names):] + names[: r % len(names)]:
+        for v in names[r % len(names) :] + names[: r % len(names)]:
             best[v] = min(best[v], timed(v, calls[v]))
     return {v: t * 1e6 for v, t in best.items()}
 
@@ -120,16 +124,24 @@ def per_call(batches: int, batch_us: float) -> dict[str, dict[str, float]]:
             out = wrapper(*args, **kwargs)
             stub, checked_stub = _stub(wrapper, out)
 
-            contract = _best_of({
-                "bare": (lambda: stub(*args, **kwargs), True),
-                "checks on": (lambda: checked_stub(*args, **kwargs), True),
-                "checks off": (lambda: checked_stub(*args, **kwargs), False),
-                "jaxtyping": (lambda: checked_stub._jaxtyping(args, kwargs), True),
-            }, batches, batch_us)
-            whole = _best_of({
-                "checks on": (lambda: wrapper(*args, **kwargs), True),
-                "checks off": (lambda: wrapper(*args, **kwargs), False),
-            }, batches, batch_us)
+            contract = _best_of(
+                {
+                    "bare": (lambda: stub(*args, **kwargs), True),  # noqa: B023 (timed before the loop moves on)
+                    "checks on": (lambda: checked_stub(*args, **kwargs), True),  # noqa: B023 (timed before the loop moves on)
+                    "checks off": (lambda: checked_stub(*args, **kwargs), False),  # noqa: B023 (timed before the loop moves on)
+                    "jaxtyping": (lambda: checked_stub._jaxtyping(args, kwargs), True),  # noqa: B023 (timed before the loop moves on)
+                },
+                batches,
+                batch_us,
+            )
+            whole = _best_of(
+                {
+                    "checks on": (lambda: wrapper(*args, **kwargs), True),  # noqa: B023 (timed before the loop moves on)
+                    "checks off": (lambda: wrapper(*args, **kwargs), False),  # noqa: B023 (timed before the loop moves on)
+                },
+                batches,
+                batch_us,
+            )
             results[name] = {
                 "contract_after_us": round(contract["checks on"] - contract["bare"], 2),
                 "contract_before_us": round(contract["jaxtyping"] - contract["bare"], 2),
@@ -176,13 +188,17 @@ def per_forward(rounds: int, repeats: int, vocab: int = 1000, batch: int = 32, l
                 with T.checks(enabled):
                     _fastest(lambda: model(*args), 2)
             for r in range(rounds):
-                for enabled in ((True, False) if r % 2 == 0 else (False, True)):
+                for enabled in (True, False) if r % 2 == 0 else (False, True):
                     with T.checks(enabled):
                         times[enabled].append(_fastest(lambda: model(*args), repeats))
         on, off = statistics.median(times[True]), statistics.median(times[False])
-        paired = statistics.median(a / b for a, b in zip(times[True], times[False]))
-        results[mode] = {"checks_on_ms": on * 1e3, "checks_off_ms": off * 1e3, "overhead_percent": (on / off - 1) * 100,
-                         "paired_overhead_percent": (paired - 1) * 100}
+        paired = statistics.median(a / b for a, b in zip(times[True], times[False], strict=True))
+        results[mode] = {
+            "checks_on_ms": on * 1e3,
+            "checks_off_ms": off * 1e3,
+            "overhead_percent": (on / off - 1) * 100,
+            "paired_overhead_percent": (paired - 1) * 100,
+        }
     results["probes"] = {"contract_probes_per_forward": _checked_calls_per_forward(model, args)}
     return results
 
@@ -201,20 +217,28 @@ def main(argv: list[str] | None = None) -> dict:
     forward = per_forward(rounds, repeats)
     load_after = os.getloadavg()
 
-    print(f"per checked call (tiny inputs, one thread; fastest of {batches} batches of about {batch_us} us), load "
-          f"{load_before[0]:.2f} -> {load_after[0]:.2f}")
-    print(f"{'call':32s} | {'contract: before':>16s} {'after':>7s} {'switch off':>10s} | {'whole call: on':>14s} "
-          f"{'off':>8s}  (us)")
+    print(
+        f"per checked call (tiny inputs, one thread; fastest of {batches} batches of about {batch_us} us), load "
+        f"{load_before[0]:.2f} -> {load_after[0]:.2f}"
+    )
+    print(
+        f"{'call':32s} | {'contract: before':>16s} {'after':>7s} {'switch off':>10s} | {'whole call: on':>14s} "
+        f"{'off':>8s}  (us)"
+    )
     for name, r in calls.items():
-        print(f"{name:32s} | {r['contract_before_us']:16.1f} {r['contract_after_us']:7.2f} {r['switch_off_us']:10.2f} | "
-              f"{r['call_checks_on_us']:14.1f} {r['call_checks_off_us']:8.1f}")
+        print(
+            f"{name:32s} | {r['contract_before_us']:16.1f} {r['contract_after_us']:7.2f} {r['switch_off_us']:10.2f} | "
+            f"{r['call_checks_on_us']:14.1f} {r['call_checks_off_us']:8.1f}"
+        )
     worst = max(r["contract_after_us"] for r in calls.values())
     print(f"target: at most 20 us per checked call: {'met' if worst <= 20 else 'MISSED'} (worst {worst:.2f} us)")
     print(f"\nforward of make_model(1000, 1000, N=2, d_model=128), batch 32 x 64, {rounds} alternating rounds")
     for mode in ("inference (no_grad)", "training forward"):
         r = forward[mode]
-        print(f"{mode:22s} on {r['checks_on_ms']:8.2f} ms  off {r['checks_off_ms']:8.2f} ms  overhead "
-              f"{r['overhead_percent']:+.2f}% (paired {r['paired_overhead_percent']:+.2f}%)")
+        print(
+            f"{mode:22s} on {r['checks_on_ms']:8.2f} ms  off {r['checks_off_ms']:8.2f} ms  overhead "
+            f"{r['overhead_percent']:+.2f}% (paired {r['paired_overhead_percent']:+.2f}%)"
+        )
     print(f"contract probes per forward: {forward['probes']['contract_probes_per_forward']}")
 
     record = {
@@ -226,8 +250,15 @@ def main(argv: list[str] | None = None) -> dict:
         "torch": torch.__version__,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
-        "settings": {"threads": opts.threads, "quick": opts.quick, "batches": batches, "batch_us": batch_us,
-                     "rounds": rounds, "repeats": repeats, "out": str(opts.out)},
+        "settings": {
+            "threads": opts.threads,
+            "quick": opts.quick,
+            "batches": batches,
+            "batch_us": batch_us,
+            "rounds": rounds,
+            "repeats": repeats,
+            "out": str(opts.out),
+        },
         "per_call": calls,
         "results": {k: v for k, v in forward.items() if k != "probes"} | {"probes": forward["probes"]},
     }

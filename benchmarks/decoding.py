@@ -27,7 +27,9 @@ from transformer.decoding import greedy_decode
 def run(lengths, *, d_model, n_layers, heads, d_ff, batch, src_len, repeats, threads, device, backend):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = T.make_model(1000, 1000, N=n_layers, d_model=d_model, d_ff=d_ff, h=heads, dropout=0.0, max_len=max(max(lengths) + 1, src_len))
+    model = T.make_model(
+        1000, 1000, N=n_layers, d_model=d_model, d_ff=d_ff, h=heads, dropout=0.0, max_len=max(max(lengths) + 1, src_len)
+    )
     model.eval().to(device)
     src = torch.randint(1, 1000, (batch, src_len), device=device)
     mask = T.padding_mask(src, 0)
@@ -46,16 +48,22 @@ def run(lengths, *, d_model, n_layers, heads, d_ff, batch, src_len, repeats, thr
                     best = min(best, time.perf_counter() - start)
                 timings[name] = best
             same = bool(torch.equal(outputs["cached"], outputs["full"]))
-            rows.append({
-                "backend": backend,
-                "generated_tokens": n,
-                "full_recompute_s": round(timings["full"], 4),
-                "kv_cache_s": round(timings["cached"], 4),
-                "speedup": round(timings["full"] / timings["cached"], 2),
-                "cached_tokens_per_s": round(batch * n / timings["cached"], 1),
-                "identical_tokens": same,
-            })
-            print(f"{backend:>7} | {n:>6} | {timings['full']:>10.3f} | {timings['cached']:>9.3f} | {rows[-1]['speedup']:>7.2f}x | {same}", flush=True)
+            rows.append(
+                {
+                    "backend": backend,
+                    "generated_tokens": n,
+                    "full_recompute_s": round(timings["full"], 4),
+                    "kv_cache_s": round(timings["cached"], 4),
+                    "speedup": round(timings["full"] / timings["cached"], 2),
+                    "cached_tokens_per_s": round(batch * n / timings["cached"], 1),
+                    "identical_tokens": same,
+                }
+            )
+            print(
+                f"{backend:>7} | {n:>6} | {timings['full']:>10.3f} | {timings['cached']:>9.3f} | "
+                f"{rows[-1]['speedup']:>7.2f}x | {same}",
+                flush=True,
+            )
     return rows
 
 
@@ -75,16 +83,41 @@ def main() -> None:
     p.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "decoding.json"))
     args = p.parse_args()
     load = os.getloadavg()[0]
-    setup = {k: getattr(args, k) for k in ("d_model", "layers", "heads", "d_ff", "batch", "src_len", "repeats", "threads", "device")}
-    print(f"greedy decoding, model {setup}, torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load {load:.2f}")
+    setup = {
+        k: getattr(args, k)
+        for k in ("d_model", "layers", "heads", "d_ff", "batch", "src_len", "repeats", "threads", "device")
+    }
+    print(
+        f"greedy decoding, model {setup}, torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load {load:.2f}"
+    )
     print(f"{'backend':>7} | {'tokens':>6} | {'full (s)':>10} | {'cache (s)':>9} | {'speedup':>8} | identical")
-    rows = [row for backend in args.backends for row in
-            run(args.lengths, d_model=args.d_model, n_layers=args.layers, heads=args.heads, d_ff=args.d_ff, batch=args.batch,
-                src_len=args.src_len, repeats=args.repeats, threads=args.threads, device=args.device, backend=backend)]
-    result = {"benchmark": "greedy decoding: KV cache vs full recompute", "setup": setup, "torch": torch.__version__,
-              "cpus": os.cpu_count(), "load_average_at_start": round(load, 2), "date": time.strftime("%Y-%m-%d"),
-              "rows": rows}
+    rows = [
+        row
+        for backend in args.backends
+        for row in run(
+            args.lengths,
+            d_model=args.d_model,
+            n_layers=args.layers,
+            heads=args.heads,
+            d_ff=args.d_ff,
+            batch=args.batch,
+            src_len=args.src_len,
+            repeats=args.repeats,
+            threads=args.threads,
+            device=args.device,
+            backend=backend,
+        )
+    ]
+    result = {
+        "benchmark": "greedy decoding: KV cache vs full recompute",
+        "setup": setup,
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": round(load, 2),
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)

@@ -69,8 +69,9 @@ def main() -> None:
         for name, (batch, heads, q_len, k_len, d, call) in SHAPES.items():
             args, kwargs = _inputs(batch, heads, q_len, k_len, d, call)
             calls = opts.medium_calls if name.startswith("medium") else opts.calls
-            torch.testing.assert_close(T.scaled_dot_product_attention(*args, **kwargs),
-                                       F.scaled_dot_product_attention(*args, **kwargs))  # the same answer
+            torch.testing.assert_close(
+                T.scaled_dot_product_attention(*args, **kwargs), F.scaled_dot_product_attention(*args, **kwargs)
+            )  # the same answer
             times = {"torch": [], "ours": []}
             for fn in (F.scaled_dot_product_attention, T.scaled_dot_product_attention):  # warm-up
                 _per_call_us(fn, args, kwargs, max(1, calls // 10))
@@ -78,23 +79,39 @@ def main() -> None:
                 times["torch"].append(_per_call_us(F.scaled_dot_product_attention, args, kwargs, calls))
                 times["ours"].append(_per_call_us(T.scaled_dot_product_attention, args, kwargs, calls))
             theirs, ours = statistics.median(times["torch"]), statistics.median(times["ours"])
-            rows.append({"shape": name, "torch_us": round(theirs, 2), "ours_us": round(ours, 2),
-                         "overhead_us": round(ours - theirs, 2), "ratio": round(ours / theirs, 3)})
+            rows.append(
+                {
+                    "shape": name,
+                    "torch_us": round(theirs, 2),
+                    "ours_us": round(ours, 2),
+                    "overhead_us": round(ours - theirs, 2),
+                    "ratio": round(ours / theirs, 3),
+                }
+            )
 
     load_after = os.getloadavg()
-    print(f"per call, median of {opts.rounds} alternating rounds, CPU, {opts.threads} thread(s), torch "
-          f"{torch.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
+    print(
+        f"per call, median of {opts.rounds} alternating rounds, CPU, {opts.threads} thread(s), torch "
+        f"{torch.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
+    )
     print(f"{'shape':<38}{'F.sdpa (us)':>12}{'ours (us)':>11}{'overhead (us)':>15}{'ratio':>8}")
     for r in rows:
         print(f"{r['shape']:<38}{r['torch_us']:>12.1f}{r['ours_us']:>11.1f}{r['overhead_us']:>15.1f}{r['ratio']:>8.2f}")
     record = {
         "date": datetime.date.today().isoformat(),
         "command": "python benchmarks/dropin_overhead.py",
-        "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                    "python": platform.python_version(), "torch": torch.__version__, "threads": opts.threads,
-                    "load_average_1_5_15_before": [round(x, 2) for x in load_before],
-                    "load_average_1_5_15_after": [round(x, 2) for x in load_after]},
-        "rounds": opts.rounds, "calls_per_round": opts.calls, "medium_calls_per_round": opts.medium_calls,
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": opts.threads,
+            "load_average_1_5_15_before": [round(x, 2) for x in load_before],
+            "load_average_1_5_15_after": [round(x, 2) for x in load_after],
+        },
+        "rounds": opts.rounds,
+        "calls_per_round": opts.calls,
+        "medium_calls_per_round": opts.medium_calls,
         "backend": "auto (torch's function on the CPU)",
         "rows": rows,
     }

@@ -59,25 +59,44 @@ def main(argv: list[str] | None = None) -> int:
         for form, cls in (("W^O", CausalSelfAttention), ("per-head", PerHeadValueAttention)):
             module = cls(h, args.d_model, 0.0)
             for backend in ("eager", "torch"):
-                def step():
+
+                def step(module=module, backend=backend):
                     module.zero_grad()
                     with T.use_backend(backend):
                         module(x, mask).sum().backward()
 
                 seconds = _time(step, args.repeat)
                 problems = args.batch * (h if form == "W^O" else h * (h + 1))
-                score_flops = problems * args.length ** 2 * d_k  # 2 L^2 d_k, halved for causal
-                rows.append({"heads": h, "d_k": d_k, "form": form, "backend": backend,
-                             "ms_forward_backward": round(seconds * 1e3, 2), "kernel_problems": problems,
-                             "kernel_score_gflop": round(score_flops / 1e9, 4)})
+                score_flops = problems * args.length**2 * d_k  # 2 L^2 d_k, halved for causal
+                rows.append(
+                    {
+                        "heads": h,
+                        "d_k": d_k,
+                        "form": form,
+                        "backend": backend,
+                        "ms_forward_backward": round(seconds * 1e3, 2),
+                        "kernel_problems": problems,
+                        "kernel_score_gflop": round(score_flops / 1e9, 4),
+                    }
+                )
     print("| heads | form | backend | fwd+bwd (ms) | kernel problems | kernel score GFLOP |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['heads']} | {r['form']} | {r['backend']} | {r['ms_forward_backward']:.1f} | {r['kernel_problems']} "
-              f"| {r['kernel_score_gflop']:.3f} |")
-    record = {"command": "python benchmarks/lm_attention_forms.py", "date": dt.datetime.now(dt.timezone.utc)
-              .isoformat(timespec="seconds"), "device": f"cpu ({os.cpu_count()} cores), 1 thread",
-              "python": platform.python_version(), "torch": torch.__version__, "batch": args.batch,
-              "length": args.length, "d_model": args.d_model, "load_average": [round(v, 2) for v in load], "rows": rows}
+        print(
+            f"| {r['heads']} | {r['form']} | {r['backend']} | {r['ms_forward_backward']:.1f} | {r['kernel_problems']} "
+            f"| {r['kernel_score_gflop']:.3f} |"
+        )
+    record = {
+        "command": "python benchmarks/lm_attention_forms.py",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": f"cpu ({os.cpu_count()} cores), 1 thread",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "batch": args.batch,
+        "length": args.length,
+        "d_model": args.d_model,
+        "load_average": [round(v, 2) for v in load],
+        "rows": rows,
+    }
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(record, f, indent=2)

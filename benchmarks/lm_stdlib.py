@@ -53,10 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or os.path.join(tmp, "stdlib-lm")
-        command = ["train", "lm", "--text", *files, "--out", out, "--steps", str(args.steps), "--no-progress",
-                   *args.extra]
-        shown = (f"typed-transformer train lm --text {sysconfig.get_paths()['stdlib']}/*.py --out runs/stdlib-lm "
-                 f"--steps {args.steps} --no-progress {' '.join(args.extra)}").strip()
+        command = [
+            "train",
+            "lm",
+            "--text",
+            *files,
+            "--out",
+            out,
+            "--steps",
+            str(args.steps),
+            "--no-progress",
+            *args.extra,
+        ]
+        shown = (
+            f"typed-transformer train lm --text {sysconfig.get_paths()['stdlib']}/*.py --out runs/stdlib-lm "
+            f"--steps {args.steps} --no-progress {' '.join(args.extra)}"
+        ).strip()
         print(f"$ {shown}", flush=True)
         buffer = io.StringIO()
         start = time.perf_counter()
@@ -71,26 +83,40 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(next(line for line in printed.splitlines() if line.startswith("RESULTS "))[8:])
         sample = next((line for line in printed.splitlines() if line.startswith("sample: ")), "")
         generated = {}
-        for name, flags in (("greedy", []), ("sampled", ["--sample", "--temperature", "0.8", "--top-p", "0.95",
-                                                         "--seed", "0"])):
+        for name, flags in (
+            ("greedy", []),
+            ("sampled", ["--sample", "--temperature", "0.8", "--top-p", "0.95", "--seed", "0"]),
+        ):
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
                 cli(["generate", "--checkpoint", out, "--max-new-tokens", "60", *flags, "def ", "import "])
             generated[name] = buffer.getvalue()
             print(f"generate ({name}):\n{generated[name]}")
     record = {
-        "command": shown, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": f"cpu ({os.cpu_count()} cores)", "machine": platform.machine(), "python": platform.python_version(),
-        "torch": torch.__version__, "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()], "corpus_files": len(files),
-        "corpus_bytes": sum(os.path.getsize(f) for f in files), "wall_seconds": round(wall, 1),
-        "sample": sample[8:], "generate": generated, **results,
+        "command": shown,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": f"cpu ({os.cpu_count()} cores)",
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "corpus_files": len(files),
+        "corpus_bytes": sum(os.path.getsize(f) for f in files),
+        "wall_seconds": round(wall, 1),
+        "sample": sample[8:],
+        "generate": generated,
+        **results,
     }
-    rows = [("wall time (whole command)", f"{wall:.0f} s"), ("training", f"{results['train_seconds']:.0f} s, "
-             f"{results['steps']} steps"), ("tokens/s (training)", f"{results['tokens_per_second']:,.0f}"),
-            ("held-out perplexity", f"{results['perplexity']:.2f}"),
-            ("unigram perplexity (same tokens)", f"{results['unigram_perplexity']:.2f}"),
-            ("held-out tokens", f"{results['valid_tokens']:,}"), ("parameters", f"{results['parameters']:,}")]
+    rows = [
+        ("wall time (whole command)", f"{wall:.0f} s"),
+        ("training", f"{results['train_seconds']:.0f} s, {results['steps']} steps"),
+        ("tokens/s (training)", f"{results['tokens_per_second']:,.0f}"),
+        ("held-out perplexity", f"{results['perplexity']:.2f}"),
+        ("unigram perplexity (same tokens)", f"{results['unigram_perplexity']:.2f}"),
+        ("held-out tokens", f"{results['valid_tokens']:,}"),
+        ("parameters", f"{results['parameters']:,}"),
+    ]
     print("\n| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

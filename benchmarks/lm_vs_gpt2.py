@@ -44,20 +44,42 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = dict(vocab=2000, n_layers=4, d_model=256, n_heads=8, max_len=256)
 
 
-def gpt2_like(vocab: int = 50257, n_layers: int = 12, d_model: int = 768, n_heads: int = 12, max_len: int = 1024,
-              **fields) -> LMConfig:
+def gpt2_like(
+    vocab: int = 50257, n_layers: int = 12, d_model: int = 768, n_heads: int = 12, max_len: int = 1024, **fields
+) -> LMConfig:
     """The GPT-2-like configuration of docs/lm.md."""
-    return LMConfig(vocab=vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model,
-                    max_len=max_len, positional_encoding="learned", embedding_scale=1.0, activation="gelu",
-                    layer_norm_eps=1e-5, ffn_hidden_dropout=False, tie_weights=True, **fields)
+    return LMConfig(
+        vocab=vocab,
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=4 * d_model,
+        max_len=max_len,
+        positional_encoding="learned",
+        embedding_scale=1.0,
+        activation="gelu",
+        layer_norm_eps=1e-5,
+        ffn_hidden_dropout=False,
+        tie_weights=True,
+        **fields,
+    )
 
 
 def hf_gpt2(vocab: int, n_layers: int, d_model: int, n_heads: int, max_len: int):
     import transformers
 
-    config = transformers.GPT2Config(vocab_size=vocab, n_positions=max_len, n_embd=d_model, n_layer=n_layers,
-                                     n_head=n_heads, n_inner=4 * d_model, activation_function="gelu",
-                                     bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    config = transformers.GPT2Config(
+        vocab_size=vocab,
+        n_positions=max_len,
+        n_embd=d_model,
+        n_layer=n_layers,
+        n_head=n_heads,
+        n_inner=4 * d_model,
+        activation_function="gelu",
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     model = transformers.GPT2LMHeadModel._from_config(copy.deepcopy(config), attn_implementation="sdpa")
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
     return model
@@ -80,8 +102,15 @@ def _generate(model, prompt, new: int, ours: bool, policy: str = "first"):
     if ours:
         return lambda: generate(model, prompt, new, checks=policy)
     mask = torch.ones_like(prompt)
-    return lambda: model.generate(prompt, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                                  do_sample=False, use_cache=True, pad_token_id=0)
+    return lambda: model.generate(
+        prompt,
+        attention_mask=mask,
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=0,
+    )
 
 
 def _with_checks(fn, enabled: bool):
@@ -160,21 +189,31 @@ def profile(tasks: dict, top: int = 12) -> dict:
             events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
             ops = {e.key: (e.count, e.self_cpu_time_total / 1e3) for e in events}
             in_ops = sum(ms for _, ms in ops.values())
-            rows[name] = {"wall_ms": round(1e3 * wall, 2), "aten_self_ms": round(in_ops, 2),
-                          "outside_aten_ms": round(1e3 * wall - in_ops, 2),
-                          "aten_calls": sum(c for c, _ in ops.values()), "ops": ops}
+            rows[name] = {
+                "wall_ms": round(1e3 * wall, 2),
+                "aten_self_ms": round(in_ops, 2),
+                "outside_aten_ms": round(1e3 * wall - in_ops, 2),
+                "aten_calls": sum(c for c, _ in ops.values()),
+                "ops": ops,
+            }
         ours, theirs = rows["ours, checks on"]["ops"], rows["GPT-2 (sdpa)"]["ops"]
         keys = set(ours) | set(theirs)
         diff = sorted(keys, key=lambda k: -abs(ours.get(k, (0, 0))[1] - theirs.get(k, (0, 0))[1]))[:top]
-        out[task] = {
-            name: {k: v for k, v in r.items() if k != "ops"} for name, r in rows.items()
-        } | {"largest_differences_ms": {k: {"ours": [ours.get(k, (0, 0))[0], round(ours.get(k, (0, 0))[1], 2)],
-                                             "gpt2": [theirs.get(k, (0, 0))[0], round(theirs.get(k, (0, 0))[1], 2)]}
-                                         for k in diff}}
+        out[task] = {name: {k: v for k, v in r.items() if k != "ops"} for name, r in rows.items()} | {
+            "largest_differences_ms": {
+                k: {
+                    "ours": [ours.get(k, (0, 0))[0], round(ours.get(k, (0, 0))[1], 2)],
+                    "gpt2": [theirs.get(k, (0, 0))[0], round(theirs.get(k, (0, 0))[1], 2)],
+                }
+                for k in diff
+            }
+        }
         print(f"\nprofile, {task}: (calls, ms)")
         for name, r in rows.items():
-            print(f"  {name:18s} wall {r['wall_ms']:8.1f} ms = aten {r['aten_self_ms']:8.1f} ms + outside "
-                  f"{r['outside_aten_ms']:8.1f} ms, {r['aten_calls']} aten calls")
+            print(
+                f"  {name:18s} wall {r['wall_ms']:8.1f} ms = aten {r['aten_self_ms']:8.1f} ms + outside "
+                f"{r['outside_aten_ms']:8.1f} ms, {r['aten_calls']} aten calls"
+            )
         for k, v in out[task]["largest_differences_ms"].items():
             print(f"  {k:40s} ours {v['ours']!s:18s} GPT-2 {v['gpt2']!s:18s}")
     return out
@@ -198,57 +237,91 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers
 
     tasks = variants(args.batch, args.length, args.prompt, args.new_tokens)
-    probes = {(task, name): _probes(vs[name]) for task, vs in tasks.items()
-              for name in ("ours, checks on", "ours, checks always") if name in vs}
+    probes = {
+        (task, name): _probes(vs[name])
+        for task, vs in tasks.items()
+        for name in ("ours, checks on", "ours, checks always")
+        if name in vs
+    }
     costs = ROOT / "benchmarks" / "results" / "contracts_overhead.json"
     mean_us = None
     if costs.exists():  # the mean cost of one contract, measured by benchmarks/contracts_overhead.py
         mean_us = statistics.mean(r["contract_after_us"] for r in json.loads(costs.read_text())["per_call"].values())
     load_before = os.getloadavg()
     times = {task: {name: [] for name in vs} for task, vs in tasks.items()}
-    for task, vs in tasks.items():  # warm-up
+    for vs in tasks.values():  # warm-up
         for fn in vs.values():
             fn()
     for r in range(rounds):
         for task, vs in tasks.items():
             names = list(vs)
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 start = time.perf_counter()
                 vs[name]()
                 times[task][name].append(time.perf_counter() - start)
     load_after = os.getloadavg()
-    print(f"our LM (GPT-2-like config) vs Hugging Face GPT-2 {transformers.__version__} (sdpa), 4 layers, d_model 256, "
-          f"8 heads, vocab 2000; {rounds} alternating rounds, {torch.get_num_threads()} threads, torch "
-          f"{torch.__version__}, load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
+    print(
+        f"our LM (GPT-2-like config) vs Hugging Face GPT-2 {transformers.__version__} (sdpa), 4 layers, d_model 256, "
+        f"8 heads, vocab 2000; {rounds} alternating rounds, {torch.get_num_threads()} threads, torch "
+        f"{torch.__version__}, load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
+    )
     rows = []
     print(f"{'task':22s} | {'variant':20s} | {'median':>10s} | {'speed vs GPT-2':>14s}")
     for task, by_name in times.items():
         base = by_name["GPT-2 (sdpa)"]
         for name, values in by_name.items():
-            ratio = statistics.median(b / v for b, v in zip(base, values))
-            rows.append({"task": task, "variant": name, "median_ms": round(1e3 * statistics.median(values), 2),
-                         "speed_vs_gpt2": round(ratio, 3), "times_ms": [round(1e3 * v, 2) for v in values]})
+            ratio = statistics.median(b / v for b, v in zip(base, values, strict=True))
+            rows.append(
+                {
+                    "task": task,
+                    "variant": name,
+                    "median_ms": round(1e3 * statistics.median(values), 2),
+                    "speed_vs_gpt2": round(ratio, 3),
+                    "times_ms": [round(1e3 * v, 2) for v in values],
+                }
+            )
             print(f"{task:22s} | {name:20s} | {1e3 * statistics.median(values):7.1f} ms | {ratio:13.2f}x")
-        for name, label in (("ours, checks on", "checks on vs off (ours)"),
-                            ("ours, checks always", "checks always vs off (ours)")):
+        for name, label in (
+            ("ours, checks on", "checks on vs off (ours)"),
+            ("ours, checks always", "checks always vs off (ours)"),
+        ):
             if name not in by_name:
                 continue
             on, off = by_name[name], by_name["ours, checks off"]
-            checks = statistics.median(b / a for a, b in zip(on, off))
+            checks = statistics.median(b / a for a, b in zip(on, off, strict=True))
             count = probes[(task, name)]
             share = None if mean_us is None else count * mean_us * 1e-6 / statistics.median(on)
-            rows.append({"task": task, "variant": label, "speed_on_vs_off": round(checks, 3), "contract_probes": count,
-                         "contract_share_from_per_call_cost": None if share is None else round(share, 5)})
+            rows.append(
+                {
+                    "task": task,
+                    "variant": label,
+                    "speed_on_vs_off": round(checks, 3),
+                    "contract_probes": count,
+                    "contract_share_from_per_call_cost": None if share is None else round(share, 5),
+                }
+            )
             print(f"{task:22s} | {label.split(' (')[0]:20s} | {'':>10s} | {checks:13.3f}x (speed against checks off)")
             if share is not None:
-                print(f"{'':22s} | {'contracts share':20s} | {'':>10s} | {100 * share:12.2f}%  ({count} checked calls "
-                      f"x {mean_us:.2f} us)")
+                print(
+                    f"{'':22s} | {'contracts share':20s} | {'':>10s} | {100 * share:12.2f}%  ({count} checked calls "
+                    f"x {mean_us:.2f} us)"
+                )
     profiles = profile(tasks) if args.profile else None
-    result = {"benchmark": "our LM vs Hugging Face GPT-2", "setup": vars(args) | {"rounds": rounds, **SIZES},
-              "rows": rows, "profile": profiles, "torch": torch.__version__, "transformers": transformers.__version__,
-              "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-              "threads": torch.get_num_threads(), "load_average_before": [round(x, 2) for x in load_before],
-              "load_average_after": [round(x, 2) for x in load_after], "date": time.strftime("%Y-%m-%d")}
+    result = {
+        "benchmark": "our LM vs Hugging Face GPT-2",
+        "setup": vars(args) | {"rounds": rounds, **SIZES},
+        "rows": rows,
+        "profile": profiles,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in load_after],
+        "date": time.strftime("%Y-%m-%d"),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")

@@ -26,8 +26,17 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch._dynamo", "torch._inductor", "sympy", "beartype", "transformers", "triton", "tokenizers",
-         "sacrebleu", "matplotlib")
+HEAVY = (
+    "torch._dynamo",
+    "torch._inductor",
+    "sympy",
+    "beartype",
+    "transformers",
+    "triton",
+    "tokenizers",
+    "sacrebleu",
+    "matplotlib",
+)
 
 
 def commands() -> dict[str, list[str]]:
@@ -67,32 +76,49 @@ def main(argv: list[str] | None = None) -> dict:
         run(argv_)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             times[name].append(run(cmds[name]))
     load_after = os.getloadavg()
     base = names[0]
     rows = []
-    print(f"start-up, {rounds} alternating rounds, Python {platform.python_version()}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
+    print(
+        f"start-up, {rounds} alternating rounds, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
+    )
     print(f"{'command':34s} | {'median s':>8s} | {'ratio to import torch (median of rounds)':>40s}")
     for name in names:
-        ratios = [t / b for t, b in zip(times[name], times[base])]
-        row = {"command": name, "median_s": round(statistics.median(times[name]), 3),
-               "ratio_to_import_torch": round(statistics.median(ratios), 3),
-               "times_s": [round(t, 3) for t in times[name]]}
+        ratios = [t / b for t, b in zip(times[name], times[base], strict=True)]
+        row = {
+            "command": name,
+            "median_s": round(statistics.median(times[name]), 3),
+            "ratio_to_import_torch": round(statistics.median(ratios), 3),
+            "times_s": [round(t, 3) for t in times[name]],
+        }
         rows.append(row)
         print(f"{name:34s} | {row['median_s']:8.3f} | {row['ratio_to_import_torch']:40.2f}")
     modules = loaded_modules()
     print("heavy modules loaded by `import transformer`:", [m for m, on in modules.items() if on] or "none")
     target = next(r for r in rows if r["command"] == "typed-transformer --help")["ratio_to_import_torch"]
-    print(f"target: typed-transformer --help within 1.5x of import torch: {'met' if target <= 1.5 else 'MISSED'} "
-          f"({target:.2f}x)")
-    result = {"benchmark": "start-up time", "rounds": rounds, "rows": rows, "heavy_modules_loaded": modules,
-              "target": "typed-transformer --help <= 1.5x python -c 'import torch'", "met": target <= 1.5,
-              "python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
-              "cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
-              "load_average_after": [round(x, 2) for x in load_after], "date": time.strftime("%Y-%m-%d")}
+    print(
+        f"target: typed-transformer --help within 1.5x of import torch: {'met' if target <= 1.5 else 'MISSED'} "
+        f"({target:.2f}x)"
+    )
+    result = {
+        "benchmark": "start-up time",
+        "rounds": rounds,
+        "rows": rows,
+        "heavy_modules_loaded": modules,
+        "target": "typed-transformer --help <= 1.5x python -c 'import torch'",
+        "met": target <= 1.5,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in load_after],
+        "date": time.strftime("%Y-%m-%d"),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")

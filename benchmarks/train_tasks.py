@@ -35,7 +35,7 @@ def run_task(task: str, out: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     lines = proc.stdout.splitlines()
-    results = json.loads(next(line for line in lines if line.startswith("RESULTS "))[len("RESULTS "):])
+    results = json.loads(next(line for line in lines if line.startswith("RESULTS "))[len("RESULTS ") :])
     examples = [line.strip() for line in lines if line.startswith("  ") and " -> " in line]
     shown = " ".join(["typed-transformer", "train", task, "--out", f"runs/{task}", *FLAGS[task]])
     return {"command": shown, "wall_seconds": round(wall, 1), "examples": examples, **results}
@@ -56,15 +56,20 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run_task(task, os.path.join(tmp, task)))
     record = {
         "benchmark": "the synthetic tasks trained by the CLI, default flags",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores)", "python": platform.python_version(),
-        "torch": torch.__version__, "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()], "runs": runs,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores)",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "runs": runs,
     }
     print("| command | wall time | training | eval loss | exact match | example |\n|---|---|---|---|---|---|")
     for r in runs:
-        print(f"| `{r['command']}` | {r['wall_seconds']:.1f} s | {r['steps']} steps, {r['train_seconds']:.1f} s | "
-              f"{r['eval_loss']:.4f} | {r['exact_match']:.1%} ({r['eval_examples']}) | {r['examples'][0]} |")
+        print(
+            f"| `{r['command']}` | {r['wall_seconds']:.1f} s | {r['steps']} steps, {r['train_seconds']:.1f} s | "
+            f"{r['eval_loss']:.4f} | {r['exact_match']:.1%} ({r['eval_examples']}) | {r['examples'][0]} |"
+        )
     with open(args.json, "w") as f:
         json.dump(record, f, indent=2)
     print(f"wrote {args.json}")

@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         write_dates(valid, args.valid_lines, held_out=True, seed=1)
         flags = ["--steps", str(args.steps), "--eval-examples", str(args.valid_lines), "--no-progress", *args.extra]
         command = ["train", "translate", "--train", train, "--valid", valid, "--out", os.path.join(tmp, "run"), *flags]
-        shown = f"typed-transformer train translate --train train.tsv --valid valid.tsv --out runs/dates-files " \
-                f"{' '.join(flags)}"
+        shown = (
+            f"typed-transformer train translate --train train.tsv --valid valid.tsv --out runs/dates-files "
+            f"{' '.join(flags)}"
+        )
         buffer = io.StringIO()
         start = time.perf_counter()
         with contextlib.redirect_stdout(buffer):
@@ -81,16 +83,24 @@ def main(argv: list[str] | None = None) -> int:
             return code
         results = json.loads(next(line for line in printed.splitlines() if line.startswith("RESULTS "))[8:])
     record = {
-        "command": shown, "data": f"python benchmarks/translate_dates.py: {args.train_lines} training lines, "
-                                  f"{args.valid_lines} held-out lines (held-out days only)",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": f"cpu ({os.cpu_count()} cores)",
-        "python": platform.python_version(), "torch": torch.__version__,
+        "command": shown,
+        "data": f"python benchmarks/translate_dates.py: {args.train_lines} training lines, "
+        f"{args.valid_lines} held-out lines (held-out days only)",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": f"cpu ({os.cpu_count()} cores)",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
         "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()], "wall_seconds": round(wall, 1), **results,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_seconds": round(wall, 1),
+        **results,
     }
-    print(f"\n| measure | value |\n|---|---|\n| BLEU (held-out) | {results['bleu']:.2f} |\n| chrF | {results['chrf']:.2f} |"
-          f"\n| exact match | {results['exact_match']:.1%} |\n| training | {results['train_seconds']:.0f} s, "
-          f"{results['steps']} steps |\n| wall time | {wall:.0f} s |")
+    print(
+        f"\n| measure | value |\n|---|---|\n| BLEU (held-out) | {results['bleu']:.2f} |\n"
+        f"| chrF | {results['chrf']:.2f} |"
+        f"\n| exact match | {results['exact_match']:.1%} |\n| training | {results['train_seconds']:.0f} s, "
+        f"{results['steps']} steps |\n| wall time | {wall:.0f} s |"
+    )
     with open(args.json, "w") as f:
         json.dump(record, f, indent=2)
     print(f"wrote {args.json}")

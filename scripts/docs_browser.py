@@ -41,10 +41,27 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-MAIN_PAGES = ["", "getting-started/", "concepts/", "paper-to-code/", "tutorials/01_annotated_transformer/",
-              "tutorials/03_attention_backends/", "benchmarks/", "troubleshooting/", "api/attention/"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+MAIN_PAGES = [
+    "",
+    "getting-started/",
+    "concepts/",
+    "paper-to-code/",
+    "tutorials/01_annotated_transformer/",
+    "tutorials/03_attention_backends/",
+    "benchmarks/",
+    "troubleshooting/",
+    "api/attention/",
+]
 SEARCH_QUERY = "MultiHeadedAttention"
 SEARCH_TARGET = "api/attention/#transformer.attention.MultiHeadedAttention"
 
@@ -57,8 +74,14 @@ def chromium() -> str | None:
 def build_site(out: Path) -> Path:
     """``mkdocs build --strict`` into ``out``; raises with mkdocs' output when it fails."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"mkdocs build failed:\n{proc.stdout[-4000:]}")
     return out
@@ -169,13 +192,26 @@ def check(site: Path, paths: list[str] | None = None, search: bool = True) -> Re
             url = urljoin(base, path)
             label = f"/{path}"
             page = context.new_page()
-            page.on("console", lambda message, label=label: message.type == "error" and report.problems.append(
-                f"{label}: console error: {message.text}"))
+            page.on(
+                "console",
+                lambda message, label=label: (
+                    message.type == "error" and report.problems.append(f"{label}: console error: {message.text}")
+                ),
+            )
             page.on("pageerror", lambda error, label=label: report.problems.append(f"{label}: page error: {error}"))
-            page.on("requestfailed", lambda request, label=label: report.problems.append(
-                f"{label}: request failed: {request.url} ({request.failure})"))
-            page.on("response", lambda response, label=label: response.status >= 400 and report.problems.append(
-                f"{label}: HTTP {response.status} for {response.url}"))
+            page.on(
+                "requestfailed",
+                lambda request, label=label: report.problems.append(
+                    f"{label}: request failed: {request.url} ({request.failure})"
+                ),
+            )
+            page.on(
+                "response",
+                lambda response, label=label: (
+                    response.status >= 400
+                    and report.problems.append(f"{label}: HTTP {response.status} for {response.url}")
+                ),
+            )
             response = page.goto(url, wait_until="load")
             if response is None or response.status != 200:
                 report.problems.append(f"{label}: HTTP {response.status if response else 'no response'}")
@@ -184,7 +220,8 @@ def check(site: Path, paths: list[str] | None = None, search: bool = True) -> Re
                 if href.startswith(("http://", "https://")):
                     links.setdefault(href, set()).add(label)
             broken = page.eval_on_selector_all(
-                "img", "images => images.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+                "img", "images => images.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+            )
             report.problems.extend(f"{label}: image did not load: {src}" for src in broken)
             report.pages += 1
             page.close()
@@ -193,7 +230,9 @@ def check(site: Path, paths: list[str] | None = None, search: bool = True) -> Re
             found = search_results(context, base, SEARCH_QUERY)
             target = urljoin(base, SEARCH_TARGET)
             if not any(_without_query(link) == target for link in found):  # results carry ?h=QUERY (highlighting)
-                report.problems.append(f"search for {SEARCH_QUERY!r} does not list {SEARCH_TARGET}; it found {found[:8]}")
+                report.problems.append(
+                    f"search for {SEARCH_QUERY!r} does not list {SEARCH_TARGET}; it found {found[:8]}"
+                )
         context.close()
     return report
 
@@ -251,8 +290,10 @@ def main(argv: list[str] | None = None) -> int:
             report = check(site)
             for problem in report.problems:
                 print(problem)
-            print(f"{report.pages} pages, {report.links} site links checked, search for {SEARCH_QUERY!r}: "
-                  f"{len(report.problems)} problems")
+            print(
+                f"{report.pages} pages, {report.links} site links checked, search for {SEARCH_QUERY!r}: "
+                f"{len(report.problems)} problems"
+            )
             return 1 if report.problems else 0
         for path in screenshots(site, args.out):
             print(f"wrote {path}")

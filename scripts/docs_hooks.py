@@ -47,6 +47,7 @@ NOTEBOOK_LINK = re.compile(r"\]\(([\w-]+)\.ipynb(#[^)]*)?\)")
 
 # ------------------------------------------------------------------------------------------------ notebooks
 
+
 def notebooks() -> list[Path]:
     """The committed, executed notebooks, in file-name order."""
     return sorted(NOTEBOOKS.glob("*.ipynb"))
@@ -71,7 +72,6 @@ def _text_block(text: str) -> str:
     text = ANSI.sub("", text).rstrip("\n")
     fence = "````" if "```" in text else "```"
     return f'<div class="nb-output" markdown>\n\n{fence}text\n{text}\n{fence}\n\n</div>'
-
 
 
 def notebook_markdown(nb: nbformat.NotebookNode, stem: str) -> tuple[str, dict[str, bytes]]:
@@ -119,6 +119,7 @@ def notebook_markdown(nb: nbformat.NotebookNode, stem: str) -> tuple[str, dict[s
 
 # ------------------------------------------------------------------------------------------------ plots
 
+
 def _attention_benchmark_module():
     spec = importlib.util.spec_from_file_location("attention_benchmark", ROOT / "benchmarks" / "attention.py")
     module = importlib.util.module_from_spec(spec)
@@ -140,8 +141,13 @@ def attention_plots(tmp: Path) -> dict[str, bytes]:
     plots = {}
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
-        if not (isinstance(data, dict) and isinstance(data.get("rows"), list) and "meta" in data
-                and data["rows"] and "provider" in data["rows"][0]):
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("rows"), list)
+            and "meta" in data
+            and data["rows"]
+            and "provider" in data["rows"][0]
+        ):
             continue
         for head_dim in sorted({row["head_dim"] for row in data["rows"]}):
             out = tmp / f"{path.stem}-d{head_dim}.png"
@@ -161,16 +167,34 @@ def decoding_plot() -> bytes:
     for backend in dict.fromkeys(r.get("backend", "auto") for r in data["rows"]):  # one pair of lines per backend
         rows = [r for r in data["rows"] if r.get("backend", "auto") == backend]
         n = [r["generated_tokens"] for r in rows]
-        ax.plot(n, [r["full_recompute_s"] for r in rows], marker="o", linestyle="--", label=f"{backend}: full recompute")
+        ax.plot(
+            n, [r["full_recompute_s"] for r in rows], marker="o", linestyle="--", label=f"{backend}: full recompute"
+        )
         ax.plot(n, [r["kv_cache_s"] for r in rows], marker="o", label=f"{backend}: KV cache")
         for r in rows:
-            ax.annotate(f"{r['speedup']:.1f}x", (r["generated_tokens"], r["kv_cache_s"]), textcoords="offset points",
-                        xytext=(0, 8), ha="center", fontsize=7)
-    ax.set(xscale="log", yscale="log", xlabel="generated tokens", ylabel="seconds",
-           title=f"Greedy decoding, batch {setup['batch']}, d_model {setup['d_model']}, {setup['layers']} layers")
+            ax.annotate(
+                f"{r['speedup']:.1f}x",
+                (r["generated_tokens"], r["kv_cache_s"]),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=7,
+            )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="generated tokens",
+        ylabel="seconds",
+        title=f"Greedy decoding, batch {setup['batch']}, d_model {setup['d_model']}, {setup['layers']} layers",
+    )
     ax.legend()
-    fig.text(0.01, 0.01, f"{setup['device'].upper()}, {data['cpus']} cores, {setup['threads']} thread, torch {data['torch']}, "
-                         f"{data['date']} (benchmarks/results/decoding.json)", fontsize=7)
+    fig.text(
+        0.01,
+        0.01,
+        f"{setup['device'].upper()}, {data['cpus']} cores, {setup['threads']} thread, torch {data['torch']}, "
+        f"{data['date']} (benchmarks/results/decoding.json)",
+        fontsize=7,
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     png = _png(fig)
     plt.close(fig)
@@ -180,8 +204,11 @@ def decoding_plot() -> bytes:
 def contracts_plot() -> bytes:
     import matplotlib.pyplot as plt
 
-    runs = [json.loads((RESULTS / name).read_text()) for name in ("contracts_overhead.json", "contracts_overhead_1thread.json")
-            if (RESULTS / name).exists()]
+    runs = [
+        json.loads((RESULTS / name).read_text())
+        for name in ("contracts_overhead.json", "contracts_overhead_1thread.json")
+        if (RESULTS / name).exists()
+    ]
     labels, on, off = [], [], []
     for run in runs:
         threads = run["settings"]["threads"] or 2
@@ -194,14 +221,26 @@ def contracts_plot() -> bytes:
     x = range(len(labels))
     ax.bar([i - 0.2 for i in x], off, width=0.4, label="checks off")
     ax.bar([i + 0.2 for i in x], on, width=0.4, label="checks on")
-    for i, (a, b) in enumerate(zip(on, off)):
-        ax.annotate(f"+{(a / b - 1) * 100:.1f}%", (i + 0.2, a), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+    for i, (a, b) in enumerate(zip(on, off, strict=True)):
+        ax.annotate(
+            f"+{(a / b - 1) * 100:.1f}%",
+            (i + 0.2, a),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=8,
+        )
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set(ylabel="ms per forward", title="Cost of the run-time contracts (median)")
     ax.legend(fontsize=8)
     first = runs[0]
-    fig.text(0.01, 0.01, f"{first['device'].split(',')[0]}, Python {first['python']}, torch {first['torch']}, {first['date']} "
-                         "(benchmarks/results/contracts_overhead*.json)", fontsize=7)
+    fig.text(
+        0.01,
+        0.01,
+        f"{first['device'].split(',')[0]}, Python {first['python']}, torch {first['torch']}, {first['date']} "
+        "(benchmarks/results/contracts_overhead*.json)",
+        fontsize=7,
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     png = _png(fig)
     plt.close(fig)
@@ -222,17 +261,25 @@ def contract_call_plot() -> bytes:
     after = [max(calls[n]["contract_after_us"], 0.01) for n in names]
     ax.barh([i + 0.2 for i in y], before, height=0.4, label="before: jaxtyping + beartype")
     ax.barh([i - 0.2 for i in y], after, height=0.4, label="after: the eager fast path")
-    for i, (b, a) in enumerate(zip(before, after)):
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
         ax.annotate(f"{b:.0f}", (b, i + 0.2), textcoords="offset points", xytext=(3, -3), fontsize=7)
         ax.annotate(f"{a:.1f}", (a, i - 0.2), textcoords="offset points", xytext=(3, -3), fontsize=7)
     ax.set_yticks(list(y), names, fontsize=7)
     ax.invert_yaxis()
-    ax.set(xscale="log", xlabel="microseconds per call (the contract alone)",
-           title="Cost of one checked call's contract (fastest of many batches)")
+    ax.set(
+        xscale="log",
+        xlabel="microseconds per call (the contract alone)",
+        title="Cost of one checked call's contract (fastest of many batches)",
+    )
     ax.legend(fontsize=7, loc="lower right")
     load = run.get("load_average_before", [None])[0]
-    fig.text(0.01, 0.01, f"{run['device'].split(',')[0]}, one thread, Python {run['python']}, torch {run['torch']}, "
-                         f"{run['date']}, load {load} (benchmarks/results/contracts_overhead.json)", fontsize=6)
+    fig.text(
+        0.01,
+        0.01,
+        f"{run['device'].split(',')[0]}, one thread, Python {run['python']}, torch {run['torch']}, "
+        f"{run['date']}, load {load} (benchmarks/results/contracts_overhead.json)",
+        fontsize=6,
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     png = _png(fig)
     plt.close(fig)
@@ -254,6 +301,7 @@ def plots() -> dict[str, bytes]:
 
 
 # ------------------------------------------------------------------------------------------------ hooks
+
 
 def tutorial_pages() -> list[dict[str, str]]:
     """One nav page per notebook, titled by its first heading."""
@@ -287,7 +335,7 @@ def _fill_marker(nav: list[Any], marker: str, pages: Any) -> bool:
     """Replace the nav entry whose value is ``marker`` by ``pages()`` (a list of {title: path}); True if found."""
     for i, item in enumerate(nav):
         if isinstance(item, dict):
-            (title, value), = item.items()
+            ((title, value),) = item.items()
             if value == marker:
                 nav[i] = {title: pages()}
                 return True

@@ -65,14 +65,21 @@ class NotebookFailed(RuntimeError):
 
 def execute(nb: nbformat.NotebookNode, name: str = "notebook", cwd: Path = NOTEBOOKS) -> float:
     """Run every cell of ``nb`` in a fresh kernel (in place: outputs are filled in); return the seconds taken."""
-    client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name=KERNEL, record_timing=False,
-                            resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(
+        nb, timeout=TIMEOUT_S, kernel_name=KERNEL, record_timing=False, resources={"metadata": {"path": str(cwd)}}
+    )
     start = time.monotonic()
     try:
         client.execute()
     except CellExecutionError as error:
-        failed = next((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-                       and any(o.get("output_type") == "error" for o in cell.get("outputs", []))), None)
+        failed = next(
+            (
+                i
+                for i, cell in enumerate(nb.cells)
+                if cell.cell_type == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+            ),
+            None,
+        )
         where = f"cell {failed}" if failed is not None else "a cell"
         raise NotebookFailed(f"{name}: {where} raised\n{ANSI.sub('', str(error))}") from None
     return time.monotonic() - start
@@ -92,17 +99,27 @@ def problems(script: Path) -> list[str]:
     expected, committed = cells(read_script(script)), cells(nbformat.read(notebook, as_version=4))
     found = []
     if expected != committed:
-        index = next((i for i, (a, b) in enumerate(zip(expected, committed)) if a != b), min(len(expected), len(committed)))
-        found.append(f"{notebook.relative_to(ROOT)} is out of date with {script.relative_to(ROOT)}: cell {index} differs "
-                     f"({len(expected)} cells in the script, {len(committed)} in the notebook; {rebuild})")
+        index = next(
+            (i for i, (a, b) in enumerate(zip(expected, committed, strict=False)) if a != b),
+            min(len(expected), len(committed)),
+        )
+        found.append(
+            f"{notebook.relative_to(ROOT)} is out of date with {script.relative_to(ROOT)}: cell {index} differs "
+            f"({len(expected)} cells in the script, {len(committed)} in the notebook; {rebuild})"
+        )
     nb = nbformat.read(notebook, as_version=4)
     code = [cell for cell in nb.cells if cell.cell_type == "code" and cell.source.strip()]
     counts = [cell.get("execution_count") for cell in code]
     if counts != list(range(1, len(code) + 1)):
-        found.append(f"{notebook.relative_to(ROOT)} was not executed top to bottom in one run "
-                     f"(execution counts {counts}; {rebuild})")
-    errors = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-              and any(o.get("output_type") == "error" for o in cell.get("outputs", []))]
+        found.append(
+            f"{notebook.relative_to(ROOT)} was not executed top to bottom in one run "
+            f"(execution counts {counts}; {rebuild})"
+        )
+    errors = [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+    ]
     if errors:
         found.append(f"{notebook.relative_to(ROOT)}: cells {errors} hold errors")
     return found
@@ -118,8 +135,10 @@ def build(script: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("build", "execute the scripts and write the notebooks"),
-                            ("run", "execute the scripts, write nothing")):
+    for name, help_text in (
+        ("build", "execute the scripts and write the notebooks"),
+        ("run", "execute the scripts, write nothing"),
+    ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("names", nargs="*", help="notebook names (default: all)")
     sub.add_parser("check", help="the committed notebooks match their scripts and were executed")

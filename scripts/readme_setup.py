@@ -49,7 +49,9 @@ def setup_commands(text: str) -> dict[str, str]:
     blocks = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
     commands = [block.strip() for block in blocks]
     if len(commands) != 2 or any("\n" in c for c in commands):
-        raise ValueError(f"README.md's 'Set up' section must hold exactly two one-line bash commands, found {commands!r}")
+        raise ValueError(
+            f"README.md's 'Set up' section must hold exactly two one-line bash commands, found {commands!r}"
+        )
     main, tests = commands
     if "typed-transformer train copy" not in main or "pytest" not in tests:
         raise ValueError(f"README.md's set-up commands are out of order: main={main!r}, tests={tests!r}")
@@ -59,8 +61,14 @@ def setup_commands(text: str) -> dict[str, str]:
 def _run(command: str, env: dict[str, str], cwd: Path, log: Path) -> subprocess.CompletedProcess:
     """Run ``command`` under bash (-e, pipefail), echoing and saving its merged output."""
     print(f"$ {command}", flush=True)
-    proc = subprocess.run(["bash", "-o", "pipefail", "-ec", command], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-ec", command],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     log.write_text(proc.stdout)
     return proc
 
@@ -121,22 +129,45 @@ def fresh_main_job() -> int:
         if problem:
             return _fail(problem, proc.stdout)
         examples, accuracy = EXACT_MATCH.findall(proc.stdout)[-1]
-        print(f"main job: exact match {accuracy}% on {examples} held-out inputs, demo decode right, no warnings", flush=True)
+        print(
+            f"main job: exact match {accuracy}% on {examples} held-out inputs, demo decode right, no warnings",
+            flush=True,
+        )
 
         python = str(venv / "bin" / "python")
         subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "triton"], env=env, check=True)
-        proc = subprocess.run([python, "-W", "error", "-c", WITHOUT_TRITON], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [python, "-W", "error", "-c", WITHOUT_TRITON],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         if proc.returncode != 0 or WARNING.search(proc.stdout):
             return _fail("without triton the package does not run cleanly", proc.stdout)
         print(proc.stdout.strip(), flush=True)
-        proc = subprocess.run([str(venv / "bin" / "typed-transformer"), "train", "copy", "--steps", "1",
-                               "--attention-backend", "triton", "--out", str(Path(tmp) / "run")],
-                              env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [
+                str(venv / "bin" / "typed-transformer"),
+                "train",
+                "copy",
+                "--steps",
+                "1",
+                "--attention-backend",
+                "triton",
+                "--out",
+                str(Path(tmp) / "run"),
+            ],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 2 or len(lines) != 1 or "pip install" not in lines[0]:
-            return _fail("asking for the triton backend without triton must exit 2 with a one-line install hint",
-                         proc.stdout)
+            return _fail(
+                "asking for the triton backend without triton must exit 2 with a one-line install hint", proc.stdout
+            )
         print(f"without triton, --attention-backend triton: {lines[0]}", flush=True)
     return 0
 

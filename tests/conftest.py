@@ -14,11 +14,11 @@ if not torch.cuda.is_available():
 # when the cores are shared): one intra-op thread makes the suite several times faster on 2 cores.
 torch.set_num_threads(1)
 
-import transformer as T
-
 # Hypothesis draws the same examples on every run (seeded by each test's name): a property test that fails, fails
 # every time, in CI and on a developer's machine alike, instead of on one run in many.
-from hypothesis import settings as _hypothesis_settings
+from hypothesis import settings as _hypothesis_settings  # noqa: E402 (after TRITON_INTERPRET, as below)
+
+import transformer as T  # noqa: E402 (triton is imported with the package: TRITON_INTERPRET must be set first)
 
 _hypothesis_settings.register_profile("typed-transformer", _hypothesis_settings(), derandomize=True)  # on top of
 # the profile already loaded (the mutation runner's, which skips shrinking)

@@ -69,15 +69,21 @@ def required_ids(modules: dict[str, str]) -> dict[str, set[str]]:
             home = getattr(obj, "__module__", None)
             if home in modules and name in importlib.import_module(home).__all__:
                 ids.add(f"{home}.{name}")
-            ids.update(f"{other}.{name}" for other in modules
-                       if name in importlib.import_module(other).__all__
-                       and getattr(importlib.import_module(other), name) is obj)
+            ids.update(
+                f"{other}.{name}"
+                for other in modules
+                if name in importlib.import_module(other).__all__
+                and getattr(importlib.import_module(other), name) is obj
+            )
     return wanted
 
 
 def rendered_ids(site: Path) -> set[str]:
-    return {i for page in (site / "api").glob("*/index.html")
-            for i in re.findall(r'id="(transformer\.[\w.]+)"', page.read_text())}
+    return {
+        i
+        for page in (site / "api").glob("*/index.html")
+        for i in re.findall(r'id="(transformer\.[\w.]+)"', page.read_text())
+    }
 
 
 def problems(pages: dict[str, str], index: str, ids: set[str]) -> list[str]:
@@ -105,8 +111,10 @@ def problems(pages: dict[str, str], index: str, ids: set[str]) -> list[str]:
         head = text[: DIRECTIVE.search(text).start()]
         blocks = re.findall(r"^(?:<!--\s*skip:.*-->\s*\n)?```(\w*)\n", head, re.M)
         if not blocks or blocks[0] != "python" or "<!-- skip:" in head:
-            found.append(f"docs/api/{page} does not open with a python example (run by tests/test_docs_code.py) "
-                         f"before its first ':::'")
+            found.append(
+                f"docs/api/{page} does not open with a python example (run by tests/test_docs_code.py) "
+                f"before its first ':::'"
+            )
     return found
 
 
@@ -135,15 +143,19 @@ def test_the_rule_fails_when_a_name_goes_missing_or_an_internal_one_is_listed(si
         "transformer.TransformerLM is public but has no entry in the API reference (looked for "
         "['transformer.TransformerLM', 'transformer.lm.TransformerLM'])",
         "transformer.lm.TransformerLM is public but has no entry in the API reference (looked for "
-        "['transformer.lm.TransformerLM'])"]
+        "['transformer.lm.TransformerLM'])",
+    ]
     # an internal helper listed
     assert problems(pages, index, ids | {"transformer.backends.resolve_backend"}) == [
         "transformer.backends.resolve_backend is in the API reference but not in transformer.backends.__all__ "
-        "(an internal name)"]
+        "(an internal name)"
+    ]
     # a module dropped from its page, and a page that opens with its directive instead of an example
     lm_page = pages["lm.md"]
-    assert any("transformer.lm.generation is neither documented" in p for p in
-               problems({**pages, "lm.md": lm_page.replace("::: transformer.lm.generation\n", "")}, index, ids))
-    assert problems({**pages, "lm.md": "# Language model\n\n" + lm_page[lm_page.index(":::"):]}, index, ids) == [
-        "docs/api/lm.md does not open with a python example (run by tests/test_docs_code.py) before its first ':::'"]
-
+    assert any(
+        "transformer.lm.generation is neither documented" in p
+        for p in problems({**pages, "lm.md": lm_page.replace("::: transformer.lm.generation\n", "")}, index, ids)
+    )
+    assert problems({**pages, "lm.md": "# Language model\n\n" + lm_page[lm_page.index(":::") :]}, index, ids) == [
+        "docs/api/lm.md does not open with a python example (run by tests/test_docs_code.py) before its first ':::'"
+    ]

@@ -7,8 +7,11 @@ import transformer as T
 
 
 def _qkv(b=2, h=3, lq=5, lk=7, d=8, dtype=torch.float32):
-    return (torch.randn(b, h, lq, d, dtype=dtype), torch.randn(b, h, lk, d, dtype=dtype),
-            torch.randn(b, h, lk, d, dtype=dtype))
+    return (
+        torch.randn(b, h, lq, d, dtype=dtype),
+        torch.randn(b, h, lk, d, dtype=dtype),
+        torch.randn(b, h, lk, d, dtype=dtype),
+    )
 
 
 def _reference(q, k, v, mask):
@@ -126,7 +129,8 @@ def test_values_may_be_wider_than_keys_except_on_the_kernel():
     v = torch.randn(2, 3, 7, 32)
     for backend in ("eager", "torch"):
         out = T.scaled_dot_product_attention(q, k, v, backend=backend)
-        torch.testing.assert_close(out.double(), _reference(q, k, v, torch.ones(1, 1, 5, 7, dtype=torch.bool)),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            out.double(), _reference(q, k, v, torch.ones(1, 1, 5, 7, dtype=torch.bool)), rtol=1e-5, atol=1e-5
+        )
     with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: v head_dim"):
         T.scaled_dot_product_attention(q, k, v, backend="triton")

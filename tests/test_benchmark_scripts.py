@@ -20,8 +20,9 @@ def _script(name):
 def test_lm_vs_gpt2_records_every_variant_and_both_check_policies(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "lm.json"
-    result = _script("lm_vs_gpt2").main(["--rounds", "1", "--batch", "2", "--length", "16", "--new-tokens", "3",
-                                         "--json", str(out)])
+    result = _script("lm_vs_gpt2").main(
+        ["--rounds", "1", "--batch", "2", "--length", "16", "--new-tokens", "3", "--json", str(out)]
+    )
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     rows = {(r["task"], r["variant"]): r for r in result["rows"]}
     for task in ("training step", "generation, batch 1", "generation, batch 8"):

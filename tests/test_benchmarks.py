@@ -17,21 +17,53 @@ def bench():
     return module
 
 
-META = {"device": "test device", "torch": "t", "triton": "x", "dtype": "bfloat16", "batch": 4,
-        "date": "2026-11-22", "flops": "4*B*H*N^2*D"}
+META = {
+    "device": "test device",
+    "torch": "t",
+    "triton": "x",
+    "dtype": "bfloat16",
+    "batch": 4,
+    "date": "2026-11-22",
+    "flops": "4*B*H*N^2*D",
+}
 
 
 def _rows():
     rows = []
-    for n, ours_fwd, cudnn_fwd, ours_bwd, flash_bwd in ((1024, 100.0, 300.0, 200.0, 150.0),
-                                                         (4096, 500.0, 400.0, 100.0, 250.0)):
-        for provider, fwd, bwd in (("triton (ours)", ours_fwd, ours_bwd), ("sdpa flash", 350.0, flash_bwd),
-                                   ("sdpa cudnn", cudnn_fwd, 260.0)):
+    for n, ours_fwd, cudnn_fwd, ours_bwd, flash_bwd in (
+        (1024, 100.0, 300.0, 200.0, 150.0),
+        (4096, 500.0, 400.0, 100.0, 250.0),
+    ):
+        for provider, fwd, bwd in (
+            ("triton (ours)", ours_fwd, ours_bwd),
+            ("sdpa flash", 350.0, flash_bwd),
+            ("sdpa cudnn", cudnn_fwd, 260.0),
+        ):
             for mode, value in (("fwd", fwd), ("bwd", bwd)):
-                rows.append({"provider": provider, "head_dim": 64, "heads": 32, "n": n, "causal": False,
-                             "mode": mode, "ms": 1.0, "tflops": value, "peak_mib": 12.0})
-    rows.append({"provider": "eager", "head_dim": 64, "heads": 32, "n": 4096, "causal": False, "mode": "fwd",
-                 "error": "out of memory"})
+                rows.append(
+                    {
+                        "provider": provider,
+                        "head_dim": 64,
+                        "heads": 32,
+                        "n": n,
+                        "causal": False,
+                        "mode": mode,
+                        "ms": 1.0,
+                        "tflops": value,
+                        "peak_mib": 12.0,
+                    }
+                )
+    rows.append(
+        {
+            "provider": "eager",
+            "head_dim": 64,
+            "heads": 32,
+            "n": 4096,
+            "causal": False,
+            "mode": "fwd",
+            "error": "out of memory",
+        }
+    )
     return rows
 
 

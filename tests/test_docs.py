@@ -23,8 +23,13 @@ _spec.loader.exec_module(docs_hooks)
 def _build(site: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.CompletedProcess:
     if shutil.which("mkdocs") is None and subprocess.run([sys.executable, "-c", "import mkdocs"]).returncode:
         pytest.fail("mkdocs is not installed: it is part of the 'dev' extra")
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "--site-dir", str(site)],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,12 @@ def test_the_api_reference_shows_the_shape_contracts(site):
 
 def test_the_benchmark_plots_are_drawn_from_the_committed_results(site):
     plots = site / "assets" / "plots"
-    for name in ("contracts-overhead.png", "decoding.png", "h100-anchors-2026-11-22-d64.png", "h100-anchors-2026-11-22-d128.png"):
+    for name in (
+        "contracts-overhead.png",
+        "decoding.png",
+        "h100-anchors-2026-11-22-d64.png",
+        "h100-anchors-2026-11-22-d128.png",
+    ):
         assert (plots / name).read_bytes()[:4] == b"\x89PNG", name
     assert "h100-anchors-2026-11-22-d64.png" in (site / "benchmarks" / "index.html").read_text()
 
@@ -80,14 +90,25 @@ def test_the_tutorials_nav_entry_lists_every_notebook():
 
 
 def test_notebook_pages_keep_outputs_and_make_github_links_work_on_the_site():
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Title\nSee [Contracts](../docs/contracts.md#switching) and [the next](02_next.ipynb)."),
-        nbformat.v4.new_code_cell("print(1)", outputs=[
-            nbformat.v4.new_output("stream", name="stdout", text="\x1b[31m1\x1b[0m\n"),
-            nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}),
-            nbformat.v4.new_output("execute_result", data={"text/markdown": "| a |\n|---|\n| 1 |", "text/plain": "x"}),
-        ]),
-    ])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell(
+                "# Title\nSee [Contracts](../docs/contracts.md#switching) and [the next](02_next.ipynb)."
+            ),
+            nbformat.v4.new_code_cell(
+                "print(1)",
+                outputs=[
+                    nbformat.v4.new_output("stream", name="stdout", text="\x1b[31m1\x1b[0m\n"),
+                    nbformat.v4.new_output(
+                        "display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
+                    ),
+                    nbformat.v4.new_output(
+                        "execute_result", data={"text/markdown": "| a |\n|---|\n| 1 |", "text/plain": "x"}
+                    ),
+                ],
+            ),
+        ]
+    )
     markdown, images = docs_hooks.notebook_markdown(nb, "demo")
     assert "](../contracts.md#switching)" in markdown and "](02_next.md)" in markdown
     assert "```python\nprint(1)\n```" in markdown
@@ -101,8 +122,12 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(ROOT / "docs", docs)
     config = (ROOT / "mkdocs.yml").read_text()
-    for old, new in (("docs_dir: docs", f"docs_dir: {docs}"), ("- scripts/docs_hooks.py", f"- {ROOT}/scripts/docs_hooks.py"),
-                     ("paths: [.]", f"paths: [{ROOT}]"), ("- scripts/griffe_extensions.py", f"- {ROOT}/scripts/griffe_extensions.py")):
+    for old, new in (
+        ("docs_dir: docs", f"docs_dir: {docs}"),
+        ("- scripts/docs_hooks.py", f"- {ROOT}/scripts/docs_hooks.py"),
+        ("paths: [.]", f"paths: [{ROOT}]"),
+        ("- scripts/griffe_extensions.py", f"- {ROOT}/scripts/griffe_extensions.py"),
+    ):
         assert old in config, old
         config = config.replace(old, new)
     (tmp_path / "mkdocs.yml").write_text(config)

@@ -26,8 +26,11 @@ _spec.loader.exec_module(docs_browser)
 if docs_browser.chromium() is None:
     if os.environ.get("CI"):
         raise RuntimeError("CI is set but Chromium is not installed: .ci/run installs it (apt-get install chromium)")
-    pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver): the browser check of the docs "
-                "site did not run", allow_module_level=True)
+    pytest.skip(
+        "Chromium is not installed (apt-get install chromium chromium-driver): the browser check of the docs "
+        "site did not run",
+        allow_module_level=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +48,9 @@ def test_every_page_loads_without_console_errors_or_failed_requests(site, report
     assert report.pages == len(pages) >= 20
     for expected in ("", "getting-started/", "api/attention/", "tutorials/01_annotated_transformer/"):
         assert expected in pages
-    page_problems = [p for p in report.problems if "console error" in p or "page error" in p
-                     or "request failed" in p or "HTTP " in p]
+    page_problems = [
+        p for p in report.problems if "console error" in p or "page error" in p or "request failed" in p or "HTTP " in p
+    ]
     assert not page_problems, "\n".join(page_problems)
 
 
@@ -82,7 +86,9 @@ BAD_PAGE = """<!doctype html><html><head><title>planted</title></head><body>
 def test_the_check_reports_planted_problems(tmp_path):
     (tmp_path / "index.html").write_text(BAD_PAGE)
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "index.html").write_text('<html><body><h2 id="here">Here</h2><a href="../">home</a></body></html>')
+    (tmp_path / "other" / "index.html").write_text(
+        '<html><body><h2 id="here">Here</h2><a href="../">home</a></body></html>'
+    )
     report = docs_browser.check(tmp_path, search=False)
     problems = "\n".join(report.problems)
     assert report.pages == 2

@@ -29,8 +29,10 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+)(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
-                   re.M | re.S)
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>```+)(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
 SKIP = re.compile(r"<!--\s*skip:(?P<reason>.*?)-->\s*$", re.S)
 SHOWN_ERROR = re.compile(r"\s*# (?P<name>\w+(?:Error|Exception|Exit)): (?P<message>.*)")
 RUNNABLE = {"python": "python", "py": "python", "bash": "bash", "sh": "bash"}
@@ -66,9 +68,16 @@ def blocks(page: Path, text: str | None = None) -> list[Block]:
         last_line = before.rsplit("\n", 1)[-1]
         skip = SKIP.search(last_line)
         if skip and not skip.group("reason").strip():
-            raise ValueError(f"{page.name}:{text[:match.start()].count(chr(10)) + 1}: a skip marker needs a reason")
-        found.append(Block(page, text[: match.start()].count("\n") + 1, lang,
-                           textwrap.dedent(match.group("body")), skip.group("reason").strip() if skip else None))
+            raise ValueError(f"{page.name}:{text[: match.start()].count(chr(10)) + 1}: a skip marker needs a reason")
+        found.append(
+            Block(
+                page,
+                text[: match.start()].count("\n") + 1,
+                lang,
+                textwrap.dedent(match.group("body")),
+                skip.group("reason").strip() if skip else None,
+            )
+        )
     return found
 
 
@@ -91,18 +100,30 @@ def run_python(block: Block, namespace: dict) -> None:
             exec(code, namespace)
         except Exception as error:  # noqa: BLE001 - any error type may be shown
             line = block.line + node.lineno
-            assert type(error).__name__ == shown["name"], \
+            assert type(error).__name__ == shown["name"], (
                 f"{block.where} (line {line}): shows {shown['name']}, raised {type(error).__name__}: {error}"
+            )
             prefix = _expected_prefix(shown["message"])
-            assert prefix in str(error), f"{block.where} (line {line}): the message shown is not the one raised:\n" \
-                                         f"shown:  {prefix}\nraised: {str(error)[:500]}"
+            assert prefix in str(error), (
+                f"{block.where} (line {line}): the message shown is not the one raised:\n"
+                f"shown:  {prefix}\nraised: {str(error)[:500]}"
+            )
         else:
-            raise AssertionError(f"{block.where} (line {block.line + node.lineno}): shows {shown['name']}, nothing was raised")
+            raise AssertionError(
+                f"{block.where} (line {block.line + node.lineno}): shows {shown['name']}, nothing was raised"
+            )
 
 
 def run_bash(block: Block, cwd: Path) -> None:
-    proc = subprocess.run(["bash", "-o", "pipefail", "-ec", block.code], cwd=cwd, text=True, timeout=BASH_TIMEOUT_S,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONWARNINGS": ""})
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-ec", block.code],
+        cwd=cwd,
+        text=True,
+        timeout=BASH_TIMEOUT_S,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONWARNINGS": ""},
+    )
     assert proc.returncode == 0, f"{block.where}: bash exited {proc.returncode}\n{proc.stdout[-3000:]}"
 
 
@@ -193,8 +214,11 @@ def _page(tmp_path: Path, text: str) -> list[Block]:
 
 def test_blocks_share_a_namespace_in_page_order_and_skips_are_honoured(tmp_path):
     found = _page(tmp_path, PAGE)
-    assert [(b.line, b.lang, b.skip) for b in found] == [(3, "python", None), (9, "python", None),
-                                                         (16, "python", "needs a CUDA GPU (planted)")]
+    assert [(b.line, b.lang, b.skip) for b in found] == [
+        (3, "python", None),
+        (9, "python", None),
+        (16, "python", "needs a CUDA GPU (planted)"),
+    ]
     assert run_page(found, tmp_path) == 2
 
 

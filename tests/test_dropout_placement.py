@@ -156,16 +156,23 @@ def ref_sublayer(sc: T.SublayerConnection, x: torch.Tensor, sublayer, p: float, 
 
 
 def ref_encoder_layer(layer: T.EncoderLayer, x, mask, p: float, p_attn: float, replay: Replay):
-    x = ref_sublayer(layer.sublayer[0], x, lambda y: ref_attention(layer.self_attn, y, y, y, mask, p_attn, replay)[0],
-                     p, replay)
+    x = ref_sublayer(
+        layer.sublayer[0], x, lambda y: ref_attention(layer.self_attn, y, y, y, mask, p_attn, replay)[0], p, replay
+    )
     return ref_sublayer(layer.sublayer[1], x, lambda y: ref_ffn(layer.feed_forward, y, p, replay), p, replay)
 
 
 def ref_decoder_layer(layer: T.DecoderLayer, x, memory, src_mask, tgt_mask, p: float, p_attn: float, replay: Replay):
-    x = ref_sublayer(layer.sublayer[0], x,
-                     lambda y: ref_attention(layer.self_attn, y, y, y, tgt_mask, p_attn, replay)[0], p, replay)
-    x = ref_sublayer(layer.sublayer[1], x,
-                     lambda y: ref_attention(layer.src_attn, y, memory, memory, src_mask, p_attn, replay)[0], p, replay)
+    x = ref_sublayer(
+        layer.sublayer[0], x, lambda y: ref_attention(layer.self_attn, y, y, y, tgt_mask, p_attn, replay)[0], p, replay
+    )
+    x = ref_sublayer(
+        layer.sublayer[1],
+        x,
+        lambda y: ref_attention(layer.src_attn, y, memory, memory, src_mask, p_attn, replay)[0],
+        p,
+        replay,
+    )
     return ref_sublayer(layer.sublayer[2], x, lambda y: ref_ffn(layer.feed_forward, y, p, replay), p, replay)
 
 
@@ -391,8 +398,17 @@ def test_record_attention_keeps_the_dropped_probabilities():
 def tiny_config(**changes) -> T.TransformerConfig:
     """Two layers each side, h = 2 heads of d_k = 16 (the Triton kernel's smallest); ``dropout`` and
     ``attention_dropout`` differ, so a site that takes the other's p is seen."""
-    base = T.TransformerConfig(src_vocab=11, tgt_vocab=13, n_encoder_layers=2, n_decoder_layers=2, d_model=32,
-                               d_ff=48, n_heads=2, dropout=0.1, attention_dropout=0.4)
+    base = T.TransformerConfig(
+        src_vocab=11,
+        tgt_vocab=13,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_model=32,
+        d_ff=48,
+        n_heads=2,
+        dropout=0.1,
+        attention_dropout=0.4,
+    )
     return base.replace(**changes)
 
 
@@ -461,16 +477,24 @@ def test_incremental_decoding_drops_each_new_position_as_the_formula_says(path):
     history: list[list[torch.Tensor]] = [[] for _ in model.decoder.layers]
     for t, out in enumerate(steps):
         x = ref_embed(model.tgt_embed, tgt[:, t : t + 1], 0.1, replay, offset=t)
-        for layer, seen in zip(model.decoder.layers, history):
+        for layer, seen in zip(model.decoder.layers, history, strict=True):
+
             def self_attn(y, layer=layer, seen=seen):
                 seen.append(y)  # the sub-layer's input at this position: what the cache projects into keys/values
                 keys = torch.cat(seen, dim=1)
                 return ref_attention(layer.self_attn, y, keys, keys, None, 0.4, replay)[0]
+
             x = ref_sublayer(layer.sublayer[0], x, self_attn, 0.1, replay)
-            x = ref_sublayer(layer.sublayer[1], x, lambda y, layer=layer: ref_attention(
-                layer.src_attn, y, memory, memory, src_mask, 0.4, replay)[0], 0.1, replay)
-            x = ref_sublayer(layer.sublayer[2], x, lambda y, layer=layer: ref_ffn(layer.feed_forward, y, 0.1, replay),
-                             0.1, replay)
+            x = ref_sublayer(
+                layer.sublayer[1],
+                x,
+                lambda y, layer=layer: ref_attention(layer.src_attn, y, memory, memory, src_mask, 0.4, replay)[0],
+                0.1,
+                replay,
+            )
+            x = ref_sublayer(
+                layer.sublayer[2], x, lambda y, layer=layer: ref_ffn(layer.feed_forward, y, 0.1, replay), 0.1, replay
+            )
         torch.testing.assert_close(out, layer_norm(x, model.decoder.norm), rtol=0, atol=1e-5)
 
 
@@ -504,12 +528,18 @@ def module_cases() -> dict[str, tuple]:
         cases[f"ffn-{activation}"] = (ff, lambda m: m(x), lambda m: ref_ffn(m, x, 0.0, Replay(0)))
     for kind, pe in (("sinusoidal", T.PositionalEncoding), ("learned", T.LearnedPositionalEncoding)):
         embed = nn.Sequential(T.Embeddings(d, 11), pe(d, p, max_len=20)).to(DTYPE)
-        cases[f"embeddings-{kind}"] = (embed, lambda m: m[1](m[0](tokens), offset=2),
-                                       lambda m: ref_embed(m, tokens, 0.0, Replay(0), offset=2))
+        cases[f"embeddings-{kind}"] = (
+            embed,
+            lambda m: m[1](m[0](tokens), offset=2),
+            lambda m: ref_embed(m, tokens, 0.0, Replay(0), offset=2),
+        )
     for path in PATHS_OF_ATTENTION:
         mha = attention_module(path, p)
-        cases[f"attention-{path}"] = (mha, lambda m: m(query, memory, memory, mask),
-                                      lambda m: ref_attention(m, query, memory, memory, mask, 0.0, Replay(0))[0])
+        cases[f"attention-{path}"] = (
+            mha,
+            lambda m: m(query, memory, memory, mask),
+            lambda m: ref_attention(m, query, memory, memory, mask, 0.0, Replay(0))[0],
+        )
     return cases
 
 

@@ -132,22 +132,33 @@ def test_whole_model_gradients_in_eval_mode(placement):
 
     def log_probs(**params):
         hidden = functional_call(model, params, (src, tgt, src_mask, tgt_mask))
-        return functional_call(model.generator, {k.removeprefix("generator."): v for k, v in params.items()
-                                                 if k.startswith("generator.")}, (hidden,))
+        return functional_call(
+            model.generator,
+            {k.removeprefix("generator."): v for k, v in params.items() if k.startswith("generator.")},
+            (hidden,),
+        )
 
     def param(name):
         return dict(model.named_parameters())[name].detach().clone().requires_grad_(True)
 
-    first = ["src_embed.0.lut.weight", "encoder.layers.0.self_attn.q_proj.weight",
-             "decoder.layers.0.src_attn.k_proj.weight", "decoder.norm.weight", "generator.proj.weight"]
+    first = [
+        "src_embed.0.lut.weight",
+        "encoder.layers.0.self_attn.q_proj.weight",
+        "decoder.layers.0.src_attn.k_proj.weight",
+        "decoder.norm.weight",
+        "generator.proj.weight",
+    ]
     second = ["encoder.norm.bias", "decoder.layers.0.self_attn.v_proj.bias", "generator.proj.bias"]
     for names, check in ((first, gradcheck), (second, gradgradcheck)):
         # functional_call needs every parameter the generator uses, so always pass both generator tensors
         extra = [n for n in ("generator.proj.weight", "generator.proj.bias") if n not in names]
         fixed = {n: dict(model.named_parameters())[n].detach() for n in extra}
         inputs = tuple(param(n) for n in names)
-        assert check(lambda *ps, names=names, fixed=fixed: log_probs(**dict(zip(names, ps)), **fixed), inputs,
-                     fast_mode=True)
+        assert check(
+            lambda *ps, names=names, fixed=fixed: log_probs(**dict(zip(names, ps, strict=True)), **fixed),
+            inputs,
+            fast_mode=True,
+        )
 
 
 # --------------------------------------------------------------------------- LayerNorm's side condition
@@ -269,7 +280,8 @@ def test_the_adjoint_check_bites_on_a_wrong_backward():
     # and gradcheck rejects the same bug
     xr = x.clone().requires_grad_(True)
     for fast in (False, True):
-        assert not gradcheck(lambda x: f(_TransposeForgotten.apply(x, weight)), (xr,), raise_exception=False,
-                             fast_mode=fast)
+        assert not gradcheck(
+            lambda x: f(_TransposeForgotten.apply(x, weight)), (xr,), raise_exception=False, fast_mode=fast
+        )
     # the same checks pass once the backward is right
     assert _adjoint_gap(lambda x: f(x @ weight), x, dx, d) < 1e-12

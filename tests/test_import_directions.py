@@ -78,8 +78,11 @@ def _sources():
 
 
 def test_every_part_of_the_package_has_a_layer():
-    parts = {p.stem if p.is_file() else p.name for p in (ROOT / "transformer").iterdir()
-             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    parts = {
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "transformer").iterdir()
+        if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+    }
     parts.discard("__init__")
     parts.add("transformer")
     assert parts - set(LAYER_OF) == set(), "add the new part to LAYERS here and to docs/architecture.md"
@@ -101,14 +104,18 @@ def _violations(path: Path, source: str | None = None) -> list[str]:
             continue
         imported = _part(module)
         if importer == "transformer" and imported == "cli":
-            wrong.append(f"line {line}: the package face imports {module}: importing transformer must not build the CLI")
+            wrong.append(
+                f"line {line}: the package face imports {module}: importing transformer must not build the CLI"
+            )
         if imported is None or imported == importer or importer == "transformer":
             continue
         if imported == "cli" and importer != "__main__":  # python -m transformer runs the command line
             wrong.append(f"line {line}: {importer} imports {module}: nothing imports the command line")
         elif LAYER_OF[imported] > LAYER_OF[importer]:
-            wrong.append(f"line {line}: {importer} (layer {LAYER_OF[importer]}) imports {module} "
-                         f"(layer {LAYER_OF[imported]}): imports run downwards (docs/architecture.md)")
+            wrong.append(
+                f"line {line}: {importer} (layer {LAYER_OF[importer]}) imports {module} "
+                f"(layer {LAYER_OF[imported]}): imports run downwards (docs/architecture.md)"
+            )
     return wrong
 
 

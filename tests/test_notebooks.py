@@ -24,8 +24,13 @@ SCRIPTS = notebooks.scripts()
 IDS = [p.stem for p in SCRIPTS]
 BUDGET_S = 360  # all the notebooks together, executed on the 2-core CI machine
 SECONDS: dict[str, float] = {}
-TUTORIALS = ["01_annotated_transformer", "02_shape_contracts", "03_attention_backends", "04_language_model",
-             "05_your_own_model"]
+TUTORIALS = [
+    "01_annotated_transformer",
+    "02_shape_contracts",
+    "03_attention_backends",
+    "04_language_model",
+    "05_your_own_model",
+]
 
 
 def test_the_tutorials_are_there_and_every_notebook_has_its_script():
@@ -45,8 +50,12 @@ def test_committed_notebook_shows_its_figures(script):
     """Readers see results: a script that draws must leave its pictures in the committed notebook."""
     draws = len(re.findall(r"plt\.show\(\)|display\(Image\(", script.read_text()))
     nb = nbformat.read(script.with_suffix(".ipynb"), as_version=4)
-    images = sum("image/png" in output.get("data", {}) for cell in nb.cells if cell.cell_type == "code"
-                 for output in cell.get("outputs", []))
+    images = sum(
+        "image/png" in output.get("data", {})
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+    )
     assert images >= draws, f"{script.name} draws {draws} times, its notebook holds {images} pictures"
 
 
@@ -70,16 +79,21 @@ def test_all_notebooks_run_within_the_ci_budget():
 
 def test_tests_cited_by_the_notebooks_exist():
     """The notebooks map invariants to tests by name: each named test must exist."""
-    cited = {m.groups() for p in SCRIPTS for m in re.finditer(r"((?:properties/)?test_\w+\.py)::(test_\w+)", p.read_text())}
+    cited = {
+        m.groups() for p in SCRIPTS for m in re.finditer(r"((?:properties/)?test_\w+\.py)::(test_\w+)", p.read_text())
+    }
     assert cited
-    missing = [f"{f}::{t}" for f, t in sorted(cited)
-               if not (ROOT / "tests" / f).exists() or f"def {t}(" not in (ROOT / "tests" / f).read_text()]
+    missing = [
+        f"{f}::{t}"
+        for f, t in sorted(cited)
+        if not (ROOT / "tests" / f).exists() or f"def {t}(" not in (ROOT / "tests" / f).read_text()
+    ]
     assert not missing, f"the notebooks cite tests that do not exist: {missing}"
 
 
 # ---------------------------------------------------------------------------- the checks can fail
 
-FAILING = '''# %% [markdown]
+FAILING = """# %% [markdown]
 # # A notebook with a bug
 
 # %%
@@ -87,7 +101,7 @@ x = 1
 
 # %%
 raise ValueError("planted failure")
-'''
+"""
 
 
 def test_a_failing_cell_fails_the_run_and_names_the_cell(tmp_path):
@@ -107,7 +121,9 @@ def test_an_edited_script_or_an_unexecuted_notebook_is_reported(tmp_path, monkey
     monkeypatch.setattr(notebooks, "ROOT", tmp_path)
     script = tmp_path / "notebooks" / "tiny.py"
     script.write_text("# %% [markdown]\n# # Tiny\n\n# %%\nprint(1 + 1)\n")
-    assert notebooks.problems(script) == ["notebooks/tiny.ipynb is missing (run: python scripts/notebooks.py build tiny)"]
+    assert notebooks.problems(script) == [
+        "notebooks/tiny.ipynb is missing (run: python scripts/notebooks.py build tiny)"
+    ]
 
     nb = notebooks.read_script(script)
     notebooks.execute(nb, "tiny", cwd=tmp_path)

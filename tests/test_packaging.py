@@ -23,8 +23,21 @@ def test_installed_package_maps_kernels_inside_transformer(tmp_path):
 @pytest.mark.slow
 def test_wheel_contents(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
     )
     (wheel,) = tmp_path.glob("typed_transformer-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -60,8 +73,13 @@ print("CLI:", main(["train", "copy", "--steps", "1", "--attention-backend", "tri
 
 def test_without_triton_auto_works_silently_and_asking_for_triton_says_how_to_install(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", WITHOUT_TRITON, str(tmp_path / "run")], capture_output=True, text=True,
-                         env=env, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TRITON, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     hint = 'Triton is not installed; install it with: pip install triton (or pip install "typed-transformer[triton]")'
     assert out.stdout.splitlines() == [f"MODEL: attention backend 'triton' cannot run these inputs: {hint}", "CLI: 2"]

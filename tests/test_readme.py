@@ -21,7 +21,8 @@ def _tour_lines() -> list[str]:
 
 def test_readme_tour_runs_and_its_errors_are_real(monkeypatch):
     monkeypatch.delenv("TYPED_TRANSFORMER_CHECKS", raising=False)
-    torch._dynamo.reset()  # as in a new process: earlier tests' graphs of the same methods count toward Dynamo's recompile limit
+    # as in a new process: earlier tests' graphs of the same methods count toward Dynamo's recompile limit
+    torch._dynamo.reset()
     lines = _tour_lines()
     namespace: dict = {}
     i = 0
@@ -52,9 +53,12 @@ def test_readme_tour_runs_and_its_errors_are_real(monkeypatch):
 
 # ---------------------------------------------------------------- the two set-up commands and CI
 
+
 def test_readme_has_exactly_two_setup_commands_and_ci_runs_both_as_written():
     commands = readme_setup.setup_commands(README.read_text())
-    assert commands["main"] == 'pip install "torch==2.13.0" && pip install -e ".[triton]" && typed-transformer train copy'
+    assert (
+        commands["main"] == 'pip install "torch==2.13.0" && pip install -e ".[triton]" && typed-transformer train copy'
+    )
     assert commands["tests"].endswith("python -m pytest -q") and ".[triton,dev]" in commands["tests"]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python scripts/readme_setup.py fresh-main-job" in ci
@@ -77,15 +81,23 @@ exact match on 500 held-out inputs: 100.0%
 """
 
 
-@pytest.mark.parametrize("output, problem", [
-    (GOOD_RUN, None),
-    (GOOD_RUN.replace("100.0%", "97.4%"), "exact match 97.4% is below 99.0%"),
-    (GOOD_RUN.replace("exact match on", "matched"), "no line 'exact match on N held-out inputs: X%'"),
-    (GOOD_RUN.replace("-> '1 2 3 4 5 6 7 8 9 10'", "-> '1 2 3 4 5 6 7 8 9 9'"), "the demo decode"),
-    ("/venv/torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy\n" + GOOD_RUN,
-     "warnings in the output"),
-    ("W1123 10:05:48.295000 4851 torch/_library/triton.py:53] Triton not available\n" + GOOD_RUN, "warnings in the output"),
-])
+@pytest.mark.parametrize(
+    "output, problem",
+    [
+        (GOOD_RUN, None),
+        (GOOD_RUN.replace("100.0%", "97.4%"), "exact match 97.4% is below 99.0%"),
+        (GOOD_RUN.replace("exact match on", "matched"), "no line 'exact match on N held-out inputs: X%'"),
+        (GOOD_RUN.replace("-> '1 2 3 4 5 6 7 8 9 10'", "-> '1 2 3 4 5 6 7 8 9 9'"), "the demo decode"),
+        (
+            "/venv/torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy\n" + GOOD_RUN,
+            "warnings in the output",
+        ),
+        (
+            "W1123 10:05:48.295000 4851 torch/_library/triton.py:53] Triton not available\n" + GOOD_RUN,
+            "warnings in the output",
+        ),
+    ],
+)
 def test_main_job_output_check(output, problem):
     found = readme_setup.check_main_job_output(output)
     assert (found is None) if problem is None else (found is not None and found.startswith(problem))

@@ -62,7 +62,7 @@ def test_triton_model_matches_eager_forward_and_backward():
     torch.testing.assert_close(out_f, out_e, rtol=1e-4, atol=1e-4)
     eager.generator(out_e).sum().backward()
     fused.generator(out_f).sum().backward()
-    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters()):
+    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters(), strict=True):
         if p_e.grad is not None:
             torch.testing.assert_close(p_f.grad, p_e.grad, rtol=1e-3, atol=1e-4, msg=name)
 
@@ -100,7 +100,9 @@ def test_triton_model_decodes_like_eager():
 
 def test_unsupported_head_dim_is_refused_by_name():
     model = T.make_model(13, 13, N=1, d_model=16, d_ff=32, h=4, attention_backend="triton")  # d_k = 4
-    with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: head_dim must be in \\[16, 256\\], got 4"):
+    with pytest.raises(
+        ValueError, match="attention backend 'triton' cannot run these inputs: head_dim must be in \\[16, 256\\], got 4"
+    ):
         model(*[a.cpu() for a in _batch()])
 
 

@@ -5,29 +5,37 @@ The names follow the Annotated Transformer; every ``forward`` is a checked tenso
 (see :mod:`transformer.attention`).
 """
 
-from .common import moved_modules
-
-moved_modules.install()  # module paths of the flat layout (transformer.backends.sdpa, transformer.lm.config, ...) keep working
-
 from . import attention  # the module (MultiHeadedAttention); calling it calls the function attention()
 from .attention import MultiHeadedAttention, current_backend, scaled_dot_product_attention, use_backend
 from .cache import DecoderCache, KVCache, LayerCache
 from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
+from .common import moved_modules
 from .config import TransformerConfig
 from .contracts import Bool, Float, Int, Shaped, Tensor, TypeCheckError, checked, checks, checks_enabled, set_checks
 from .decoder import Decoder, DecoderLayer
 from .decoding import BeamResult, beam_search, greedy_decode, greedy_step, next_token_log_probs, sample_decode
-from .embeddings import EmbeddingStack, Embeddings, LearnedPositionalEncoding, PositionalEncoding
+from .embeddings import Embeddings, EmbeddingStack, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
 from .layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
 from .lm import LMCache, LMConfig, LMNextTokens, TransformerLM, beam_generate, build_lm, generate
 from .masks import AttentionMask, padding_mask, subsequent_mask, target_mask
 from .model import EncoderDecoder, Generator, NextTokens, build_model, make_model
-from .training import Batch, LabelSmoothing, NoamSchedule, SimpleLossCompute, Trainer, TrainerConfig, TrainState, rate, run_epoch
+from .training import (
+    Batch,
+    LabelSmoothing,
+    NoamSchedule,
+    SimpleLossCompute,
+    Trainer,
+    TrainerConfig,
+    TrainState,
+    rate,
+    run_epoch,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # the model (the Annotated Transformer's classes)
     "TransformerConfig",
     "EncoderDecoder",
     "Encoder",
@@ -43,9 +51,11 @@ __all__ = [
     "PositionalEncoding",
     "LearnedPositionalEncoding",
     "Generator",
+    "NextTokens",
     "make_model",
     "build_model",
     "clones",
+    # attention: the reference, the drop-in, the backend choice, masks and caches
     "attention",
     "scaled_dot_product_attention",
     "use_backend",
@@ -54,13 +64,21 @@ __all__ = [
     "subsequent_mask",
     "padding_mask",
     "target_mask",
+    "DecoderCache",
+    "LayerCache",
+    "KVCache",
+    # contracts (docs/contracts.md)
     "checks",
     "checks_enabled",
     "set_checks",
     "TypeCheckError",
-]
-
-__all__ += [
+    "checked",
+    "Float",
+    "Int",
+    "Bool",
+    "Shaped",
+    "Tensor",
+    # training and checkpoints
     "Batch",
     "LabelSmoothing",
     "NoamSchedule",
@@ -70,21 +88,26 @@ __all__ += [
     "TrainState",
     "rate",
     "run_epoch",
+    "save_checkpoint",
+    "load_checkpoint",
+    "Checkpoint",
+    "CheckpointError",
+    "ConfigMismatchError",
+    # decoding
     "greedy_decode",
     "greedy_step",
     "next_token_log_probs",
     "sample_decode",
     "beam_search",
     "BeamResult",
-    "NextTokens",
-    "DecoderCache",
-    "LayerCache",
-    "KVCache",
-    "save_checkpoint",
-    "load_checkpoint",
-    "Checkpoint",
-    "CheckpointError",
-    "ConfigMismatchError",
+    # the decoder-only language model (docs/lm.md)
+    "TransformerLM",
+    "LMConfig",
+    "LMCache",
+    "LMNextTokens",
+    "build_lm",
+    "generate",
+    "beam_generate",
 ]
-__all__ += ["TransformerLM", "LMConfig", "LMCache", "LMNextTokens", "build_lm", "generate", "beam_generate"]
-__all__ += ["checked", "Float", "Int", "Bool", "Shaped", "Tensor"]
+
+moved_modules.install()  # the flat layout's module paths (transformer.sdpa, transformer.lm_config, ...) keep working

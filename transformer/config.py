@@ -29,15 +29,25 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 #: Fields that choose how the model runs, not what it computes: they are not part of a model's identity, so a
 #: checkpoint neither stores nor compares them (train with one backend, resume or decode with another).
 RUNTIME_FIELDS: tuple[str, ...] = ("attention_backend",)
-_POSITIVE_INTS = ("src_vocab", "tgt_vocab", "n_encoder_layers", "n_decoder_layers", "d_model", "d_ff", "n_heads", "max_len")
+_POSITIVE_INTS = (
+    "src_vocab",
+    "tgt_vocab",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "d_model",
+    "d_ff",
+    "n_heads",
+    "max_len",
+)
 
 
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def check_kv_heads(kv_heads: int | None, heads: int, name: str = "kv_heads", heads_name: str = "h",
-                   prefix: str = "") -> int:
+def check_kv_heads(
+    kv_heads: int | None, heads: int, name: str = "kv_heads", heads_name: str = "h", prefix: str = ""
+) -> int:
     """The number of key/value heads of grouped-query attention (None: ``heads``), validated: a positive int that
     divides ``heads``. Errors name both (``name``, ``heads_name``), after ``prefix``."""
     if kv_heads is None:
@@ -45,8 +55,10 @@ def check_kv_heads(kv_heads: int | None, heads: int, name: str = "kv_heads", hea
     if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1:
         raise ValueError(f"{prefix}{name} must be a positive int or None, got {name}={kv_heads!r}")
     if heads % kv_heads != 0:
-        raise ValueError(f"{prefix}{name}={kv_heads} does not divide {heads_name}={heads} (each key/value head serves "
-                         f"{heads_name} / {name} query heads); values that would: {_divisors(heads)}")
+        raise ValueError(
+            f"{prefix}{name}={kv_heads} does not divide {heads_name}={heads} (each key/value head serves "
+            f"{heads_name} / {name} query heads); values that would: {_divisors(heads)}"
+        )
     return kv_heads
 
 
@@ -66,7 +78,9 @@ class ConfigRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"unknown {cls.__name__} field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+            )
         return cls(**data)
 
     def to_json(self, **dumps_kwargs: Any) -> str:
@@ -85,8 +99,9 @@ class ConfigRecord:
             if getattr(self, f.name) != getattr(other, f.name) and not (architecture_only and f.name in RUNTIME_FIELDS)
         }
 
-    def _check_ints_and_choices(self, positive_ints: tuple[str, ...], choices: dict[str, tuple],
-                                prefix: str = "") -> None:
+    def _check_ints_and_choices(
+        self, positive_ints: tuple[str, ...], choices: dict[str, tuple], prefix: str = ""
+    ) -> None:
         """Raise ValueError naming the field: a positive-int field that is not a positive int, a field outside its
         choices. ``prefix`` starts each message (e.g. ``"LMConfig: "``)."""
         for name in positive_ints:
@@ -156,7 +171,11 @@ class TransformerConfig(ConfigRecord):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be a float in [0, 1), got {name}={value!r}")
-        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
+        if (
+            isinstance(self.layer_norm_eps, bool)
+            or not isinstance(self.layer_norm_eps, (int, float))
+            or not self.layer_norm_eps > 0
+        ):
             raise ValueError(f"layer_norm_eps must be a positive float, got layer_norm_eps={self.layer_norm_eps!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as futures
-import importlib
 import datetime as dt
+import importlib
 import json
 import os
 import shutil
@@ -46,8 +46,7 @@ from catalog.base import TEST_FILES
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
-GUARD = '''
+GUARD = """
 import os, pytest
 from hypothesis import Phase, settings
 
@@ -60,7 +59,7 @@ def pytest_sessionstart(session):
     expected = os.environ["MUTANT_ROOT"]
     if not os.path.realpath(transformer.__file__).startswith(os.path.realpath(expected) + os.sep):
         pytest.exit(f"mutant guard: transformer imported from {transformer.__file__}, not {expected}", returncode=99)
-'''
+"""
 
 
 def _copy_tree(workdir: Path) -> None:
@@ -104,11 +103,33 @@ def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
                     raise SystemExit(f"mutant {mutant.id}: target text not found exactly once in {mutant.file}")
                 text = text.replace(old, new)
             path.write_text(text)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TYPED_TRANSFORMER_CHECKS", "JAXTYPING_DISABLE")}
-        env.update(PYTHONPATH=str(workdir), MUTANT_ROOT=str(workdir), PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "_mutant_guard",
-               "--no-header", "-W", "ignore::DeprecationWarning", *tests]
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "TYPED_TRANSFORMER_CHECKS", "JAXTYPING_DISABLE")
+        }
+        env.update(
+            PYTHONPATH=str(workdir),
+            MUTANT_ROOT=str(workdir),
+            PYTHONDONTWRITEBYTECODE="1",
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "_mutant_guard",
+            "--no-header",
+            "-W",
+            "ignore::DeprecationWarning",
+            *tests,
+        ]
         try:
             proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
             rc, output = proc.returncode, proc.stdout + proc.stderr
@@ -122,7 +143,9 @@ def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
         "file": mutant.file if mutant else "",
         "what": mutant.what if mutant else "unmutated copy",
         "returncode": rc,
-        "status": "passed" if rc == 0 else ("caught" if rc in (1, 2) else ("timeout" if rc == -1 else f"error rc={rc}")),
+        "status": "passed"
+        if rc == 0
+        else ("caught" if rc in (1, 2) else ("timeout" if rc == -1 else f"error rc={rc}")),
         "killed_by": failed.split(" - ")[0].removeprefix("FAILED ").removeprefix("ERROR ").strip(),
         "seconds": round(time.monotonic() - start, 1),
         "tail": "\n".join(output.splitlines()[-15:]),
@@ -131,14 +154,22 @@ def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-k", dest="select", default="", help="run only mutants whose id contains this text (comma-separated: any of them)")
+    parser.add_argument(
+        "-k",
+        dest="select",
+        default="",
+        help="run only mutants whose id contains this text (comma-separated: any of them)",
+    )
     parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
     parser.add_argument("--json", default=str(ROOT / "tests" / "mutation" / "results.json"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--tests", nargs="+", help="test files to run instead of TEST_FILES")
-    parser.add_argument("--module", help="take the mutants of this module of tests/mutation/catalog/ only "
-                                         "(e.g. blind_decoding), whether or not the catalog's ALL lists it")
+    parser.add_argument(
+        "--module",
+        help="take the mutants of this module of tests/mutation/catalog/ only "
+        "(e.g. blind_decoding), whether or not the catalog's ALL lists it",
+    )
     args = parser.parse_args()
 
     pool_of = importlib.import_module(f"catalog.{args.module}").MUTANTS if args.module else MUTANTS
@@ -189,8 +220,10 @@ def main() -> int:
     print(f"{'-' * width}  --------  ------------------")
     for r in results:
         print(f"{r['id']:{width}s}  {r['status']:8s}  {r['killed_by']}")
-    print(f"\nscore: {len(caught)}/{len(results)} mutants caught in {time.monotonic() - started:.0f}s "
-          f"(baselines {', '.join(str(b['seconds']) + 's' for b in baselines)})")
+    print(
+        f"\nscore: {len(caught)}/{len(results)} mutants caught in {time.monotonic() - started:.0f}s "
+        f"(baselines {', '.join(str(b['seconds']) + 's' for b in baselines)})"
+    )
     for r in survived:
         print(f"\nSURVIVED {r['id']} ({r['what']}):\n{r['tail']}")
 

@@ -60,8 +60,9 @@ def test_attention_is_invariant_to_a_constant_added_to_every_logit(data, c, back
     u = _randn(7, *k.shape[:-2], 1, d_k) * (abs(c) ** 0.5)  # the same offset for every key of a row
     shifted_k = k + u  # logit(i, j) += q_i . u / sqrt(d_k): constant across j for each row i
     out = T.scaled_dot_product_attention(q, k, v, mask, backend=backend)
-    torch.testing.assert_close(T.scaled_dot_product_attention(q, shifted_k, v, mask, backend=backend), out,
-                               rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        T.scaled_dot_product_attention(q, shifted_k, v, mask, backend=backend), out, rtol=1e-9, atol=1e-9
+    )
 
 
 @SETTINGS
@@ -221,7 +222,7 @@ def test_scaling_k_is_a_temperature_change_not_an_invariance(data, a):
     logits = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).masked_fill(~mask, -math.inf)
     torch.testing.assert_close(p_ak, torch.softmax(a * logits, -1), rtol=1e-9, atol=1e-12)
     # the claimed invariance fails on every row that attends to two or more keys with different logits
-    rows = (mask.expand_as(logits).sum(-1) >= 2)
+    rows = mask.expand_as(logits).sum(-1) >= 2
     assume(rows.any())  # a mask may leave every row a single key, where scaling changes nothing
     p = T.attention(q, k, v, mask)[1]
     assert not torch.allclose(p_ak[rows], p[rows], rtol=1e-6, atol=1e-9)
@@ -260,8 +261,12 @@ def _smoothed(size: int, target: torch.Tensor, s: float, padding_idx: int, style
 
 
 @SETTINGS
-@given(st.integers(0, 2**31 - 1), st.sampled_from((0.0, 0.1, 0.4)), st.sampled_from(("torch", "annotated")),
-       st.integers(3, 9))
+@given(
+    st.integers(0, 2**31 - 1),
+    st.sampled_from((0.0, 0.1, 0.4)),
+    st.sampled_from(("torch", "annotated")),
+    st.integers(3, 9),
+)
 def test_label_smoothing_is_a_kl_divergence_to_a_probability_distribution(seed, s, style, size):
     padding_idx = 0
     target = torch.randint(1, size, (6,), generator=torch.Generator().manual_seed(seed))

@@ -88,8 +88,9 @@ def test_heads_must_divide_d_model(d_model, h):
     if d_model % h == 0:
         mha = T.MultiHeadedAttention(h, d_model, 0.0)
         assert mha.d_k * h == d_model
-        config = T.TransformerConfig(src_vocab=5, tgt_vocab=5, d_model=d_model, n_heads=h,
-                                     positional_encoding="learned")
+        config = T.TransformerConfig(
+            src_vocab=5, tgt_vocab=5, d_model=d_model, n_heads=h, positional_encoding="learned"
+        )
         assert config.d_k * h == d_model
     else:
         with pytest.raises(ValueError, match=f"h={h} does not divide d_model={d_model}"):
@@ -127,7 +128,7 @@ def test_a_sublayer_that_changes_the_shape_is_refused(placement, bad_sublayer):
         sub(torch.randn(2, 5, 8), bad_sublayer)
 
 
-# --------------------------------------------------------------------------- 4. self-attention keeps (batch, seq, d_model)
+# ------------------------------------------------------------------------ 4. self-attention keeps (batch, seq, d_model)
 
 
 def test_self_attention_refuses_an_input_of_the_wrong_width():
@@ -145,7 +146,9 @@ def test_self_attention_whose_output_changes_shape_breaks_its_contract():
     with pytest.raises(TypeCheckError) as info:
         mha(x, x, x)
     first = str(info.value).splitlines()[0]
-    assert first.startswith("MultiHeadedAttention.forward > MultiHeadedAttention.attend: the return value is f32[2,5,9]")
+    assert first.startswith(
+        "MultiHeadedAttention.forward > MultiHeadedAttention.attend: the return value is f32[2,5,9]"
+    )
 
 
 def test_encoder_layer_refuses_a_mask_that_does_not_cover_the_sequence():

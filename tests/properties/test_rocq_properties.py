@@ -34,12 +34,12 @@ the sinusoids): a shape-preserving bug cannot pass.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import math
-
 from torch import nn
 
 import transformer as T
@@ -123,8 +123,9 @@ def _encoder_layer_by_hand(layer, placement, x, mask):
 
 def _decoder_layer_by_hand(layer, placement, x, memory, src_mask, tgt_mask):
     x = _sublayer_by_hand(layer.sublayer[0], placement, x, lambda z: _mha_by_hand(layer.self_attn, z, z, z, tgt_mask))
-    x = _sublayer_by_hand(layer.sublayer[1], placement, x,
-                          lambda z: _mha_by_hand(layer.src_attn, z, memory, memory, src_mask))
+    x = _sublayer_by_hand(
+        layer.sublayer[1], placement, x, lambda z: _mha_by_hand(layer.src_attn, z, memory, memory, src_mask)
+    )
     return _sublayer_by_hand(layer.sublayer[2], placement, x, lambda z: _ffn_by_hand(layer.feed_forward, z))
 
 
@@ -229,8 +230,9 @@ def test_encoder_layer_and_stack_preserve_shape(w, sizes, n, placement):
 def test_decoder_layer_and_stack_preserve_shape(w, sizes, n, placement):
     h, _, d_model = w
     batch, tgt_len, src_len = sizes
-    layer = T.DecoderLayer(d_model, _mha(h, d_model), _mha(h, d_model), _ffn(d_model, 11), 0.0,
-                           placement).double().eval()
+    layer = (
+        T.DecoderLayer(d_model, _mha(h, d_model), _mha(h, d_model), _ffn(d_model, 11), 0.0, placement).double().eval()
+    )
     x, memory = _randn(batch, tgt_len, d_model), _randn(batch, src_len, d_model)
     src_mask = torch.ones(batch, 1, src_len, dtype=torch.bool)
     src_mask[0, 0, -1] = False  # one padded memory position
@@ -258,8 +260,22 @@ def test_model_data_flow(w, sizes, placement):
     h, _, d_model = w
     batch, src_len, tgt_len, src_vocab, tgt_vocab = sizes
     positional = "sinusoidal" if d_model % 2 == 0 else "learned"  # odd widths need learned positions
-    model = T.make_model(src_vocab, tgt_vocab, N=1, d_model=d_model, d_ff=17, h=h, dropout=0.0,
-                         positional_encoding=positional, max_len=16, norm_placement=placement).double().eval()
+    model = (
+        T.make_model(
+            src_vocab,
+            tgt_vocab,
+            N=1,
+            d_model=d_model,
+            d_ff=17,
+            h=h,
+            dropout=0.0,
+            positional_encoding=positional,
+            max_len=16,
+            norm_placement=placement,
+        )
+        .double()
+        .eval()
+    )
     src = torch.randint(1, src_vocab, (batch, src_len))
     tgt = torch.randint(1, tgt_vocab, (batch, tgt_len))
     src_mask, tgt_mask = T.padding_mask(src, 0), T.target_mask(tgt, 0)
@@ -291,11 +307,19 @@ def test_model_data_flow_refuses_swapped_source_and_target():
 
 
 @SETTINGS
-@given(d_model=st.sampled_from(PRIMES), vocab=st.sampled_from((17, 19, 23)), lead=st.lists(st.sampled_from(PRIMES), max_size=3))
+@given(
+    d_model=st.sampled_from(PRIMES),
+    vocab=st.sampled_from((17, 19, 23)),
+    lead=st.lists(st.sampled_from(PRIMES), max_size=3),
+)
 def test_linear_layers_change_only_the_last_dimension(d_model, vocab, lead):
     """Shapes, and values: each applies its formula to the last dimension, every leading position on its own."""
     x = _randn(*lead, d_model)
-    gen, linear, norm = T.Generator(d_model, vocab).double(), nn.Linear(d_model, vocab).double(), T.LayerNorm(d_model).double()
+    gen, linear, norm = (
+        T.Generator(d_model, vocab).double(),
+        nn.Linear(d_model, vocab).double(),
+        T.LayerNorm(d_model).double(),
+    )
     assert gen(x).shape == (*lead, vocab) and linear(x).shape == (*lead, vocab) and norm(x).shape == x.shape
     _close(linear(x), x @ linear.weight.T + linear.bias)
     _close(gen(x), torch.log_softmax(_linear(gen.proj, x), -1))

@@ -18,7 +18,11 @@ SETTINGS = settings(max_examples=15, deadline=None)
 
 
 def _model(placement: str = "pre", **more) -> T.EncoderDecoder:
-    return T.make_model(11, 13, N=2, d_model=8, d_ff=16, h=2, dropout=0.0, norm_placement=placement, **more).double().eval()
+    return (
+        T.make_model(11, 13, N=2, d_model=8, d_ff=16, h=2, dropout=0.0, norm_placement=placement, **more)
+        .double()
+        .eval()
+    )
 
 
 @SETTINGS
@@ -53,8 +57,9 @@ def test_padded_source_positions_are_invisible(seed, n_real, placement):
     tgt_mask = T.target_mask(tgt, 0)
     memory, memory_other = model.encode(src, src_mask), model.encode(other, src_mask)
     torch.testing.assert_close(memory_other[:, :n_real], memory[:, :n_real], rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(model(other, tgt, src_mask, tgt_mask), model(src, tgt, src_mask, tgt_mask),
-                               rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(
+        model(other, tgt, src_mask, tgt_mask), model(src, tgt, src_mask, tgt_mask), rtol=1e-10, atol=1e-10
+    )
     # and the mask does matter: without it, the padding is seen
     assert not torch.allclose(model.encode(other, None)[:, :n_real], model.encode(src, None)[:, :n_real])
 
@@ -72,8 +77,9 @@ def test_batch_rows_are_independent(placement):
     out = model(src, tgt, T.padding_mask(src, 0), T.target_mask(tgt, 0))
     for b in range(3):
         s, t = src[b : b + 1], tgt[b : b + 1]
-        torch.testing.assert_close(out[b : b + 1], model(s, t, T.padding_mask(s, 0), T.target_mask(t, 0)),
-                                   rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            out[b : b + 1], model(s, t, T.padding_mask(s, 0), T.target_mask(t, 0)), rtol=1e-10, atol=1e-10
+        )
 
 
 @pytest.mark.parametrize("placement", ["pre", "post"])
