@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Self, get_args
 
+from .common.arguments import is_int, is_number
+
 __all__ = ["TransformerConfig", "ConfigRecord"]
 
 NormPlacement = Literal["pre", "post"]
@@ -52,7 +54,7 @@ def check_kv_heads(
     divides ``heads``. Errors name both (``name``, ``heads_name``), after ``prefix``."""
     if kv_heads is None:
         return heads
-    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1:
+    if not is_int(kv_heads, at_least=1):
         raise ValueError(f"{prefix}{name} must be a positive int or None, got {name}={kv_heads!r}")
     if heads % kv_heads != 0:
         raise ValueError(
@@ -106,7 +108,7 @@ class ConfigRecord:
         choices. ``prefix`` starts each message (e.g. ``"LMConfig: "``)."""
         for name in positive_ints:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_int(value):
                 raise ValueError(f"{prefix}{name} must be an int, got {value!r} ({type(value).__name__})")
             if value <= 0:
                 raise ValueError(f"{prefix}{name} must be positive, got {name}={value}")
@@ -116,7 +118,8 @@ class ConfigRecord:
                 raise ValueError(f"{prefix}{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 
     def architecture(self) -> dict[str, Any]:
-        """The fields that define the model's function (``to_dict`` without ``RUNTIME_FIELDS``): a checkpoint's identity."""
+        """The fields that define the model's function (``to_dict`` without ``RUNTIME_FIELDS``): a checkpoint's
+        identity."""
         return {name: value for name, value in self.to_dict().items() if name not in RUNTIME_FIELDS}
 
 
@@ -169,13 +172,9 @@ class TransformerConfig(ConfigRecord):
         self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES)
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if not is_number(value) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be a float in [0, 1), got {name}={value!r}")
-        if (
-            isinstance(self.layer_norm_eps, bool)
-            or not isinstance(self.layer_norm_eps, (int, float))
-            or not self.layer_norm_eps > 0
-        ):
+        if not is_number(self.layer_norm_eps) or not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be a positive float, got layer_norm_eps={self.layer_norm_eps!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(
@@ -193,7 +192,7 @@ class TransformerConfig(ConfigRecord):
                 f"src_vocab={self.src_vocab} != tgt_vocab={self.tgt_vocab}; use tie_weights='target' or 'none'"
             )
         if self.pad_id is not None:
-            if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
+            if not is_int(self.pad_id):
                 raise ValueError(f"pad_id must be an int or None, got {self.pad_id!r}")
             smallest = min(self.src_vocab, self.tgt_vocab)
             if not 0 <= self.pad_id < smallest:
