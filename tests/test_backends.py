@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import transformer as T
+import torch.nn.functional as F
+
 from transformer import backends
+from transformer.backends import choice
 from transformer import sdpa as sdpa_module
 from transformer.checkpoint import load_checkpoint, save_checkpoint
 
@@ -23,7 +26,7 @@ def _qkv(b=2, h=3, lq=5, lk=7, d=16):
 def spy(monkeypatch):
     """Records which backend computed each attention: 'eager' (the reference), 'torch' (F.sdpa), 'triton'."""
     seen: list[str] = []
-    real_sdpa, real_ref = backends.F.scaled_dot_product_attention, backends.attention.unchecked
+    real_sdpa, real_ref = F.scaled_dot_product_attention, backends.attention.unchecked
 
     def sdpa(*args, **kwargs):
         seen.append("torch")
@@ -39,7 +42,7 @@ def spy(monkeypatch):
         seen.append("eager")
         return real_dropin_ref(*args, **kwargs)
 
-    monkeypatch.setattr(backends.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
     monkeypatch.setattr(backends.attention, "unchecked", ref)
     monkeypatch.setattr(sdpa_module, "reference", ref_dropin)  # the drop-in's eager backend: torch's definition
     from transformer import kernels
@@ -86,16 +89,16 @@ def test_auto_picks_the_reference_for_float64_which_supports_double_backward(spy
 def test_auto_on_cuda_takes_triton_when_the_kernel_can_else_torch_and_says_why(monkeypatch, caplog):
     q, k, v = _qkv()
     fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.bfloat16})()
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)
     assert backends.resolve_backend("auto", fake_cuda, k, v, None, 0.0) == "triton"
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: "head_dim 300 is above 256")
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: "head_dim 300 is above 256")
     with caplog.at_level(logging.INFO, logger="transformer.backends"):
         assert backends.resolve_backend("auto", fake_cuda, k, v, None, 0.0) == "torch"
     assert "does not use triton here: head_dim 300 is above 256" in caplog.text
 
 
 def test_a_named_backend_never_falls_back(monkeypatch):
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"):
         T.scaled_dot_product_attention(q, k, v, backend="triton")
@@ -184,7 +187,7 @@ def test_auto_takes_torch_for_float32_on_cuda_and_says_why_at_debug_level(monkey
     where the kernel would take the inputs) and logs why at DEBUG; other dtypes still get the kernel, and the kernel
     stays available by name for float32."""
     q, k, v = _qkv(d=16)
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)  # the kernel would take every input
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)  # the kernel would take every input
     cuda = {dtype: type("FakeCuda", (), {"is_cuda": True, "dtype": dtype})() for dtype in (torch.float32, torch.float16)}
     with caplog.at_level(logging.DEBUG, logger="transformer.backends"):
         assert backends.resolve_backend("auto", cuda[torch.float32], k, v, None, 0.0) == "torch"
@@ -230,7 +233,7 @@ def test_under_torch_compile_the_backend_choice_is_guarded_and_a_refusal_raises_
         assert len(graphs) == 2  # back outside: the first graph again
 
         missing = f"Triton is not installed; install it with: {backends.TRITON_INSTALL_HINT}"
-        monkeypatch.setattr(backends, "triton_missing_reason", lambda: missing)  # as on a machine without Triton
+        monkeypatch.setattr(choice, "triton_missing_reason", lambda: missing)  # as on a machine without Triton
         with T.use_backend("triton"):
             with pytest.raises(ValueError) as eager:
                 mha(x, x, x)
@@ -255,7 +258,7 @@ def test_a_use_backend_block_inside_a_compiled_function_governs_its_calls():
         assert torch.equal(compiled(x), inside(x))
         assert T.current_backend() == "torch"
     assert len(graphs) == 1 and "softmax" in graphs.calls(0) and "scaled_dot_product_attention" not in graphs.calls(0)
-    assert backends._TRACE_BACKENDS == []
+    assert choice.CHOICE.trace_stack == []
 
 
 def test_nested_use_backend_blocks_inside_a_compiled_function_resolve_to_the_innermost_as_in_eager():
@@ -279,12 +282,12 @@ def test_nested_use_backend_blocks_inside_a_compiled_function_resolve_to_the_inn
         assert torch.allclose(inner, outer, atol=1e-6)
     calls = graphs.calls(0)
     assert "scaled_dot_product_attention" in calls and "softmax" in calls  # the inner call on torch, the outer eager
-    assert backends._TRACE_BACKENDS == []
+    assert choice.CHOICE.trace_stack == []
 
 
 def test_auto_takes_the_reference_where_torchs_fused_attention_gives_nan_on_fully_masked_rows(monkeypatch, spy):
     """torch < 2.5 returns NaN for a query row whose every key is masked; auto must not pick it there."""
-    monkeypatch.setattr(backends, "_TORCH_ZEROES_EMPTY_ROWS", False)
+    monkeypatch.setattr(choice, "_TORCH_ZEROES_EMPTY_ROWS", False)
     q, k, v = _qkv()
     mask = T.AttentionMask(key_lengths=torch.tensor([0, 7]))
     out = T.scaled_dot_product_attention(q, k, v, mask, backend="auto")

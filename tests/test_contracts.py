@@ -151,8 +151,10 @@ def _checked_functions():
 
     import transformer
 
-    for info in pkgutil.iter_modules(transformer.__path__):
-        module = importlib.import_module(f"transformer.{info.name}")
+    for info in pkgutil.walk_packages(transformer.__path__, "transformer."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module):
             candidates = [obj]
             if inspect.isclass(obj) and obj.__module__ == module.__name__:

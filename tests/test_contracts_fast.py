@@ -19,7 +19,8 @@ from jaxtyping import jaxtyped
 import transformer as T
 from transformer.cache import KVCache
 from transformer.contracts import Bool, Float, Int, Shaped, Tensor, TypeCheckError, checked
-from transformer.contracts.fast import NotFast, compile_checker, resolved_signature
+from transformer.contracts.fast import NotFast, compile_checker
+from transformer.contracts.grammar import resolved_signature
 from transformer.masks import AttentionMask
 
 REFUSED_ARGUMENTS, REFUSED_RETURN = object(), object()
@@ -210,13 +211,13 @@ def test_a_field_that_is_not_a_number_is_left_to_jaxtyping(field):
     fast = FAST["heads_of"]((net, torch.zeros(4)), {})
     assert fast is REFUSED_RETURN and _jaxtyping_accepts("heads_of", (net, torch.zeros(4)), {})
     checked_heads = checked(Net.heads_of)
-    import transformer.contracts as contracts
+    from transformer.contracts import decorator
 
-    contracts._on_fast_path_miss = lambda qualname, part: misses.append((qualname, part))
+    decorator._on_fast_path_miss = lambda qualname, part: misses.append((qualname, part))
     try:
         assert checked_heads(net, torch.zeros(4)) is net.result  # jaxtyping's decision: valid
     finally:
-        contracts._on_fast_path_miss = None
+        decorator._on_fast_path_miss = None
     assert misses == [("Net.heads_of", "return")]
 
 
@@ -263,10 +264,12 @@ def _checked_wrappers():
     import importlib
     import pkgutil
 
-    for info in pkgutil.iter_modules(T.__path__):
-        module = importlib.import_module(f"transformer.{info.name}")
+    for info in pkgutil.walk_packages(T.__path__, "transformer."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module):
-            for fn in [getattr(obj, n) for n in vars(obj)] if inspect.isclass(obj) else [obj]:
+            for fn in [getattr(obj, n, None) for n in vars(obj)] if inspect.isclass(obj) else [obj]:
                 if hasattr(fn, "_fast_checker") and fn.__module__ == module.__name__:
                     yield f"{module.__name__}.{fn.__qualname__}", fn
 

@@ -120,12 +120,12 @@ class _AsyncCopies:
 
 @pytest.fixture
 def on_device(monkeypatch):
-    from transformer import contracts
+    from transformer.contracts import guards
 
     copies = _AsyncCopies()
-    monkeypatch.setattr(contracts, "_check_on_device", lambda tokens: True)
-    monkeypatch.setattr(contracts, "_copy_to_host", copies)
-    monkeypatch.setattr(contracts, "_PENDING", [])
+    monkeypatch.setattr(guards, "_check_on_device", lambda tokens: True)
+    monkeypatch.setattr(guards, "_copy_to_host", copies)
+    monkeypatch.setattr(guards, "_PENDING", [])
     return copies
 
 
@@ -165,18 +165,18 @@ def test_raise_pending_token_errors_waits_for_every_check(model, on_device):
 
 
 def test_unanswered_device_checks_are_bounded(model, on_device, monkeypatch):
-    from transformer import contracts
+    from transformer.contracts import guards
 
-    monkeypatch.setattr(contracts, "_PENDING_LIMIT", 3)
+    monkeypatch.setattr(guards, "_PENDING_LIMIT", 3)
     embed = model.src_embed[0]
     for _ in range(5):
         embed(_src(4))
-    assert len(contracts._PENDING) <= 3 and on_device.waited == 2  # the oldest ones were waited for
+    assert len(guards._PENDING) <= 3 and on_device.waited == 2  # the oldest ones were waited for
 
 
 def test_on_the_cpu_the_ids_are_checked_at_once_and_returned_as_they_are(model):
-    from transformer import contracts
+    from transformer.contracts import guards
 
     src = _src(5)
-    assert contracts.validate_token_ids(src, 11, "tokens") is src  # no copy, nothing pending
-    assert contracts._PENDING == []
+    assert guards.validate_token_ids(src, 11, "tokens") is src  # no copy, nothing pending
+    assert guards._PENDING == []

@@ -17,6 +17,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import transformer as T
 from transformer import backends, kernels
 from transformer import sdpa as sdpa_module
+from transformer.backends import choice
+from transformer.backends import torch_backend
 
 CPU_BACKENDS = ["auto", "eager", "torch"]
 
@@ -286,11 +288,11 @@ def test_a_named_backend_never_falls_back_and_says_why():
 
 def test_the_choice_and_its_reason_are_logged_at_debug_level(caplog):
     q, k, v = torch.randn(1, 2, 4, 16), torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
-    with caplog.at_level(logging.DEBUG, logger="transformer.backends.sdpa"):
+    with caplog.at_level(logging.DEBUG, logger="transformer.sdpa"):
         T.scaled_dot_product_attention(q, k, v)
         T.scaled_dot_product_attention(q.double(), k.double(), v.double())
         T.scaled_dot_product_attention(q, k, v, backend="triton")
-    lines = [r.getMessage() for r in caplog.records if r.name == "transformer.backends.sdpa"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "transformer.sdpa"]
     assert lines == ["scaled_dot_product_attention runs on torch: cpu tensors: auto runs the kernel on CUDA only",
                      "scaled_dot_product_attention runs on eager: float64: only the reference supports every "
                      "autograd mode",
@@ -299,16 +301,16 @@ def test_the_choice_and_its_reason_are_logged_at_debug_level(caplog):
 
 def test_a_use_backend_block_chooses_when_no_backend_is_named(caplog):
     q = torch.randn(1, 2, 4, 16)
-    with caplog.at_level(logging.DEBUG, logger="transformer.backends.sdpa"), T.use_backend("eager"):
+    with caplog.at_level(logging.DEBUG, logger="transformer.sdpa"), T.use_backend("eager"):
         T.scaled_dot_product_attention(q, q, q)
         T.scaled_dot_product_attention(q, q, q, backend="torch")  # the argument beats the block
-    assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == "transformer.backends.sdpa"] == [
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == "transformer.sdpa"] == [
         "scaled_dot_product_attention runs on eager", "scaled_dot_product_attention runs on torch"]
 
 
 def test_why_auto_on_cuda_falls_back_names_the_kernels_reason(monkeypatch):
     fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.float16})()
-    monkeypatch.setattr(sdpa_module, "_triton_reason", lambda *a: "mask must be a bool tensor")
+    monkeypatch.setattr(sdpa_module, "triton_unsupported_reason", lambda *a: "mask must be a bool tensor")
     assert sdpa_module._why("auto", "torch", fake_cuda, None, None, None, 0.0, None) == \
         "the kernel does not take these inputs: mask must be a bool tensor"
     assert sdpa_module._why("auto", "triton", fake_cuda, None, None, None, 0.0, None) == "the kernel takes these inputs"
@@ -322,7 +324,7 @@ def test_the_kernel_gets_grouped_key_value_heads_in_place(monkeypatch):
         seen.append((tuple(q.shape), tuple(k.shape), tuple(v.shape)))
         return sdpa_module.reference(q, k, v, enable_gqa=True)
 
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)
     monkeypatch.setattr(kernels, "flash_attention", flash)
     q, k, v = torch.randn(2, 8, 4, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
     out = T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="triton")
@@ -341,7 +343,7 @@ def test_torch_without_enable_gqa_gets_repeated_heads(monkeypatch):
 
     q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     want = _torch_math(q, k, v, enable_gqa=True)
-    monkeypatch.setattr(sdpa_module, "_TORCH_HAS_GQA", False)
+    monkeypatch.setattr(torch_backend, "_TORCH_HAS_GQA", False)
     monkeypatch.setattr(F, "scaled_dot_product_attention", old_torch)
     out = T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="torch")
     assert calls == [torch.Size([2, 4, 5, 8])]
@@ -430,6 +432,6 @@ def test_the_drop_in_compiles_in_one_graph_and_gives_torchs_answer(debug, caplog
 
     q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
     torch._dynamo.reset()
-    with caplog.at_level(logging.DEBUG if debug else logging.WARNING, logger="transformer.backends.sdpa"):
+    with caplog.at_level(logging.DEBUG if debug else logging.WARNING, logger="transformer.sdpa"):
         out = torch.compile(attend, fullgraph=True, backend="eager")(q, k, v)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))

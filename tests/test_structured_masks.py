@@ -5,6 +5,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer as T
 from transformer import backends
@@ -202,8 +203,8 @@ def test_the_kernel_of_a_batch_fed_model_gets_causal_and_key_lengths_never_a_den
 
 def test_torch_backend_gets_is_causal_and_no_mask_when_only_causal(monkeypatch):
     seen = []
-    real = backends.F.scaled_dot_product_attention
-    monkeypatch.setattr(backends.F, "scaled_dot_product_attention",
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
                         lambda *a, **k: seen.append((k.get("attn_mask"), k.get("is_causal", False))) or real(*a, **k))
     model = _model(pad_id=None)
     src, tgt = _tokens([5, 5], 5), _tokens([4, 4], 4, vocab=13)
@@ -218,8 +219,8 @@ def test_torch_backend_gets_is_causal_and_no_mask_when_only_causal(monkeypatch):
 
 def test_torch_backend_gets_one_key_row_for_key_padding(monkeypatch):
     seen = []
-    real = backends.F.scaled_dot_product_attention
-    monkeypatch.setattr(backends.F, "scaled_dot_product_attention",
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
                         lambda *a, **k: seen.append(k.get("attn_mask")) or real(*a, **k))
     mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
     x = torch.randn(2, 5, 32)
