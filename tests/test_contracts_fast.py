@@ -251,7 +251,7 @@ def test_the_report_is_jaxtyping_s_own():
 
 
 def test_every_contract_of_the_package_but_one_has_the_fast_path():
-    from test_contracts import _checked_functions
+    from test_contracts_vocabulary import _checked_functions
 
     slow = {name: fn._fast_checker()[1] for name, fn in _checked_wrappers() if fn._fast_checker()[1]}
     assert len(list(_checked_functions())) > 30

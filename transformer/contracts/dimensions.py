@@ -4,7 +4,7 @@ from __future__ import annotations
 
 #: The one vocabulary of dimension names used in every annotation of the package (the paper's names).
 #: ``#name`` in an annotation allows size 1 to broadcast, ``*name`` any number of leading axes, and
-#: ``{self.d_model}`` the module's own configured size. ``tests/test_contract_vocabulary.py`` keeps annotations to
+#: ``{self.d_model}`` the module's own configured size. ``tests/test_contracts_vocabulary.py`` keeps annotations to
 #: this list.
 DIMENSIONS: dict[str, str] = {
     "batch": "sentences in the batch (leading axes, possibly several, in '*batch')",

@@ -10,8 +10,8 @@ MUTANTS = [
            "the fast checker's minimum rank for a variadic annotation is one too low: with an axis before the "
            "variadic one ('a *b c'), a 1-D tensor of shape (5,) is accepted (a=5, c=5, *b empty) where jaxtyping "
            "raises TypeCheckError"),
-    Mutant("blind-contracts-join-broadcast-into-fixed", "transformer/contracts/fast.py",
-           (("        return None if joint is None or joint != tuple(previous) else (False, previous)\n",
+    Mutant("blind-contracts-join-broadcast-into-fixed", "transformer/contracts/grammar.py",
+           (("        return None if joint is None or not same_sizes(joint, previous) else (False, previous)\n",
              "        return None if joint is None else (False, previous)\n"),),
            "a '*#b' seen after '*b' bound it: any shape that merely broadcasts with the bound one is accepted "
            "(x: '*b' of shape (1,), y: '*#b' of shape (4,)) where jaxtyping rejects it (the broadcast would change "
@@ -34,15 +34,15 @@ MUTANTS = [
              "        if not top:  # (at the top"),),
            "a scalar annotation Float[Tensor, ''] checked at the top level no longer checks the rank: any tensor "
            "of the right dtype is accepted (a loss of shape (3,) passes a contract promising a 0-d tensor)"),
-    Mutant("blind-contracts-token-id-equal-vocab", "transformer/contracts/__init__.py",
+    Mutant("blind-contracts-token-id-equal-vocab", "transformer/contracts/guards.py",
            (("    bad = (tokens < 0) | (tokens >= vocab)\n", "    bad = (tokens < 0) | (tokens > vocab)\n"),),
            "token id == vocab is not caught by validate_token_ids: on the CPU nn.Embedding raises IndexError "
            "('index out of range in self') instead of the ValueError naming the id and the vocabulary size"),
-    Mutant("blind-contracts-async-position-order", "transformer/contracts/__init__.py",
+    Mutant("blind-contracts-async-position-order", "transformer/contracts/guards.py",
            (("        for size in reversed(self.shape):  # the flat", "        for size in self.shape:  # the flat"),),
            "the asynchronous (CUDA) token check turns the flat index into a position with the axes in the wrong "
            "order: a bad id at (1, 3) of a (2, 5) batch is reported 'at position (4, 0)'"),
-    Mutant("blind-contracts-pending-no-wait", "transformer/contracts/__init__.py",
+    Mutant("blind-contracts-pending-no-wait", "transformer/contracts/guards.py",
            (("            if not wait and not check.ready():\n", "            if not check.ready():\n"),),
            "raise_pending_token_errors() (wait=True) returns at the first check whose answer has not arrived "
            "instead of waiting for it: an out-of-vocabulary id found on CUDA is not raised where the user asked "
@@ -61,7 +61,9 @@ MUTANTS = [
 
 # The files run for this review (its first run and after).
 SUITE = ('tests/test_contracts_fast.py',
-         'tests/test_contracts.py',
+         'tests/test_contracts_switch.py',
+         'tests/test_contracts_vocabulary.py',
+         'tests/test_contracts_compiled.py',
          'tests/test_contracts_user.py',
          'tests/test_modules.py',
          'tests/test_lm.py',

@@ -21,9 +21,9 @@ MUTANTS = [
            "leading dims of inputs of different ranks are aligned from the left, not the right as torch.matmul: "
            "query (2, 3, L, E) with key/value (3, S, E) is refused ('do not broadcast') although torch accepts it, "
            "and masks are checked against a wrong weights shape"),
-    Mutant("blind-dropin-gqa-torch-drops-scale", "transformer/backends/sdpa.py",
-           (("return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)",
-             "return _torch_sdpa(q, k, v, dense, dropout_p, causal, None, True)"),),
+    Mutant("blind-dropin-gqa-torch-drops-scale", "transformer/backends/grouped.py",
+           (("return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True)",
+             "return torch_sdpa(q, k, v, mask, dropout_p, None, enable_gqa=True)"),),
            "grouped-query attention on the torch backend (auto on CPU) ignores the module's score scale: an LM with "
            "n_kv_heads < n_heads and attention_scale (tau) set attends with 1/sqrt(d_k) instead, unlike eager or "
            "the full-head path"),

@@ -4,12 +4,12 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-guards-trace-backend-outermost", "transformer/backends/__init__.py",
-           (("        return _TRACE_BACKENDS[-1]\n", "        return _TRACE_BACKENDS[0]\n"),),
+    Mutant("blind-guards-trace-backend-outermost", "transformer/common/switches.py",
+           (("            return self.trace_stack[-1]\n", "            return self.trace_stack[0]\n"),),
            "inside a compiled function, nested use_backend blocks resolve to the OUTERMOST block's backend: "
            "use_backend('eager') around use_backend('torch') (or 'triton') runs eager for the inner calls, "
            "while eager mode (the context variable) runs the innermost one"),
-    Mutant("blind-guards-auto-cuda-bf16-to-sdpa", "transformer/backends/__init__.py",
+    Mutant("blind-guards-auto-cuda-bf16-to-sdpa", "transformer/backends/choice.py",
            (("        if q.dtype == torch.float32:  # issue 18",
              "        if q.dtype != torch.float16:  # issue 18"),),
            "auto on CUDA sends bfloat16 inputs to torch's SDPA (with the float32 DEBUG message) although the kernel "
@@ -41,7 +41,7 @@ MUTANTS = [
              "        for name, size, dim in ((\"key_lengths\", k_len, \"k_len\"), (\"query_lengths\", q_len, \"q_len\")):\n"),),
            "with contracts switched off, an AttentionMask length above the attention's size (key_lengths 9 for "
            "k_len=5) is accepted silently instead of raising the documented ValueError (a guard: checks on or off)"),
-    Mutant("blind-guards-dtype-autocast-cuda-only", "transformer/contracts/__init__.py",
+    Mutant("blind-guards-dtype-autocast-cuda-only", "transformer/contracts/guards.py",
            (("not torch.is_autocast_enabled(device.type)", "not torch.is_autocast_enabled()"),),
            "the autocast exemption reads only CUDA's autocast state: under torch.autocast('cpu', bfloat16) a model "
            "whose activations are bfloat16 and parameters float32 is refused with 'argument x is torch.bfloat16, "

@@ -53,15 +53,15 @@ MUTANTS = [
              "checks, \"generate\")"),),
            "beam_generate(checks='sometimes') raises 'generate: checks must be one of ...': the error names the "
            "wrong function"),
-    Mutant("blind-stepchecks-switch-not-restored-on-error", "transformer/contracts/__init__.py",
-           (("    token = _override.set(bool(enabled))\n"
-             "    try:\n"
+    Mutant("blind-stepchecks-switch-not-restored-on-error", "transformer/common/switches.py",
+           (("        token = self.variable.set(value)\n"
+             "        try:\n"
+             "            yield\n"
+             "        finally:\n"
+             "            self.variable.reset(token)\n",
+             "        token = self.variable.set(value)\n"
              "        yield\n"
-             "    finally:\n"
-             "        _override.reset(token)\n",
-             "    token = _override.set(bool(enabled))\n"
-             "    yield\n"
-             "    _override.reset(token)\n"),),
+             "        self.variable.reset(token)\n"),),
            "checks(...) restores the previous setting only on a normal exit: an exception inside the block (e.g. a "
            "guard's ValueError in a decoding step the policy ran unchecked) leaves checks switched off (or on) for "
            "the rest of the thread/task"),
@@ -88,5 +88,6 @@ MUTANTS = [
 ]
 
 # The tests they are measured against (the default TEST_FILES do not include the step-check or contract suites).
-SUITE = ("tests/test_step_checks.py", "tests/test_decoding.py", "tests/test_contracts.py")
+SUITE = ("tests/test_step_checks.py", "tests/test_decoding.py", "tests/test_contracts_switch.py",
+         "tests/test_contracts_vocabulary.py", "tests/test_contracts_compiled.py")
 MUTANTS = [dataclasses.replace(m, tests=SUITE) for m in MUTANTS]

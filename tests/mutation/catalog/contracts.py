@@ -62,8 +62,8 @@ MUTANTS += [
 FAST_TESTS = ("tests/test_contracts_fast.py",)
 
 
-def E(id: str, old: str, new: str, what: str) -> Mutant:
-    return Mutant(id, "transformer/contracts/fast.py", ((old, new),), what, FAST_TESTS)
+def E(id: str, old: str, new: str, what: str, file: str = "transformer/contracts/fast.py") -> Mutant:
+    return Mutant(id, file, ((old, new),), what, FAST_TESTS)
 
 
 MUTANTS += [
@@ -78,14 +78,14 @@ MUTANTS += [
       '            with src.conditional(), src.block("if True:"):',
       "the fast path checks default values beartype does not check"),
     E("contract-fast-variadic-broadcast-not-joined",
-      "        return None if joint is None or joint != tuple(previous) else (False, previous)",
+      "        return None if joint is None or not same_sizes(joint, previous) else (False, previous)",
       "        return None if joint is None else (False, previous)",
-      "'*#name' after '*name' accepts shapes that widen the bound ones"),
+      "'*#name' after '*name' accepts shapes that widen the bound ones", "transformer/contracts/grammar.py"),
     E("contract-fast-field-any-type",
       "        src.emit(f\"if type({value}) is not int{'' if alone else f' or {value} < 0'}: raise _Miss\")",
       "        pass",
       "the fast path evaluates {fields} itself whatever they hold (jaxtyping formats them into text first)"),
-    E("contract-fast-name-rebinds", "            src.single[value] = _BOUND\n", "            src.single[value] = _UNBOUND\n",
+    E("contract-fast-name-rebinds", "            src.single[value] = BOUND\n", "            src.single[value] = UNBOUND\n",
       "a dimension name seen again binds anew instead of being compared"),
     E("contract-fast-return-compares-rank-only", 'src.emit(f"if {shape} != {earlier}: {_fail(src, fail)}")',
       'src.emit(f"if len({shape}) != len({earlier}): {_fail(src, fail)}")',

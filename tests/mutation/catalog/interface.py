@@ -3,7 +3,7 @@ key/value caches the modules own, and sampling."""
 
 from .base import M, Mutant
 
-_MASKS, _BACKENDS, _CACHE = "transformer/masks.py", "transformer/backends/__init__.py", "transformer/cache.py"
+_MASKS, _CACHE = "transformer/masks.py", "transformer/cache.py"
 
 MUTANTS: list[Mutant] = [
     # --- AttentionMask and its dense form
@@ -29,13 +29,13 @@ MUTANTS: list[Mutant] = [
       "got == sizes[d.lstrip(\"#\")] or (d.startswith(\"#\") and got == 1)", "True",
       "a structured mask part of the wrong size is not reported"),
     # --- what each backend receives
-    M("kernel-gets-no-causal-flag", _BACKENDS,
+    M("kernel-gets-no-causal-flag", "transformer/backends/dispatch.py",
       "\"causal\": mask.causal}", "\"causal\": False}",
       "the kernel is not told the mask is causal"),
-    M("kernel-padded-queries-not-zeroed", _BACKENDS,
+    M("kernel-padded-queries-not-zeroed", "transformer/backends/dispatch.py",
       "        return out * valid[:, None, :, None].to(out.dtype)\n", "        return out\n",
       "padded query rows keep the kernel's output instead of 0"),
-    M("sdpa-causal-with-padding", _BACKENDS,
+    M("sdpa-causal-with-padding", "transformer/backends/torch_backend.py",
       "if mask.causal and not mask.tensors():", "if mask.causal:",
       "SDPA gets is_causal alone although the mask also pads keys"),
     Mutant("sdpa-key-only-ignores-causal", "transformer/masks.py", (
@@ -46,14 +46,14 @@ MUTANTS: list[Mutant] = [
     M("backend-module-beats-context", "transformer/attention.py",
       "resolve_backend(current_backend() or self.backend,", "resolve_backend(self.backend or current_backend(),",
       "the module's default overrides the use_backend block"),
-    M("backend-auto-fused-for-float64", _BACKENDS,
+    M("backend-auto-fused-for-float64", "transformer/backends/choice.py",
       "    if q.dtype == torch.float64:", "    if False:",
       "auto sends float64 (gradcheck, double backward) to SDPA, which has no double backward"),
-    M("backend-validated-twice", _BACKENDS,
-      "dropout_p=dropout_p, scale=scale, validate=False, **_kernel_masks(mask))",
-      "dropout_p=dropout_p, scale=scale, **_kernel_masks(mask))",
+    M("backend-validated-twice", "transformer/backends/dispatch.py",
+      "dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask))",
+      "dropout_p=dropout_p, scale=scale, **kernel_masks(mask))",
       "the kernel's inputs are validated twice per call"),
-    M("backend-scale-ignored-by-eager", _BACKENDS,
+    M("backend-scale-ignored-by-eager", "transformer/backends/dispatch.py",
       "return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout, scale)[0]",
       "return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout)[0]",
       "the eager backend ignores a given score scale"),
@@ -91,6 +91,7 @@ MUTANTS: list[Mutant] = [
 
 # --- the drop-in for F.scaled_dot_product_attention (transformer/backends/sdpa.py) and grouped-query attention
 _SDPA, _DROPIN_TESTS, _GQA_TESTS = "transformer/backends/sdpa.py", ("tests/test_sdpa_dropin.py",), ("tests/test_gqa.py",)
+_TORCH_BACKEND, _GROUPED = "transformer/backends/torch_backend.py", "transformer/backends/grouped.py"
 
 
 def _dropin(id: str, old: str, new: str, what: str, tests: tuple[str, ...] = _DROPIN_TESTS,
@@ -132,10 +133,11 @@ MUTANTS += [
             "a low-rank mask reaches the kernel with its ones inserted before L instead of in front"),
     _dropin("dropin-structured-key-only-drops-causal", "    if mask.key_only():\n        return mask.to_dense(1, k_len)",
             "    if mask.key_only() or mask.causal:\n        return mask.to_dense(1, k_len)",
-            "a causal AttentionMask with key lengths reaches torch as one key row (causality lost)"),
+            "a causal AttentionMask with key lengths reaches torch as one key row (causality lost)",
+            file=_TORCH_BACKEND),
     _dropin("dropin-old-torch-tiles-heads", "key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)",
             "key = key.repeat(1, query.size(-3) // key.size(-3), 1, 1)",
-            "torch < 2.5 (no enable_gqa) gets tiled key heads"),
+            "torch < 2.5 (no enable_gqa) gets tiled key heads", file=_TORCH_BACKEND),
     _dropin("dropin-logging-breaks-the-graph",
             "if not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG):",
             "if logger.isEnabledFor(logging.DEBUG) and not torch.compiler.is_compiling():",
@@ -146,10 +148,10 @@ MUTANTS += [
             "a use_backend block does not choose the drop-in's backend"),
     _dropin("gqa-module-repeat-tiles", "return k.repeat_interleave(heads // k.size(1), dim=1), v.repeat_interleave(",
             "return k.repeat(1, heads // k.size(1), 1, 1), v.repeat_interleave(",
-            "the modules' reference path tiles the shared key heads", _GQA_TESTS),
-    _dropin("gqa-module-torch-without-gqa", "return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)",
-            "return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, False)",
-            "the modules' torch path forgets enable_gqa", _GQA_TESTS),
+            "the modules' reference path tiles the shared key heads", _GQA_TESTS, _GROUPED),
+    _dropin("gqa-module-torch-without-gqa", "return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True)",
+            "return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=False)",
+            "the modules' torch path forgets enable_gqa", _GQA_TESTS, _GROUPED),
     _dropin("gqa-config-unchecked", 'check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", '
             'prefix="LMConfig: ")', "pass", "LMConfig accepts a kv head count that does not divide n_heads",
             _GQA_TESTS, "transformer/lm/config.py"),
@@ -225,19 +227,20 @@ def I20(id: str, file: str, old: str, new: str, what: str, tests: tuple[str, ...
 
 
 MUTANTS += [
-    I20("backend-choice-read-with-contextvar-get", _BACKENDS, "    name = _CHOICE.name\n", "    name = _backend.get(_CHOICE)\n",
+    I20("backend-choice-read-with-contextvar-get", "transformer/common/switches.py", "        value = self.reader.value\n",
+        "        value = self.variable.get(self.reader)\n",
         "the choice read with ContextVar.get (the same in eager mode; Dynamo cannot trace it: no guard, a graph break)",
         _BACKEND_TESTS),
-    I20("backend-trace-block-ignored", _BACKENDS, "    if _TRACE_BACKENDS:\n        return _TRACE_BACKENDS[-1]",
-        "    if False:\n        return _TRACE_BACKENDS[-1]",
+    I20("backend-trace-block-ignored", "transformer/common/switches.py", "        if self.trace_stack:\n            return self.trace_stack[-1]",
+        "        if False:\n            return self.trace_stack[-1]",
         "a use_backend block inside a compiled function is not seen by current_backend", _BACKEND_TESTS),
-    I20("backend-refusal-raised-while-tracing", _BACKENDS,
+    I20("backend-refusal-raised-while-tracing", "transformer/backends/dispatch.py",
         "    if torch.compiler.is_compiling():\n        return Refusal(message)", "    if False:\n        return Refusal(message)",
         "a backend that cannot run raises while Dynamo traces (Unsupported under fullgraph, not eager's ValueError)",
         _BACKEND_TESTS),
-    I20("backend-auto-kernel-for-float32", _BACKENDS, "        if q.dtype == torch.float32:", "        if False:",
+    I20("backend-auto-kernel-for-float32", "transformer/backends/choice.py", "        if q.dtype == torch.float32:", "        if False:",
         "auto sends float32 on CUDA to the kernel (no tensor cores) instead of SDPA", _BACKEND_TESTS),
-    I20("backend-auto-float32-log-at-info", _BACKENDS, "            _say(logging.DEBUG, \"attention backend 'auto' does not use triton for float32",
+    I20("backend-auto-float32-log-at-info", "transformer/backends/choice.py", "            _say(logging.DEBUG, \"attention backend 'auto' does not use triton for float32",
         "            _say(logging.INFO, \"attention backend 'auto' does not use triton for float32",
         "auto's float32 choice is logged at INFO (every call) instead of DEBUG", _BACKEND_TESTS),
     I20("sample-max-not-subtracted", _DEC, "logits = (logits - logits.amax(-1, keepdim=True)) / temperature",
@@ -277,10 +280,10 @@ MUTANTS += [
         "a reorder leaves every layer's cross-attention cache on the old rows", _CACHE_TESTS),
     I20("steps-reorder-forgets-memory", "transformer/model.py", "        self.memory = self.memory.index_select(0, index)\n",
         "", "a reorder leaves the memory on the old rows (the cache and mask follow)", _CACHE_TESTS),
-    I20("entry-dtype-unchecked", "transformer/contracts/__init__.py",
+    I20("entry-dtype-unchecked", "transformer/contracts/guards.py",
         "if tensor.is_floating_point() and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):",
         "if False:", "a floating tensor of another dtype reaches torch's own error", _ENTRY_TESTS),
-    I20("entry-autocast-refused", "transformer/contracts/__init__.py",
+    I20("entry-autocast-refused", "transformer/contracts/guards.py",
         " and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):", " and tensor.dtype != dtype:",
         "autocast's mixed dtypes are refused", _ENTRY_TESTS),
     I20("entry-decode-memory-unchecked", "transformer/model.py",

@@ -4,21 +4,21 @@ from .base import M, Mutant
 
 MUTANTS = [
     # --- attention
-    M("attn-no-scale", "transformer/backends/__init__.py",
+    M("attn-no-scale", "transformer/backends/reference.py",
       "scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))",
       "scores = torch.matmul(query, key.transpose(-2, -1))",
       "drop the 1/sqrt(d_k) scale"),
-    M("attn-scale-by-dk", "transformer/backends/__init__.py",
+    M("attn-scale-by-dk", "transformer/backends/reference.py",
       "key.transpose(-2, -1)) / math.sqrt(query.size(-1))", "key.transpose(-2, -1)) / query.size(-1)",
       "scale by 1/d_k instead of 1/sqrt(d_k)"),
-    M("attn-softmax-wrong-axis", "transformer/backends/__init__.py",
+    M("attn-softmax-wrong-axis", "transformer/backends/reference.py",
       "p_attn = scores.softmax(dim=-1)", "p_attn = scores.softmax(dim=-2)",
       "softmax over the query axis instead of the key axis"),
-    Mutant("attn-mask-polarity", "transformer/backends/__init__.py", (
+    Mutant("attn-mask-polarity", "transformer/backends/reference.py", (
         ("scores = scores.masked_fill(~mask,", "scores = scores.masked_fill(mask,"),
         ("p_attn = p_attn * mask", "p_attn = p_attn * ~mask"),
     ), "invert the mask polarity (True = masked)"),
-    M("attn-fully-masked-uniform", "transformer/backends/__init__.py",
+    M("attn-fully-masked-uniform", "transformer/backends/reference.py",
       "p_attn = p_attn * mask", "p_attn = p_attn",
       "fully masked rows average uniformly (the tutorial's -1e9 behaviour)"),
     M("attn-split-heads-transposed", "transformer/attention.py",
@@ -83,7 +83,7 @@ MUTANTS = [
     M("pe-not-added", "transformer/embeddings.py",
       "return self.dropout(x + self.rows(offset, end).to(x.dtype))", "return self.dropout(x)",
       "sinusoidal positional encoding never added"),
-    M("max-len-off-by-one", "transformer/contracts/__init__.py",
+    M("max-len-off-by-one", "transformer/contracts/guards.py",
       "if length > max_len:", "if length >= max_len:",
       "refuse sequences of exactly max_len"),
     # --- encoder / decoder / model
