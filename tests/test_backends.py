@@ -8,13 +8,12 @@ import threading
 
 import pytest
 import torch
-
-import transformer as T
 import torch.nn.functional as F
 
+import transformer as T
 from transformer import backends
-from transformer.backends import choice
 from transformer import sdpa as sdpa_module
+from transformer.backends import choice
 from transformer.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -76,7 +75,9 @@ def test_precedence_argument_over_context_over_module_default(spy):
 def test_auto_picks_torch_on_the_cpu(spy):
     q, k, v = _qkv()
     T.scaled_dot_product_attention(q, k, v, backend="auto")
-    T.MultiHeadedAttention(2, 32, dropout=0.0).eval()(torch.randn(1, 3, 32), torch.randn(1, 4, 32), torch.randn(1, 4, 32))
+    T.MultiHeadedAttention(2, 32, dropout=0.0).eval()(
+        torch.randn(1, 3, 32), torch.randn(1, 4, 32), torch.randn(1, 4, 32)
+    )
     assert spy == ["torch", "torch"]
 
 
@@ -100,9 +101,13 @@ def test_auto_on_cuda_takes_triton_when_the_kernel_can_else_torch_and_says_why(m
 def test_a_named_backend_never_falls_back(monkeypatch):
     monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"):
+    with pytest.raises(
+        ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"
+    ):
         T.scaled_dot_product_attention(q, k, v, backend="triton")
-    with pytest.raises(ValueError, match="attention backend must be one of 'auto', 'eager', 'torch', 'triton'; got 'flash'"):
+    with pytest.raises(
+        ValueError, match="attention backend must be one of 'auto', 'eager', 'torch', 'triton'; got 'flash'"
+    ):
         T.scaled_dot_product_attention(q, k, v, backend="flash")
     with pytest.raises(ValueError, match="got 'cudnn'"), T.use_backend("cudnn"):
         pass
@@ -178,8 +183,12 @@ def test_the_backend_is_not_part_of_a_checkpoint(tmp_path):
         assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), other.state_dict().values()))
     with pytest.raises(T.ConfigMismatchError, match="d_ff"):
         load_checkpoint(tmp_path / "ckpt", model=T.make_model(11, 11, N=1, d_model=32, d_ff=64, h=2))
-    assert T.TransformerConfig(src_vocab=3, tgt_vocab=3, attention_backend="torch").differences(
-        T.TransformerConfig(src_vocab=3, tgt_vocab=3), architecture_only=True) == {}
+    assert (
+        T.TransformerConfig(src_vocab=3, tgt_vocab=3, attention_backend="torch").differences(
+            T.TransformerConfig(src_vocab=3, tgt_vocab=3), architecture_only=True
+        )
+        == {}
+    )
 
 
 def test_auto_takes_torch_for_float32_on_cuda_and_says_why_at_debug_level(monkeypatch, caplog):
@@ -188,7 +197,9 @@ def test_auto_takes_torch_for_float32_on_cuda_and_says_why_at_debug_level(monkey
     stays available by name for float32."""
     q, k, v = _qkv(d=16)
     monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)  # the kernel would take every input
-    cuda = {dtype: type("FakeCuda", (), {"is_cuda": True, "dtype": dtype})() for dtype in (torch.float32, torch.float16)}
+    cuda = {
+        dtype: type("FakeCuda", (), {"is_cuda": True, "dtype": dtype})() for dtype in (torch.float32, torch.float16)
+    }
     with caplog.at_level(logging.DEBUG, logger="transformer.backends"):
         assert backends.resolve_backend("auto", cuda[torch.float32], k, v, None, 0.0) == "torch"
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]
@@ -208,8 +219,11 @@ class _Graphs(list):
         return gm.forward
 
     def calls(self, index: int) -> set[str]:
-        return {getattr(node.target, "__name__", str(node.target)) for node in self[index].graph.nodes
-                if node.op in ("call_function", "call_method")}
+        return {
+            getattr(node.target, "__name__", str(node.target))
+            for node in self[index].graph.nodes
+            if node.op in ("call_function", "call_method")
+        }
 
 
 def test_under_torch_compile_the_backend_choice_is_guarded_and_a_refusal_raises_as_in_eager(monkeypatch):
@@ -239,7 +253,11 @@ def test_under_torch_compile_the_backend_choice_is_guarded_and_a_refusal_raises_
                 mha(x, x, x)
             with pytest.raises(ValueError) as from_graph:
                 compiled(x, x, x)
-        assert str(from_graph.value) == str(eager.value) == f"attention backend 'triton' cannot run these inputs: {missing}"
+        assert (
+            str(from_graph.value)
+            == str(eager.value)
+            == f"attention backend 'triton' cannot run these inputs: {missing}"
+        )
         assert len(graphs) == 3
 
 

@@ -99,7 +99,9 @@ def _step(ys: Int[Tensor, "b steps"], scores: Float[Tensor, "b steps+1"], grow: 
 
 
 @checked
-def _pair(x: Float[Tensor, ""], v: Shaped[Tensor, "... 3"], trim: bool) -> tuple[Float[Tensor, ""], Shaped[Tensor, "... 3"]]:
+def _pair(
+    x: Float[Tensor, ""], v: Shaped[Tensor, "... 3"], trim: bool
+) -> tuple[Float[Tensor, ""], Shaped[Tensor, "... 3"]]:
     return (x, v[..., :2]) if trim else (x, v)
 
 
@@ -139,7 +141,7 @@ def _random_call(rng):
         return lambda: _Widths().project(x, mask, keep=keep)
     if which == 1:
         batch = tuple(rng.choice([1, 2, 3]) for _ in range(rng.randrange(3)))
-        other = tuple(off(d) if rng.random() < 0.5 else 1 for d in batch)[rng.randrange(2):]
+        other = tuple(off(d) if rng.random() < 0.5 else 1 for d in batch)[rng.randrange(2) :]
         n = rng.choice([2, 3])
         x, y = tensor((*batch, n), "f"), tensor((*other, off(n)), "f")
         return lambda: _batched(x, y)
@@ -254,8 +256,10 @@ def test_compiled_decode_raises_the_eager_contract_error(shapes):
                 first_size = (b, s, t) == sizes[0]
                 assert counter.frame_count == frames + first_size, case  # one graph; other sizes reuse it
                 lines[b, case] = got[0]
-        expected = ("EncoderDecoder.decode: argument 'src_mask' is bool[{b},{t},{t}], expected Bool[Tensor, '#batch "
-                    "#tgt_len src_len'] | transformer.masks.AttentionMask | None with batch={b}, src_len={s}, tgt_len={t}")
+        expected = (
+            "EncoderDecoder.decode: argument 'src_mask' is bool[{b},{t},{t}], expected Bool[Tensor, '#batch "
+            "#tgt_len src_len'] | transformer.masks.AttentionMask | None with batch={b}, src_len={s}, tgt_len={t}"
+        )
         for b, s, t in sizes:  # with dynamic sizes, the graph formats the sizes of the call it runs
             assert lines[b, "the target mask as source mask"] == expected.format(b=b, s=s, t=t)
         after = _decode_inputs(model, 2, 4, 3, seed=3)
@@ -319,9 +323,13 @@ def test_inductor_compiled_contract_error_reads_as_eager():
     compiled = torch.compile(generator, fullgraph=True)  # the default backend, inductor
     x = torch.randn(2, 3, 8)  # d_model 8 into a 16-wide generator: a fake-tensor error, if the contract were skipped
     got, eager = _error_lines(lambda: compiled(x)), _error_lines(lambda: generator(x))
-    assert got[0] == eager[0] == (
-        "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}'] "
-        "(self.d_model=16)"  # the value of the field, beside the annotation that reads it
+    assert (
+        got[0]
+        == eager[0]
+        == (
+            "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}'] "
+            "(self.d_model=16)"  # the value of the field, beside the annotation that reads it
+        )
     )
     assert got[1].startswith(COMPILED_NOTE)
     ok = torch.randn(2, 3, 16)

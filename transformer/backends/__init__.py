@@ -16,8 +16,8 @@ dropout on the probabilities, and rows whose every key is masked giving zeros (f
   where torch < 2.5 (whose fused attention returns NaN on fully masked rows).
 
 Choosing one is a run-time decision, never part of a model's identity. From strongest to weakest: the
-``backend=`` argument of :func:`transformer.backends.sdpa.scaled_dot_product_attention`; the innermost :func:`use_backend`
-block (a context variable, so threads and asyncio tasks each keep their own); the module's default
+``backend=`` argument of :func:`transformer.backends.sdpa.scaled_dot_product_attention`; the innermost
+:func:`use_backend` block (a context variable, so threads and asyncio tasks each keep their own); the module's default
 (``TransformerConfig.attention_backend``); ``"auto"``. A backend asked for by name never falls back: it raises.
 Under torch.compile the choice is guarded (another choice traces again) and a refusal raises from the graph.
 

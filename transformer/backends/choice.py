@@ -23,8 +23,16 @@ from ..config import AttentionBackend
 from ..masks import AttentionMask
 from .dispatch import Refusal, kernel_masks, refuse
 
-__all__ = ["BACKENDS", "TRITON_INSTALL_HINT", "check_backend_name", "current_backend", "resolve_backend",
-           "triton_missing_reason", "triton_unsupported_reason", "use_backend"]
+__all__ = [
+    "BACKENDS",
+    "TRITON_INSTALL_HINT",
+    "check_backend_name",
+    "current_backend",
+    "resolve_backend",
+    "triton_missing_reason",
+    "triton_unsupported_reason",
+    "use_backend",
+]
 
 logger = logging.getLogger("transformer.backends")  # the name documented before the package was split
 BACKENDS: tuple[str, ...] = ("auto", "eager", "torch", "triton")
@@ -63,9 +71,9 @@ def triton_missing_reason() -> str | None:
     return None
 
 
-
-def triton_unsupported_reason(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
-                              scale: float | None = None) -> str | None:
+def triton_unsupported_reason(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float, scale: float | None = None
+) -> str | None:
     """Why the fused kernel cannot run these inputs (Triton missing or broken, or the kernel's own limits), or None."""
     missing = triton_missing_reason()
     if missing is not None:
@@ -79,15 +87,21 @@ def triton_unsupported_reason(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | At
     return kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
 
 
-
 def _say(level: int, message: str, *args: object) -> None:
     """Log, except while torch.compile traces (a logging call there is a graph break)."""
     if not torch.compiler.is_compiling():
         logger.log(level, message, *args)
 
 
-def resolve_backend(requested: str | None, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None,
-                    dropout_p: float, scale: float | None = None) -> str | Refusal:
+def resolve_backend(
+    requested: str | None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | AttentionMask | None,
+    dropout_p: float,
+    scale: float | None = None,
+) -> str | Refusal:
     """The backend that runs these inputs: ``requested`` (checked: a named backend never falls back) or auto's pick.
 
     The triton backend's inputs are validated here, once per call; the kernel is then called without a second check.
@@ -102,16 +116,18 @@ def resolve_backend(requested: str | None, q: Tensor, k: Tensor, v: Tensor, mask
     if name != "auto":
         return name
     if q.dtype == torch.float64:  # verification (gradcheck, double backward, forward-mode AD): only the reference
-        return "eager"            # supports every autograd mode; SDPA's fused CPU kernel has no double backward
+        return "eager"  # supports every autograd mode; SDPA's fused CPU kernel has no double backward
     if q.is_cuda:
         if q.dtype == torch.float32:  # issue 18: until a GPU measures otherwise, SDPA for float32
-            _say(logging.DEBUG, "attention backend 'auto' does not use triton for float32 inputs: the kernel's "
-                 "float32 dots run without tensor cores; torch's SDPA is used (ask for backend 'triton' by name to "
-                 "use the kernel)")
+            _say(
+                logging.DEBUG,
+                "attention backend 'auto' does not use triton for float32 inputs: the kernel's "
+                "float32 dots run without tensor cores; torch's SDPA is used (ask for backend 'triton' by name to "
+                "use the kernel)",
+            )
         else:
             reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale)
             if reason is None:
                 return "triton"
             _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)
     return "torch" if _TORCH_ZEROES_EMPTY_ROWS else "eager"
-

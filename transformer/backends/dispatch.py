@@ -66,8 +66,15 @@ def refuse(message: str) -> Refusal:
 _backend_refused = raising_operator("backend_refused", lambda message, sizes: ValueError(message))
 
 
-def run_backend(name: str | Refusal, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None,
-                dropout_p: float, scale: float | None = None) -> Tensor:
+def run_backend(
+    name: str | Refusal,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | AttentionMask | None,
+    dropout_p: float,
+    scale: float | None = None,
+) -> Tensor:
     """Attention on backend ``name`` (already resolved), inputs already checked; ``scale`` None is 1/sqrt(d_k).
 
     A :class:`Refusal` (what :func:`resolve_backend` gives while torch.compile traces a choice that cannot run) becomes

@@ -13,8 +13,15 @@ from .torch_backend import torch_sdpa
 __all__ = ["repeat_kv_heads", "run_heads"]
 
 
-def run_heads(name: str | Refusal, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None,
-              dropout_p: float, scale: float | None = None) -> Tensor:
+def run_heads(
+    name: str | Refusal,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | AttentionMask | None,
+    dropout_p: float,
+    scale: float | None = None,
+) -> Tensor:
     """:func:`~transformer.backends.run_backend` for (batch, heads, len, d_k) queries whose key/value may have fewer
     heads (grouped-query attention: query head h reads key/value head h // (heads / kv_heads)).
 

@@ -93,11 +93,13 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
     return the output's leading dims (the broadcast batch dims, then the heads)."""
     for position, (name, t) in enumerate((("query", query), ("key", key), ("value", value)), start=1):
         if not isinstance(t, Tensor):
-            raise TypeError(f"{_NAME}(): argument '{name}' (position {position}) must be Tensor, not "
-                            f"{type(t).__name__}")
+            raise TypeError(
+                f"{_NAME}(): argument '{name}' (position {position}) must be Tensor, not {type(t).__name__}"
+            )
     if attn_mask is not None and not isinstance(attn_mask, (Tensor, AttentionMask)):
-        raise TypeError(f"{_NAME}(): argument 'attn_mask' must be Tensor, AttentionMask or None, not "
-                        f"{type(attn_mask).__name__}")
+        raise TypeError(
+            f"{_NAME}(): argument 'attn_mask' must be Tensor, AttentionMask or None, not {type(attn_mask).__name__}"
+        )
     for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if type(flag) is not bool:
             raise TypeError(f"{_NAME}(): argument '{name}' must be bool, not {type(flag).__name__}")
@@ -105,14 +107,20 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
         if type(number) is bool or not isinstance(number, (int, float)):
             raise TypeError(f"{_NAME}(): argument '{name}' must be float, not {type(number).__name__}")
     if not query.dtype == key.dtype == value.dtype:
-        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
-                           f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
+        raise RuntimeError(
+            f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
+            f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead."
+        )
     if not query.device == key.device == value.device:
-        raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
-                           f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
+        raise RuntimeError(
+            f"Expected query, key, and value to have the same device type, but got query.device: "
+            f"{query.device} key.device: {key.device} and value.device: {value.device} instead."
+        )
     if min(query.dim(), key.dim(), value.dim()) < 2:
-        raise RuntimeError(f"Expected query, key, and value to all be at least 2 dimensional, but got query.dim: "
-                           f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead.")
+        raise RuntimeError(
+            f"Expected query, key, and value to all be at least 2 dimensional, but got query.dim: "
+            f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead."
+        )
     if not query.is_floating_point():
         raise RuntimeError(f"{_NAME}: query, key and value must be floating point tensors, got {query.dtype}")
     if not 0.0 <= dropout_p <= 1.0:
@@ -120,16 +128,22 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if key.size(-1) != query.size(-1):
-        raise RuntimeError(f"{_NAME}: key's last dim (E={key.size(-1)}) must equal query's (E={query.size(-1)}): "
-                           f"query {list(query.shape)}, key {list(key.shape)}")
+        raise RuntimeError(
+            f"{_NAME}: key's last dim (E={key.size(-1)}) must equal query's (E={query.size(-1)}): "
+            f"query {list(query.shape)}, key {list(key.shape)}"
+        )
     if value.size(-2) != key.size(-2):
-        raise RuntimeError(f"{_NAME}: value must have key's length S={key.size(-2)} (dim -2): key "
-                           f"{list(key.shape)}, value {list(value.shape)}")
+        raise RuntimeError(
+            f"{_NAME}: value must have key's length S={key.size(-2)} (dim -2): key "
+            f"{list(key.shape)}, value {list(value.shape)}"
+        )
     batch = _batch_shape(query, key, value, enable_gqa)
     if isinstance(attn_mask, AttentionMask):
         if not query.dim() == key.dim() == value.dim() == 4:
-            raise RuntimeError(f"{_NAME}: an AttentionMask needs 4-D (batch, heads, len, dim) query, key and value, "
-                               f"got query {list(query.shape)}, key {list(key.shape)}, value {list(value.shape)}")
+            raise RuntimeError(
+                f"{_NAME}: an AttentionMask needs 4-D (batch, heads, len, dim) query, key and value, "
+                f"got query {list(query.shape)}, key {list(key.shape)}, value {list(value.shape)}"
+            )
         attn_mask.check_fits(batch[0], query.size(-2), key.size(-2))
     elif attn_mask is not None:
         _check_mask(attn_mask, query, (*batch, query.size(-2), key.size(-2)))
@@ -143,15 +157,19 @@ def _batch_shape(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) ->
     if enable_gqa:
         heads = query.size(-3), key.size(-3), value.size(-3)  # IndexError for 2-D inputs, as torch
         if heads[0] % heads[1] or heads[0] % heads[2]:
-            raise RuntimeError(f"Number of heads in key and value must divide the number of heads in query: query "
-                               f"has {heads[0]}, key {heads[1]}, value {heads[2]} (dim -3)")
+            raise RuntimeError(
+                f"Number of heads in key and value must divide the number of heads in query: query "
+                f"has {heads[0]}, key {heads[1]}, value {heads[2]} (dim -3)"
+            )
         shapes = [s[:-1] for s in shapes]
     try:
         lead = _broadcast(shapes)
     except ValueError:
-        raise RuntimeError(f"{_NAME}: the leading dims of query {list(query.shape)}, key {list(key.shape)} and "
-                           f"value {list(value.shape)} do not broadcast"
-                           + (" (heads, dim -3, excepted: enable_gqa=True)" if enable_gqa else "")) from None
+        raise RuntimeError(
+            f"{_NAME}: the leading dims of query {list(query.shape)}, key {list(key.shape)} and "
+            f"value {list(value.shape)} do not broadcast"
+            + (" (heads, dim -3, excepted: enable_gqa=True)" if enable_gqa else "")
+        ) from None
     return (*lead, query.size(-3)) if enable_gqa else lead
 
 
@@ -170,19 +188,31 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 def _check_mask(mask: Tensor, query: Tensor, weights: tuple[int, ...]) -> None:
     if mask.dtype not in (torch.bool, torch.float32, query.dtype):
-        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
-                           f"attn_mask.dtype: {mask.dtype} and query.dtype: {query.dtype} instead.")
+        raise RuntimeError(
+            f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+            f"attn_mask.dtype: {mask.dtype} and query.dtype: {query.dtype} instead."
+        )
     if mask.device != query.device:
         raise RuntimeError(f"{_NAME}: attn_mask must be on query's device {query.device}, got {mask.device}")
     shape = tuple(mask.shape)
-    if len(shape) > len(weights) or any(m not in (1, w) for m, w in zip(shape[::-1], weights[::-1])):
-        raise RuntimeError(f"{_NAME}: attn_mask of shape {list(shape)} does not broadcast to the attention weights' "
-                           f"shape {list(weights)} (leading dims, L, S) without growing them")
+    if len(shape) > len(weights) or any(m not in (1, w) for m, w in zip(shape[::-1], weights[::-1], strict=False)):
+        raise RuntimeError(
+            f"{_NAME}: attn_mask of shape {list(shape)} does not broadcast to the attention weights' "
+            f"shape {list(weights)} (leading dims, L, S) without growing them"
+        )
 
 
 # ---------------------------------------------------------------------------- the three implementations
-def reference(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+def reference(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
     """torch's definition (its math backend) in plain PyTorch, for inputs already checked: the ``"eager"`` backend.
 
     float16/bfloat16 inputs are computed in float32 and the result cast back, as torch's math backend does. Rows whose
@@ -212,8 +242,9 @@ def reference(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | Non
 
 
 # ---------------------------------------------------------------------------- the kernel's layout
-def _as_4d(query: Tensor, key: Tensor, value: Tensor, batch: tuple[int, ...], enable_gqa: bool
-           ) -> tuple[Tensor, Tensor, Tensor]:
+def _as_4d(
+    query: Tensor, key: Tensor, value: Tensor, batch: tuple[int, ...], enable_gqa: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """(batch, heads, len, dim) views of the three inputs, broadcast to the output's leading dims (``batch``, whose
     last entry is the heads). Key and value keep their own heads under ``enable_gqa``. A view unless broadcasting
     over several leading dims forces a copy."""
@@ -239,8 +270,9 @@ def _mask_4d(mask: Tensor | AttentionMask | None, batch: tuple[int, ...]) -> Ten
     return mask.expand(*batch[:-1], *tail).reshape(math.prod(batch[:-1]), *tail)
 
 
-def _why(requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float,
-         scale: float | None) -> str:
+def _why(
+    requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float, scale: float | None
+) -> str:
     if requested != "auto":
         return f"asked for by name ({requested!r})"
     if name == "triton":

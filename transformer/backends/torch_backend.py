@@ -14,8 +14,9 @@ __all__ = ["torch_mask_form", "torch_sdpa"]
 _TORCH_HAS_GQA = TORCH_VERSION >= (2, 5)  # enable_gqa
 
 
-def torch_mask_form(mask: Tensor | AttentionMask | None, q_len: int, k_len: int, is_causal: bool
-                    ) -> tuple[Tensor | None, bool]:
+def torch_mask_form(
+    mask: Tensor | AttentionMask | None, q_len: int, k_len: int, is_causal: bool
+) -> tuple[Tensor | None, bool]:
     """The mask as torch's function takes it: (tensor or None, is_causal). An AttentionMask becomes nothing, the
     causal flag, one (batch, 1, 1, k_len) key row, or its dense form with a heads axis; a tensor stays as it is."""
     if not isinstance(mask, AttentionMask):
@@ -29,8 +30,17 @@ def torch_mask_form(mask: Tensor | AttentionMask | None, q_len: int, k_len: int,
     return mask.to_dense(q_len, k_len).unsqueeze(1), False
 
 
-def torch_sdpa(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
-               scale: float | None, *, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
+def torch_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | AttentionMask | None,
+    dropout_p: float,
+    scale: float | None,
+    *,
+    is_causal: bool = False,
+    enable_gqa: bool = False,
+) -> Tensor:
     """torch's own function on inputs already checked, with the mask in its most structured form
     (:func:`torch_mask_form`). ``enable_gqa``: key/value heads (dim -3) shared by groups of query heads (torch < 2.5
     has no enable_gqa: the key/value heads are repeated for it)."""
@@ -38,10 +48,12 @@ def torch_sdpa(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | Attenti
     if mask is not None and mask.dim() < 2:  # some fused CPU paths index dim -2 of the mask: give them one
         mask = mask.reshape(1, -1) if mask.dim() == 1 else mask.reshape(1, 1)
     if enable_gqa and _TORCH_HAS_GQA:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, scale=scale, enable_gqa=True)
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=True
+        )
     if enable_gqa:
         key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=is_causal, scale=scale)
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )

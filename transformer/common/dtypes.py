@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 #: every dtype torch defines, each once
-TORCH_DTYPES: tuple[torch.dtype, ...] = tuple(dict.fromkeys(v for v in vars(torch).values() if isinstance(v, torch.dtype)))
+TORCH_DTYPES: tuple[torch.dtype, ...] = tuple(
+    dict.fromkeys(v for v in vars(torch).values() if isinstance(v, torch.dtype))
+)
 #: dtype -> the name jaxtyping matches its dtype names against (the last part of ``repr(dtype)``: ``"float32"``)
 DTYPE_NAMES: dict[torch.dtype, str] = {dt: repr(dt).rsplit(".", 1)[-1] for dt in TORCH_DTYPES}
 #: dtype -> the short name of jaxtyping's messages (wadler_lindig's: ``f32``, ``bf16``, ``i64``, ``u8``, ``bool``)
@@ -16,8 +18,19 @@ DTYPE_SHORT_NAMES: dict[torch.dtype, str] = {
 
 
 #: the dtypes :func:`shape_text` writes short; any other is written out (``complex64``), as the masks' messages say
-_SHORT_IN_SHAPES = frozenset((torch.bool, torch.int64, torch.int32, torch.int16, torch.uint8, torch.float64,
-                              torch.float32, torch.float16, torch.bfloat16))
+_SHORT_IN_SHAPES = frozenset(
+    (
+        torch.bool,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.uint8,
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+    )
+)
 
 
 def shape_text(t: torch.Tensor) -> str:

@@ -31,12 +31,14 @@ def raising_operator(name: str, make_error: ErrorMaker) -> torch._ops.OpOverload
 
 
 def _define(name: str, make_error: ErrorMaker) -> None:
-    def raise_error(message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device,
-                    after: Tensor | None) -> Tensor:
+    def raise_error(
+        message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device, after: Tensor | None
+    ) -> Tensor:
         raise make_error(message, sizes)
 
-    def placeholder(message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device,
-                    after: Tensor | None) -> Tensor:
+    def placeholder(
+        message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device, after: Tensor | None
+    ) -> Tensor:
         return torch.empty(shape, dtype=dtype, device=device)  # what the failing call promised: tracing goes on
 
     operator = torch.library.custom_op(f"typed_transformer::{name}", raise_error, mutates_args=())

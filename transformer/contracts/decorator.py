@@ -115,5 +115,3 @@ def checked(fn: F) -> F:
     wrapper._fast_checker = fast_checker  # (the eager checker, why jaxtyping checks every call: "" if it does not)
     wrapper._jaxtyping = report  # jaxtyping + beartype, as every call was checked before the fast path
     return wrapper  # type: ignore[return-value]
-
-

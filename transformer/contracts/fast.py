@@ -4,9 +4,9 @@ jaxtyping with beartype re-reads every annotation at each call (about 200 us per
 evaluating ``{self.d_model}``-style sizes). Here each contract is read once, when ``checked`` decorates the function,
 and turned into the source of one small function: bind the arguments, compare each tensor's dtype and sizes with
 the annotation, call the function, compare its result. The comparisons follow jaxtyping's rules exactly (the
-grammar of ``transformer.contracts.grammar``, which the traced checker reads too: ``name``, ``#name``, ``*name``, ``*#name``, ``...``, ``_``, fixed
-sizes, ``{self.x}`` / ``{arg}`` fields and expressions such as ``steps+1``, unions, ``None``, classes, ``Callable``
-and fixed-length tuples), binding names in the order beartype checks the arguments.
+grammar of ``transformer.contracts.grammar``, which the traced checker reads too: ``name``, ``#name``, ``*name``,
+``*#name``, ``...``, ``_``, fixed sizes, ``{self.x}`` / ``{arg}`` fields and expressions such as ``steps+1``, unions,
+``None``, classes, ``Callable`` and fixed-length tuples), binding names in the order beartype checks the arguments.
 
 The fast path only decides *that* a call is valid. Whenever it finds anything else (a violation, a binding it cannot
 decide, an expression it would evaluate differently, an exception), it hands the call to jaxtyping, which makes the
@@ -36,7 +36,6 @@ _EMPTY = inspect.Parameter.empty
 
 class NotFast(ValueError):
     """An annotation the fast path does not replicate exactly: jaxtyping checks every call of this function."""
-
 
 
 _OPS = {"+", "-", "*", "/", "//", "%", "**"}
@@ -80,7 +79,7 @@ def _expression(src: CheckerSource, tree: tuple, alone: bool = False) -> str:
 
 def _dims(src: CheckerSource, dims: tuple, sizes: list[str], fail: str) -> None:
     """jaxtyping's ``_check_dims`` for the axes ``dims`` whose sizes are the expressions ``sizes``."""
-    for dim, size in zip(dims, sizes):
+    for dim, size in zip(dims, sizes, strict=True):
         kind, value, broadcastable = dim
         if kind == "anon":
             continue
@@ -159,7 +158,7 @@ def _array(src: CheckerSource, annotation: type, value: str, fail: str) -> None:
         if i or not top:  # (at the top, with no axis before the variadic one, too short a shape fails to index)
             src.emit(f"if len({shape}) < {rank - 1}: {_fail(src, fail)}")
         _dims(src, dims[:i], [f"{shape}[{k}]" for k in range(i)], fail)
-        _dims(src, dims[i + 1:], [f"{shape}[{k - after}]" for k in range(after)], fail)
+        _dims(src, dims[i + 1 :], [f"{shape}[{k - after}]" for k in range(after)], fail)
         kind, name, broadcastable = dims[i]
         if kind == "var":
             new = f"{shape}[{i}:{-after if after else ''}]"
@@ -194,8 +193,9 @@ def _array(src: CheckerSource, annotation: type, value: str, fail: str) -> None:
 def _same_dims(dims: tuple) -> bool:
     """Whether two shapes that pass these dims one after the other must be equal: every axis bound or fixed (names,
     fixed sizes, fields, '*name'), none broadcast or anonymous."""
-    return all(not d[2] and (d[0] in ("named", "fixed", "var") or (d[0] == "symbolic" and d[1][0] == "arg"))
-               for d in dims)
+    return all(
+        not d[2] and (d[0] in ("named", "fixed", "var") or (d[0] == "symbolic" and d[1][0] == "arg")) for d in dims
+    )
 
 
 def _hint(src: CheckerSource, annotation: object, value: str, fail: str) -> None:
@@ -238,9 +238,15 @@ def _union(src: CheckerSource, alternatives: tuple, value: str, fail: str) -> No
     arrays = [a for a in alternatives if isinstance(a, type) and issubclass(a, AbstractArray)]
     plain = [a for a in alternatives if a not in arrays]
     simple = len(arrays) <= 1 and all(
-        a is None or a is type(None)
-        or (isinstance(a, type) and typing.get_origin(a) is None and not isinstance(a, typing._GenericAlias)
-            and not issubclass(a, torch.Tensor) and not issubclass(torch.Tensor, a))
+        a is None
+        or a is type(None)
+        or (
+            isinstance(a, type)
+            and typing.get_origin(a) is None
+            and not isinstance(a, typing._GenericAlias)
+            and not issubclass(a, torch.Tensor)
+            and not issubclass(torch.Tensor, a)
+        )
         for a in plain
     )
     if simple:  # the others bind nothing and never accept a tensor: their order does not matter
@@ -283,14 +289,21 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
     src = CheckerSource(locals_)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     known = frozenset(p.name for p in params if p.kind != p.POSITIONAL_ONLY)
-    src.namespace.update(_fn=fn, _slow=slow, _bad_return=bad_return, _cfg=jaxtyping.config, _KNOWN=known,
-                         _POSNAMES=tuple(p.name for p in positional))
+    src.namespace.update(
+        _fn=fn,
+        _slow=slow,
+        _bad_return=bad_return,
+        _cfg=jaxtyping.config,
+        _KNOWN=known,
+        _POSNAMES=tuple(p.name for p in positional),
+    )
     # binding, as Signature.bind does for the calls it accepts (anything else: jaxtyping raises bind's TypeError)
     body_start = len(src.lines)
     src.depth = 2
     src.emit("n = len(args)")
     given: dict[str, str] = {
-        p.name: f"g{k}" for k, p in enumerate(params)
+        p.name: f"g{k}"
+        for k, p in enumerate(params)
         if p.default is not _EMPTY and p.annotation is not _EMPTY and p.annotation is not typing.Any
     }
 
@@ -345,17 +358,23 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
         _hint(src, signature.return_annotation, "out", "raise _Miss")
     return_lines = src.lines[body_start:]
     del src.lines[body_start:]
-    names = sorted({"d_" + n for n in src.single} | {"v_" + n for n in src.variadic} | {"vb_" + n for n in src.variadic})
+    names = sorted(
+        {"d_" + n for n in src.single} | {"v_" + n for n in src.variadic} | {"vb_" + n for n in src.variadic}
+    )
     init = ["        " + " = ".join(names) + " = _M"] if names else []
     name = "check_" + "".join(c if c.isalnum() else "_" for c in fn.__qualname__)
-    lines = [f"def {name}(args, kwargs):",
-             "    if _cfg.jaxtyping_disable:",
-             "        return _fn(*args, **kwargs)",
-             "    try:",
-             *argument_lines[: init_at - body_start], *init, *argument_lines[init_at - body_start:],
-             "    except Exception:",
-             "        return _slow(args, kwargs)",
-             "    out = _fn(*args, **kwargs)"]
+    lines = [
+        f"def {name}(args, kwargs):",
+        "    if _cfg.jaxtyping_disable:",
+        "        return _fn(*args, **kwargs)",
+        "    try:",
+        *argument_lines[: init_at - body_start],
+        *init,
+        *argument_lines[init_at - body_start :],
+        "    except Exception:",
+        "        return _slow(args, kwargs)",
+        "    out = _fn(*args, **kwargs)",
+    ]
     if return_lines:
         lines += ["    try:", *return_lines, "    except Exception:", "        return _bad_return(args, kwargs, out)"]
     lines.append("    return out")

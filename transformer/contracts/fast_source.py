@@ -29,8 +29,13 @@ class CheckerSource:
     def __init__(self, params: dict[str, str]) -> None:
         self.lines: list[str] = []
         self.depth = 1
-        self.namespace: dict[str, object] = {"_Miss": Miss, "_M": MISSING, "_join": join_variadic, "_INF": float("inf"),
-                                             "_Callable": collections.abc.Callable}
+        self.namespace: dict[str, object] = {
+            "_Miss": Miss,
+            "_M": MISSING,
+            "_join": join_variadic,
+            "_INF": float("inf"),
+            "_Callable": collections.abc.Callable,
+        }
         self.count = 0
         self.params = params  # parameter name -> its local variable
         self.single: dict[str, str] = {}  # dimension name -> BOUND / UNBOUND / MAYBE
@@ -89,4 +94,3 @@ class CheckerSource:
         for name, state in self.variadic.items():
             if variadic.get(name, UNBOUND) != state:
                 self.variadic[name] = MAYBE
-

@@ -139,7 +139,8 @@ def array_dtypes(annotation: type) -> tuple | None:
     if not isinstance(names, (list, tuple)):  # Shaped: any dtype
         return None
     return tuple(
-        dt for dt in TORCH_DTYPES
+        dt
+        for dt in TORCH_DTYPES
         if any((n == DTYPE_NAMES[dt]) if type(n) is str else bool(n.match(DTYPE_NAMES[dt])) for n in names)
     )
 
@@ -205,7 +206,7 @@ def same_sizes(a: tuple, b: tuple) -> bool:
     """``a == b`` for two shapes, one size at a time (what Dynamo traces as one comparison per size)."""
     if len(a) != len(b):
         return False
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # (lengths compared above)
         if x != y:
             return False
     return True

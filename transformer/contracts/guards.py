@@ -16,8 +16,13 @@ from torch import Tensor
 
 from .switch import checks_enabled
 
-__all__ = ["raise_pending_token_errors", "validate_dtype_device", "validate_length", "validate_nonempty",
-           "validate_token_ids"]
+__all__ = [
+    "raise_pending_token_errors",
+    "validate_dtype_device",
+    "validate_length",
+    "validate_nonempty",
+    "validate_token_ids",
+]
 
 
 def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> Tensor:
@@ -47,8 +52,10 @@ def validate_token_ids(tokens: Tensor, vocab: int, name: str) -> Tensor:
 
 
 def _token_message(name: str, token: int, position: tuple, vocab: int) -> str:
-    return (f"{name}: token id {token} at position {position} is outside the vocabulary "
-            f"[0, {vocab}) (vocabulary size {vocab})")
+    return (
+        f"{name}: token id {token} at position {position} is outside the vocabulary "
+        f"[0, {vocab}) (vocabulary size {vocab})"
+    )
 
 
 def _check_on_device(tokens: Tensor) -> bool:
@@ -81,9 +88,11 @@ class _PendingCheck:
         for size in reversed(self.shape):  # the flat (row-major) index as a position, as nonzero() gives it
             position.append(index % size)
             index //= size
-        return ValueError(_token_message(self.name, token, tuple(reversed(position)), self.vocab)
-                          + f"; found on {self.device} by the asynchronous check of an earlier call, which ran with "
-                          "the id clamped into the vocabulary (its result is not meaningful)")
+        return ValueError(
+            _token_message(self.name, token, tuple(reversed(position)), self.vocab)
+            + f"; found on {self.device} by the asynchronous check of an earlier call, which ran with "
+            "the id clamped into the vocabulary (its result is not meaningful)"
+        )
 
 
 _PENDING: list[_PendingCheck] = []  # the device checks whose answers have not been read yet, oldest first
@@ -146,7 +155,7 @@ def validate_nonempty(tokens: Tensor, name: str, dims: str = "batch seq", axis: 
     the message, e.g. ``"batch src_len"``; ``axis`` is the sequence axis.
     """
     if tokens.size(axis) == 0:
-        shape = ", ".join(f"{d}={n}" for d, n in zip(dims.split(), tokens.shape))
+        shape = ", ".join(f"{d}={n}" for d, n in zip(dims.split(), tokens.shape, strict=False))
         raise ValueError(f"{name} is an empty sequence: shape ({shape}); every sequence needs at least one position")
 
 
@@ -167,11 +176,17 @@ def validate_dtype_device(who: str, reference, reference_name: str, **tensors) -
     for name, value in tensors.items():
         if value is None:
             continue
-        parts = {name: value} if isinstance(value, Tensor) else {f"{name}.{k}": t for k, t in value.named_parts().items()}
+        parts = (
+            {name: value} if isinstance(value, Tensor) else {f"{name}.{k}": t for k, t in value.named_parts().items()}
+        )
         for part, tensor in parts.items():
             if tensor.device != device:
-                raise ValueError(f"{who}: argument '{part}' is on {tensor.device}, {reference_name} on {device}; "
-                                 f"put them on one device (e.g. {part}.to({str(device)!r}))")
+                raise ValueError(
+                    f"{who}: argument '{part}' is on {tensor.device}, {reference_name} on {device}; "
+                    f"put them on one device (e.g. {part}.to({str(device)!r}))"
+                )
             if tensor.is_floating_point() and tensor.dtype != dtype and not torch.is_autocast_enabled(device.type):
-                raise ValueError(f"{who}: argument '{part}' is {tensor.dtype}, {reference_name} {dtype}; "
-                                 f"convert one of them (e.g. {part}.to({dtype}))")
+                raise ValueError(
+                    f"{who}: argument '{part}' is {tensor.dtype}, {reference_name} {dtype}; "
+                    f"convert one of them (e.g. {part}.to({dtype}))"
+                )

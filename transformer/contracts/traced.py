@@ -44,8 +44,6 @@ _COMPILED_NOTE = (
 )
 
 
-
-
 def _violation_error(message: str, sizes: list) -> TypeCheckError:
     """The contract error (``message`` with ``{}`` for each size), raised when a compiled graph runs."""
     return TypeCheckError(message.format(*sizes) + _COMPILED_NOTE)
@@ -54,6 +52,7 @@ def _violation_error(message: str, sizes: list) -> TypeCheckError:
 _contract_violation = raising_operator("contract_violation", _violation_error)
 _PREFERRED_DTYPES = (torch.float32, torch.int64, torch.bool)
 
+
 def _violation(message: str, sizes: list, shape: list, dtype: torch.dtype, device: torch.device) -> Tensor:
     after = _TRACE_VIOLATIONS[-1] if _TRACE_VIOLATIONS else None
     out = _contract_violation(message, sizes, shape, dtype, device, after)
@@ -61,12 +60,21 @@ def _violation(message: str, sizes: list, shape: list, dtype: torch.dtype, devic
     return out
 
 
-
 class Contract:
     """``fn``'s signature and annotations, read once, as the traced checker needs them."""
 
-    __slots__ = ("_classes", "checks", "classes", "defaults", "fields", "params", "qualname", "result", "spec",
-                 "unsupported")
+    __slots__ = (
+        "_classes",
+        "checks",
+        "classes",
+        "defaults",
+        "fields",
+        "params",
+        "qualname",
+        "result",
+        "spec",
+        "unsupported",
+    )
 
     def __init__(self, fn: Callable, signature: inspect.Signature | None = None) -> None:
         """``signature``: ``fn``'s, with its annotations already resolved (by ``grammar.resolved_signature``,
@@ -79,14 +87,23 @@ class Contract:
         params, checks = [], []
         for position, p in enumerate(signature.parameters.values()):
             positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            params.append((p.name, position if positional else -1, p.kind == p.VAR_POSITIONAL,
-                           p.kind == p.VAR_KEYWORD, p.default is not _EMPTY))
+            params.append(
+                (
+                    p.name,
+                    position if positional else -1,
+                    p.kind == p.VAR_POSITIONAL,
+                    p.kind == p.VAR_KEYWORD,
+                    p.default is not _EMPTY,
+                )
+            )
             annotation = p.annotation
             if annotation is not _EMPTY and not resolved:
                 annotation = destring(annotation, fn.__globals__)
             hint = self._hint(annotation, p.name)
             if hint is not None:
-                checks.append((p.name, hint, escape_braces(expected_text(annotation_text(annotation))), hint_fields(hint)))
+                checks.append(
+                    (p.name, hint, escape_braces(expected_text(annotation_text(annotation))), hint_fields(hint))
+                )
         self.params, self.checks = tuple(params), tuple(checks)
         #: per checked argument (and "return"): the ``{name.attr}`` fields its annotation reads, for the messages
         self.fields = {check[0]: check[3] for check in checks}
@@ -133,8 +150,9 @@ def _value_text(value, sizes: list, top: bool = True) -> str:
     return escape_braces(type(value).__name__) + "(...)"
 
 
-def _describe(subject: str, value, expected: str, single: dict, variadic: dict, fields: tuple,
-              bound: dict) -> tuple[str, list]:
+def _describe(
+    subject: str, value, expected: str, single: dict, variadic: dict, fields: tuple, bound: dict
+) -> tuple[str, list]:
     """``_summary``'s line for a violation: a format string with ``{}`` for every size, and the sizes."""
     sizes: list = []
     actual = _value_text(value, sizes)
@@ -212,8 +230,10 @@ def _unformatted(message: str) -> str:
     """A violation that cannot stay in the graph (the function promises no tensor to stand in for its result) is
     raised while tracing: Dynamo reports it as torch._dynamo.exc.Unsupported under fullgraph=True, and without
     fullgraph runs the call eagerly, where jaxtyping raises it."""
-    return (message.replace("{}", "?").replace("{{", "{").replace("}}", "}")
-            + "\n(under torch.compile a violated contract stays in the graph only for functions returning tensors)")
+    return (
+        message.replace("{}", "?").replace("{{", "{").replace("}}", "}")
+        + "\n(under torch.compile a violated contract stays in the graph only for functions returning tensors)"
+    )
 
 
 def _spec(contract: Contract) -> tuple:
@@ -243,8 +263,7 @@ def call_traced(contract: Contract, fn: Callable, args: tuple, kwargs: dict):
             if failure is not None:  # the other arguments still name sizes, for the placeholder's shape
                 note_sizes(hint, given[name], memo[0])
             elif not fits(hint, given[name], memo, bound, contract):
-                failure = _describe("argument '" + name + "'", given[name], expected, single, variadic, fields,
-                                    bound)
+                failure = _describe("argument '" + name + "'", given[name], expected, single, variadic, fields, bound)
         if failure is None:
             out = fn(*args, **kwargs)
             if result is None or fits(result[0], out, memo, bound, contract):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from jaxtyping import AnnotationError
 
-from .grammar import join_variadic, same_sizes
+from .grammar import join_variadic
 
 if TYPE_CHECKING:
     from .traced import Contract
@@ -74,7 +74,7 @@ def evaluate(tree: tuple, single: dict, bound: dict):
 
 def fits_dims(dims: tuple, sizes: tuple, single: dict, bound: dict) -> bool:
     """jaxtyping's ``_check_dims``: a new name binds its size (in place: a failed check leaves what it bound)."""
-    for dim, size in zip(dims, sizes):
+    for dim, size in zip(dims, sizes, strict=False):  # (as many sizes as dims: fits_shape cut them so)
         kind = dim[0]
         if kind == "anon":
             continue
@@ -108,7 +108,7 @@ def fits_shape(hint: tuple, shape: tuple, single: dict, variadic: dict, bound: d
     end = len(shape) - after
     if not fits_dims(dims[:i], shape[:i], single, bound):
         return False
-    if after and not fits_dims(dims[i + 1:], shape[end:], single, bound):
+    if after and not fits_dims(dims[i + 1 :], shape[end:], single, bound):
         return False
     kind, name, broadcastable = dims[i]
     if kind == "var_anon":
@@ -152,7 +152,7 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
     if kind == "tuple":
         if not isinstance(value, tuple) or len(value) != len(hint[1]):
             return False
-        for item_hint, item in zip(hint[1], value):
+        for item_hint, item in zip(hint[1], value, strict=False):  # (lengths compared above)
             if not fits(item_hint, item, memo, bound, contract):
                 return False
         return True
@@ -165,7 +165,6 @@ def note_sizes(hint: tuple, value, single: dict) -> None:
         for alternative in hint[1]:
             note_sizes(alternative, value, single)
     elif hint[0] == "array" and hint[3] < 0 and isinstance(value, torch.Tensor) and value.dim() == len(hint[2]):
-        for dim, size in zip(hint[2], value.shape):
+        for dim, size in zip(hint[2], value.shape, strict=False):  # (ranks compared above)
             if dim[0] == "named" and dim[1] not in single:
                 single[dim[1]] = size
-
