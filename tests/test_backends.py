@@ -180,7 +180,9 @@ def test_the_backend_is_not_part_of_a_checkpoint(tmp_path):
         other = T.make_model(11, 11, N=1, d_model=32, d_ff=32, h=2, attention_backend=backend)
         ckpt = load_checkpoint(tmp_path / "ckpt", model=other)  # no ConfigMismatchError
         assert ckpt.model is other and other.config.attention_backend == backend
-        assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), other.state_dict().values()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(trained.state_dict().values(), other.state_dict().values(), strict=True)
+        )
     with pytest.raises(T.ConfigMismatchError, match="d_ff"):
         load_checkpoint(tmp_path / "ckpt", model=T.make_model(11, 11, N=1, d_model=32, d_ff=64, h=2))
     assert (

@@ -34,9 +34,9 @@ def _same_error_compiled(fn, valid, wrong_calls):
         torch.testing.assert_close(compiled(*valid()), fn(*valid()))
         firsts = {}
         for name, args in wrong_calls.items():
-            eager = _lines(lambda: fn(*args))
+            eager = _lines(lambda args=args: fn(*args))
             frames = counter.frame_count
-            got = _lines(lambda: compiled(*args))
+            got = _lines(lambda args=args: compiled(*args))
             assert got[0] == eager[0], name
             assert got[1].startswith(COMPILED_NOTE), name  # raised by the compiled graph
             assert counter.frame_count == frames + 1, name  # traced, in one graph (fullgraph=True)

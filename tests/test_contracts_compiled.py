@@ -58,7 +58,7 @@ def test_compiled_training_step_backward():
     grads = [p.grad.clone() for p in used]
     model.zero_grad()
     (model(*args) * w).sum().backward()
-    for g, p in zip(grads, used):
+    for g, p in zip(grads, used, strict=True):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
 
 
@@ -106,7 +106,7 @@ def _pair(
 
 
 @checked
-def _sized(n: int, x: Float[Tensor, "2 {n}"], w: Float[Tensor, "_ #1 d"]) -> Float[Tensor, "d"]:
+def _sized(n: int, x: Float[Tensor, "2 {n}"], w: Float[Tensor, "_ #1 d"]) -> Float[Tensor, "d"]:  # noqa: F821 (a jaxtyping dimension)
     return w[0, 0]
 
 
@@ -176,7 +176,7 @@ def test_compiled_checker_reads_every_annotation_as_jaxtyping_does(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     compiled_way = [_first_line(call) for call in calls]
     monkeypatch.undo()
-    mismatches = [(e, c) for e, c in zip(eager, compiled_way) if e != c]
+    mismatches = [(e, c) for e, c in zip(eager, compiled_way, strict=True) if e != c]
     assert not mismatches, mismatches[:3]
     errors = [line for line in eager if line]
     # the data reached each kind of violation
@@ -248,9 +248,9 @@ def test_compiled_decode_raises_the_eager_contract_error(shapes):
             inputs = _decode_inputs(model, b, s, t, seed=2)
             for case, wrong in WRONG_DECODE.items():
                 args = wrong(*inputs)
-                eager = _error_lines(lambda: model.decode(*args))
+                eager = _error_lines(lambda args=args: model.decode(*args))
                 frames = counter.frame_count
-                got = _error_lines(lambda: compiled(*args))
+                got = _error_lines(lambda args=args: compiled(*args))
                 assert got[0] == eager[0], case
                 assert got[1].startswith(COMPILED_NOTE), case  # raised by the compiled graph, not an eager fallback
                 first_size = (b, s, t) == sizes[0]

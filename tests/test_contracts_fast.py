@@ -57,7 +57,7 @@ def batched(
 
 def split(
     x: Float[Tensor, "b d"], y: Float[Tensor, "b h d/h"], k: Int[Tensor, "b _"], flag: bool, result=None
-) -> tuple[Float[Tensor, "b h d/h"], Int[Tensor, "b"]]:
+) -> tuple[Float[Tensor, "b h d/h"], Int[Tensor, "b"]]:  # noqa: F821 (a jaxtyping dimension)
     return result
 
 
@@ -74,8 +74,12 @@ def either(
 
 
 def scalars(
-    x: Float[Tensor, ""], w: Float[Tensor, "_ #1 d"], v: Bool[Tensor, "*#rest 2"], n: int, result=None
-) -> Float[Tensor, "d"]:
+    x: Float[Tensor, ""],
+    w: Float[Tensor, "_ #1 d"],  # noqa: F821 (a jaxtyping dimension)
+    v: Bool[Tensor, "*#rest 2"],
+    n: int,
+    result=None,
+) -> Float[Tensor, "d"]:  # noqa: F821 (a jaxtyping dimension)
     return result
 
 
@@ -85,7 +89,7 @@ def sized(
     return result
 
 
-def squares(k: int, x: Float[Tensor, "{k}**2"]):
+def squares(k: int, x: Float[Tensor, "{k}**2"]):  # noqa: F821 (a jaxtyping dimension)
     """jaxtyping writes k into the annotation and evaluates the text: k=-3 gives -3**2 = -9, never a size."""
 
 
@@ -331,7 +335,7 @@ def _checked_wrappers():
 def test_annotations_the_fast_path_does_not_replicate_are_left_to_jaxtyping():
     from collections.abc import Sequence
 
-    def f(x: Float[Tensor, "n"], ids: Sequence[int]) -> Float[Tensor, "n"]:
+    def f(x: Float[Tensor, "n"], ids: Sequence[int]) -> Float[Tensor, "n"]:  # noqa: F821 (a jaxtyping dimension)
         return x
 
     with pytest.raises(NotFast, match="Sequence"):
@@ -380,7 +384,7 @@ def test_variadic_axes_between_fixed_ones_need_the_fixed_rank_at_least():
 
 
 def test_a_fixed_length_tuple_takes_exactly_its_length():
-    def f(x: Float[Tensor, "a"]) -> tuple[Float[Tensor, "a"], Float[Tensor, "a"]]: ...
+    def f(x: Float[Tensor, "a"]) -> tuple[Float[Tensor, "a"], Float[Tensor, "a"]]: ...  # noqa: F821 (a jaxtyping dimension)
 
     x = torch.zeros(3)
     decisions = _decisions(f, [((x,), (x,) * n) for n in (1, 2, 3)])

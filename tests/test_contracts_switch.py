@@ -57,7 +57,7 @@ def test_unchecked_call_skips_the_checker_entirely():
     calls = []
 
     @checked
-    def f(x: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
+    def f(x: Float[Tensor, "n"]) -> Float[Tensor, "n"]:  # noqa: F821 (a jaxtyping dimension)
         calls.append(1)
         return x
 

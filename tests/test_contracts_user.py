@@ -61,7 +61,8 @@ def test_your_own_dimension_names_work_eagerly_and_compiled():
         assert mixer(x, keep).shape == (2, 5, 8)
         assert _first_line(lambda: mixer(x, wrong)) == expected
         assert _first_line(lambda: mixer(x[..., :6], keep)) == (
-            "Mixer.forward: argument 'x' is f32[2,5,6], expected Float[Tensor, 'b t {self.width}'] (self.width=8) with b=2, t=5"
+            "Mixer.forward: argument 'x' is f32[2,5,6], expected Float[Tensor, 'b t {self.width}'] (self.width=8) "
+            "with b=2, t=5"
         )
         torch._dynamo.reset()
         compiled = torch.compile(mixer, fullgraph=True, backend="aot_eager")

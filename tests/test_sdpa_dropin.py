@@ -141,9 +141,11 @@ def test_random_cases_match_torch_forward_and_gradients(backend):
             lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend=backend), q, k, v, kwargs, seed
         )
         assert got.shape == want.shape and got.dtype == want.dtype, (seed, got.shape, want.shape)
-        torch.testing.assert_close(got, want, msg=lambda m: f"case {seed} ({kwargs.keys()}): {m}")
-        for i, (a, b) in enumerate(zip(got_grads, want_grads)):
-            torch.testing.assert_close(a, b, msg=lambda m: f"case {seed} gradient {i}: {m}")
+        torch.testing.assert_close(
+            got, want, msg=lambda m, seed=seed, kwargs=kwargs: f"case {seed} ({kwargs.keys()}): {m}"
+        )
+        for i, (a, b) in enumerate(zip(got_grads, want_grads, strict=True)):
+            torch.testing.assert_close(a, b, msg=lambda m, seed=seed, i=i: f"case {seed} gradient {i}: {m}")
     # the generator covered what it should: every rank, GQA, causal, boolean masks
     assert {r for r, *_ in kinds} == {2, 3, 4, 5}
     assert any(g for _, g, _, _ in kinds) and any(c for _, _, c, _ in kinds) and any(b for *_, b in kinds)
@@ -184,7 +186,7 @@ def test_fully_masked_rows_are_zero_as_on_every_torch_backend(backend, mask_kind
     assert torch.equal(out[:, :, 1], torch.zeros(2, 3, 8)) and torch.equal(grads[0][:, :, 1], torch.zeros(2, 3, 8))
     for want, want_grads in results:
         torch.testing.assert_close(out, want)
-        for a, b in zip(grads, want_grads):
+        for a, b in zip(grads, want_grads, strict=True):
             torch.testing.assert_close(a, b)
 
 
@@ -480,7 +482,7 @@ def test_the_kernel_path_meets_the_flash_attention_error_rule(case, dtype):
     )
     floor = 1e-5 if dtype == torch.float32 else 1e-3
     for name, mine, theirs, ref in zip(
-        ("out", "dq", "dk", "dv"), (ours[0], *ours[1]), (torchs[0], *torchs[1]), (exact[0], *exact[1])
+        ("out", "dq", "dk", "dv"), (ours[0], *ours[1]), (torchs[0], *torchs[1]), (exact[0], *exact[1]), strict=True
     ):
         assert mine.shape == ref.shape and mine.dtype == dtype
         err, torch_err = (mine.double() - ref).abs().max().item(), (theirs.double() - ref).abs().max().item()

@@ -64,7 +64,7 @@ def test_the_sdpa_flash_adapters_match_torchs_math_forward_logsumexp_and_gradien
     grads = registry.sdpa_flash_backward(
         g, q, k, v, out, lse, None, None, 6, k.size(2), 0.0, causal, rng_state, offset, scale=scale
     )
-    for name, mine, theirs, ref in zip(("dq", "dk", "dv"), grads, low_in, exact_in):
+    for name, mine, theirs, ref in zip(("dq", "dk", "dv"), grads, low_in, exact_in, strict=True):
         assert mine.shape == ref.shape and mine.dtype == dtype
         _rule(mine, theirs.grad, ref.grad, name)
 
@@ -80,7 +80,7 @@ def test_the_flash_attention_adapters_take_batch_seq_heads_dim():
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     _math(*(t.transpose(1, 2) for t in leaves)).transpose(1, 2).backward(g)
     grads = registry.flash_backward(g, q, k, v, out, lse, None, None, 4, 6, 0.0, False, rng_state, offset)
-    for mine, leaf in zip(grads, leaves):
+    for mine, leaf in zip(grads, leaves, strict=True):
         assert mine.shape == leaf.shape
         torch.testing.assert_close(mine, leaf.grad, atol=1e-5, rtol=1e-5)
     inplace = torch.empty_like(q)
@@ -205,6 +205,6 @@ def test_on_cuda_sdpas_flash_path_runs_our_kernel_forward_and_backward(monkeypat
     low_out = _math(*low, is_causal=True)
     low_out.float().square().sum().backward()
     _rule(out, low_out, ref, "out")
-    for name, t, l, e in zip(("dq", "dk", "dv"), (q, k, v), low, exact):
-        _rule(t.grad, l.grad, e.grad, name)
+    for name, t, low_t, e in zip(("dq", "dk", "dv"), (q, k, v), low, exact, strict=True):
+        _rule(t.grad, low_t.grad, e.grad, name)
     assert math.isfinite(out.float().sum().item())

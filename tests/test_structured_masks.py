@@ -143,7 +143,8 @@ def test_lengths_longer_than_the_attention_are_refused_and_the_full_length_is_no
         (
             "key_mask",
             torch.ones(2, 6, dtype=torch.bool),
-            "argument 'mask.key_mask' is bool[2,6], expected Bool[Tensor, 'batch k_len'] with batch=2, q_len=4, k_len=7",
+            "argument 'mask.key_mask' is bool[2,6], expected Bool[Tensor, 'batch k_len'] "
+            "with batch=2, q_len=4, k_len=7",
         ),
         (
             "key_lengths",
@@ -153,7 +154,8 @@ def test_lengths_longer_than_the_attention_are_refused_and_the_full_length_is_no
         (
             "dense",
             torch.ones(2, 3, 7, dtype=torch.bool),
-            "argument 'mask.dense' is bool[2,3,7], expected Bool[Tensor, '#batch #q_len k_len'] with batch=2, q_len=4, k_len=7",
+            "argument 'mask.dense' is bool[2,3,7], expected Bool[Tensor, '#batch #q_len k_len'] "
+            "with batch=2, q_len=4, k_len=7",
         ),
     ],
 )
@@ -208,7 +210,7 @@ def test_structured_and_dense_masks_give_the_same_outputs_and_gradients(backend,
     with T.use_backend("eager"):
         dense = _loss_and_grads(model, batch.src, batch.tgt, T.padding_mask(batch.src, 0), T.target_mask(batch.tgt, 0))
     torch.testing.assert_close(structured[0], dense[0], rtol=1e-5, atol=1e-5)
-    for a, b in zip(structured[1], dense[1]):
+    for a, b in zip(structured[1], dense[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     padded_rows = ~T.target_mask(batch.tgt, 0).any(-1)  # padded target positions: zero self-attention rows
     assert padded_rows.any() and torch.isfinite(structured[0]).all()
