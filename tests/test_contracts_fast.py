@@ -319,13 +319,9 @@ def test_every_contract_of_the_package_but_one_has_the_fast_path():
 
 
 def _checked_wrappers():
-    import importlib
-    import pkgutil
+    from test_contracts_vocabulary import package_modules
 
-    for info in pkgutil.walk_packages(T.__path__, "transformer."):
-        if info.name.endswith("__main__"):
-            continue
-        module = importlib.import_module(info.name)
+    for module in package_modules():
         for _, obj in inspect.getmembers(module):
             for fn in [getattr(obj, n, None) for n in vars(obj)] if inspect.isclass(obj) else [obj]:
                 if hasattr(fn, "_fast_checker") and fn.__module__ == module.__name__:

@@ -13,17 +13,22 @@ def _annotation_dims(annotation):
         yield from _annotation_dims(arg)
 
 
-def _checked_functions():
+def package_modules():
+    """Every module of the package (``__main__`` excepted: importing it runs the command line)."""
     import importlib
-    import inspect
     import pkgutil
 
     import transformer
 
     for info in pkgutil.walk_packages(transformer.__path__, "transformer."):
-        if info.name.endswith("__main__"):
-            continue
-        module = importlib.import_module(info.name)
+        if not info.name.endswith("__main__"):
+            yield importlib.import_module(info.name)
+
+
+def _checked_functions():
+    import inspect
+
+    for module in package_modules():
         for _, obj in inspect.getmembers(module):
             candidates = [obj]
             if inspect.isclass(obj) and obj.__module__ == module.__name__:
