@@ -33,7 +33,7 @@ import torch
 
 import transformer as T
 from transformer.contracts import checked
-from transformer.contracts.fast import resolved_signature
+from transformer.contracts.grammar import resolved_signature
 from transformer.layers import residual
 from transformer.lm import build_lm
 from transformer.lm.config import LMConfig

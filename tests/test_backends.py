@@ -8,10 +8,12 @@ import threading
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer as T
 from transformer import backends
 from transformer import sdpa as sdpa_module
+from transformer.backends import choice
 from transformer.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -23,7 +25,7 @@ def _qkv(b=2, h=3, lq=5, lk=7, d=16):
 def spy(monkeypatch):
     """Records which backend computed each attention: 'eager' (the reference), 'torch' (F.sdpa), 'triton'."""
     seen: list[str] = []
-    real_sdpa, real_ref = backends.F.scaled_dot_product_attention, backends.attention.unchecked
+    real_sdpa, real_ref = F.scaled_dot_product_attention, backends.attention.unchecked
 
     def sdpa(*args, **kwargs):
         seen.append("torch")
@@ -39,7 +41,7 @@ def spy(monkeypatch):
         seen.append("eager")
         return real_dropin_ref(*args, **kwargs)
 
-    monkeypatch.setattr(backends.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
     monkeypatch.setattr(backends.attention, "unchecked", ref)
     monkeypatch.setattr(sdpa_module, "reference", ref_dropin)  # the drop-in's eager backend: torch's definition
     from transformer import kernels
@@ -73,7 +75,9 @@ def test_precedence_argument_over_context_over_module_default(spy):
 def test_auto_picks_torch_on_the_cpu(spy):
     q, k, v = _qkv()
     T.scaled_dot_product_attention(q, k, v, backend="auto")
-    T.MultiHeadedAttention(2, 32, dropout=0.0).eval()(torch.randn(1, 3, 32), torch.randn(1, 4, 32), torch.randn(1, 4, 32))
+    T.MultiHeadedAttention(2, 32, dropout=0.0).eval()(
+        torch.randn(1, 3, 32), torch.randn(1, 4, 32), torch.randn(1, 4, 32)
+    )
     assert spy == ["torch", "torch"]
 
 
@@ -86,20 +90,24 @@ def test_auto_picks_the_reference_for_float64_which_supports_double_backward(spy
 def test_auto_on_cuda_takes_triton_when_the_kernel_can_else_torch_and_says_why(monkeypatch, caplog):
     q, k, v = _qkv()
     fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.bfloat16})()
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)
     assert backends.resolve_backend("auto", fake_cuda, k, v, None, 0.0) == "triton"
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: "head_dim 300 is above 256")
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: "head_dim 300 is above 256")
     with caplog.at_level(logging.INFO, logger="transformer.backends"):
         assert backends.resolve_backend("auto", fake_cuda, k, v, None, 0.0) == "torch"
     assert "does not use triton here: head_dim 300 is above 256" in caplog.text
 
 
 def test_a_named_backend_never_falls_back(monkeypatch):
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: "CPU tensors need TRITON_INTERPRET=1")
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"):
+    with pytest.raises(
+        ValueError, match="attention backend 'triton' cannot run these inputs: CPU tensors need TRITON_INTERPRET=1"
+    ):
         T.scaled_dot_product_attention(q, k, v, backend="triton")
-    with pytest.raises(ValueError, match="attention backend must be one of 'auto', 'eager', 'torch', 'triton'; got 'flash'"):
+    with pytest.raises(
+        ValueError, match="attention backend must be one of 'auto', 'eager', 'torch', 'triton'; got 'flash'"
+    ):
         T.scaled_dot_product_attention(q, k, v, backend="flash")
     with pytest.raises(ValueError, match="got 'cudnn'"), T.use_backend("cudnn"):
         pass
@@ -172,11 +180,17 @@ def test_the_backend_is_not_part_of_a_checkpoint(tmp_path):
         other = T.make_model(11, 11, N=1, d_model=32, d_ff=32, h=2, attention_backend=backend)
         ckpt = load_checkpoint(tmp_path / "ckpt", model=other)  # no ConfigMismatchError
         assert ckpt.model is other and other.config.attention_backend == backend
-        assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), other.state_dict().values()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(trained.state_dict().values(), other.state_dict().values(), strict=True)
+        )
     with pytest.raises(T.ConfigMismatchError, match="d_ff"):
         load_checkpoint(tmp_path / "ckpt", model=T.make_model(11, 11, N=1, d_model=32, d_ff=64, h=2))
-    assert T.TransformerConfig(src_vocab=3, tgt_vocab=3, attention_backend="torch").differences(
-        T.TransformerConfig(src_vocab=3, tgt_vocab=3), architecture_only=True) == {}
+    assert (
+        T.TransformerConfig(src_vocab=3, tgt_vocab=3, attention_backend="torch").differences(
+            T.TransformerConfig(src_vocab=3, tgt_vocab=3), architecture_only=True
+        )
+        == {}
+    )
 
 
 def test_auto_takes_torch_for_float32_on_cuda_and_says_why_at_debug_level(monkeypatch, caplog):
@@ -184,8 +198,10 @@ def test_auto_takes_torch_for_float32_on_cuda_and_says_why_at_debug_level(monkey
     where the kernel would take the inputs) and logs why at DEBUG; other dtypes still get the kernel, and the kernel
     stays available by name for float32."""
     q, k, v = _qkv(d=16)
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)  # the kernel would take every input
-    cuda = {dtype: type("FakeCuda", (), {"is_cuda": True, "dtype": dtype})() for dtype in (torch.float32, torch.float16)}
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)  # the kernel would take every input
+    cuda = {
+        dtype: type("FakeCuda", (), {"is_cuda": True, "dtype": dtype})() for dtype in (torch.float32, torch.float16)
+    }
     with caplog.at_level(logging.DEBUG, logger="transformer.backends"):
         assert backends.resolve_backend("auto", cuda[torch.float32], k, v, None, 0.0) == "torch"
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]
@@ -205,8 +221,11 @@ class _Graphs(list):
         return gm.forward
 
     def calls(self, index: int) -> set[str]:
-        return {getattr(node.target, "__name__", str(node.target)) for node in self[index].graph.nodes
-                if node.op in ("call_function", "call_method")}
+        return {
+            getattr(node.target, "__name__", str(node.target))
+            for node in self[index].graph.nodes
+            if node.op in ("call_function", "call_method")
+        }
 
 
 def test_under_torch_compile_the_backend_choice_is_guarded_and_a_refusal_raises_as_in_eager(monkeypatch):
@@ -230,13 +249,17 @@ def test_under_torch_compile_the_backend_choice_is_guarded_and_a_refusal_raises_
         assert len(graphs) == 2  # back outside: the first graph again
 
         missing = f"Triton is not installed; install it with: {backends.TRITON_INSTALL_HINT}"
-        monkeypatch.setattr(backends, "triton_missing_reason", lambda: missing)  # as on a machine without Triton
+        monkeypatch.setattr(choice, "triton_missing_reason", lambda: missing)  # as on a machine without Triton
         with T.use_backend("triton"):
             with pytest.raises(ValueError) as eager:
                 mha(x, x, x)
             with pytest.raises(ValueError) as from_graph:
                 compiled(x, x, x)
-        assert str(from_graph.value) == str(eager.value) == f"attention backend 'triton' cannot run these inputs: {missing}"
+        assert (
+            str(from_graph.value)
+            == str(eager.value)
+            == f"attention backend 'triton' cannot run these inputs: {missing}"
+        )
         assert len(graphs) == 3
 
 
@@ -255,7 +278,7 @@ def test_a_use_backend_block_inside_a_compiled_function_governs_its_calls():
         assert torch.equal(compiled(x), inside(x))
         assert T.current_backend() == "torch"
     assert len(graphs) == 1 and "softmax" in graphs.calls(0) and "scaled_dot_product_attention" not in graphs.calls(0)
-    assert backends._TRACE_BACKENDS == []
+    assert choice.CHOICE.trace_stack == []
 
 
 def test_nested_use_backend_blocks_inside_a_compiled_function_resolve_to_the_innermost_as_in_eager():
@@ -279,12 +302,12 @@ def test_nested_use_backend_blocks_inside_a_compiled_function_resolve_to_the_inn
         assert torch.allclose(inner, outer, atol=1e-6)
     calls = graphs.calls(0)
     assert "scaled_dot_product_attention" in calls and "softmax" in calls  # the inner call on torch, the outer eager
-    assert backends._TRACE_BACKENDS == []
+    assert choice.CHOICE.trace_stack == []
 
 
 def test_auto_takes_the_reference_where_torchs_fused_attention_gives_nan_on_fully_masked_rows(monkeypatch, spy):
     """torch < 2.5 returns NaN for a query row whose every key is masked; auto must not pick it there."""
-    monkeypatch.setattr(backends, "_TORCH_ZEROES_EMPTY_ROWS", False)
+    monkeypatch.setattr(choice, "_TORCH_ZEROES_EMPTY_ROWS", False)
     q, k, v = _qkv()
     mask = T.AttentionMask(key_lengths=torch.tensor([0, 7]))
     out = T.scaled_dot_product_attention(q, k, v, mask, backend="auto")

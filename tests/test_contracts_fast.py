@@ -19,7 +19,8 @@ from jaxtyping import jaxtyped
 import transformer as T
 from transformer.cache import KVCache
 from transformer.contracts import Bool, Float, Int, Shaped, Tensor, TypeCheckError, checked
-from transformer.contracts.fast import NotFast, compile_checker, resolved_signature
+from transformer.contracts.fast import NotFast, compile_checker
+from transformer.contracts.grammar import resolved_signature
 from transformer.masks import AttentionMask
 
 REFUSED_ARGUMENTS, REFUSED_RETURN = object(), object()
@@ -29,54 +30,84 @@ class Net:
     def __init__(self, d_model, heads):
         self.d_model, self.heads = d_model, heads
 
-    def attend(self, x: Float[Tensor, "batch seq {self.d_model}"],
-               mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
-               cache: KVCache | None = None, *, scale: float | None = None, steps: int = 2, limit: int = None,
-               result=None) -> Float[Tensor, "batch seq {self.d_model}"]:
+    def attend(
+        self,
+        x: Float[Tensor, "batch seq {self.d_model}"],
+        mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
+        cache: KVCache | None = None,
+        *,
+        scale: float | None = None,
+        steps: int = 2,
+        limit: int = None,
+        result=None,
+    ) -> Float[Tensor, "batch seq {self.d_model}"]:
         return result
 
-    def heads_of(self, x: Float[Tensor, "*batch {self.d_model}"]) -> Float[Tensor, "*batch {self.heads} {self.d_model}/{self.heads}"]:
+    def heads_of(
+        self, x: Float[Tensor, "*batch {self.d_model}"]
+    ) -> Float[Tensor, "*batch {self.heads} {self.d_model}/{self.heads}"]:
         return self.result
 
 
-def batched(x: Float[Tensor, "*batch n"], y: Float[Tensor, "*#batch n"], z: Shaped[Tensor, "... 3"],
-            result=None) -> Float[Tensor, "*batch n"]:
+def batched(
+    x: Float[Tensor, "*batch n"], y: Float[Tensor, "*#batch n"], z: Shaped[Tensor, "... 3"], result=None
+) -> Float[Tensor, "*batch n"]:
     return result
 
 
-def split(x: Float[Tensor, "b d"], y: Float[Tensor, "b h d/h"], k: Int[Tensor, "b _"], flag: bool,
-          result=None) -> tuple[Float[Tensor, "b h d/h"], Int[Tensor, "b"]]:
+def split(
+    x: Float[Tensor, "b d"], y: Float[Tensor, "b h d/h"], k: Int[Tensor, "b _"], flag: bool, result=None
+) -> tuple[Float[Tensor, "b h d/h"], Int[Tensor, "b"]]:  # noqa: F821 (a jaxtyping dimension)
     return result
 
 
-def step(ys: Int[Tensor, "b steps"], scores: Float[Tensor, "b steps+1"], fn: Callable[[Tensor], Tensor],
-         result=None) -> Int[Tensor, "b steps+1"]:
+def step(
+    ys: Int[Tensor, "b steps"], scores: Float[Tensor, "b steps+1"], fn: Callable[[Tensor], Tensor], result=None
+) -> Int[Tensor, "b steps+1"]:
     return result
 
 
-def either(x: Float[Tensor, "b n 2"] | Float[Tensor, "c b n"], y: Float[Tensor, "n c"],
-           result=None) -> Float[Tensor, "b n"] | None:
+def either(
+    x: Float[Tensor, "b n 2"] | Float[Tensor, "c b n"], y: Float[Tensor, "n c"], result=None
+) -> Float[Tensor, "b n"] | None:
     return result
 
 
-def scalars(x: Float[Tensor, ""], w: Float[Tensor, "_ #1 d"], v: Bool[Tensor, "*#rest 2"], n: int, result=None
-            ) -> Float[Tensor, "d"]:
+def scalars(
+    x: Float[Tensor, ""],
+    w: Float[Tensor, "_ #1 d"],  # noqa: F821 (a jaxtyping dimension)
+    v: Bool[Tensor, "*#rest 2"],
+    n: int,
+    result=None,
+) -> Float[Tensor, "d"]:  # noqa: F821 (a jaxtyping dimension)
     return result
 
 
-def sized(n: int, x: Float[Tensor, "2 {n}"], m: Int[Tensor, "#b {n}+1"] | None = None, result=None
-          ) -> Shaped[Tensor, "b {n}"]:
+def sized(
+    n: int, x: Float[Tensor, "2 {n}"], m: Int[Tensor, "#b {n}+1"] | None = None, result=None
+) -> Shaped[Tensor, "b {n}"]:
     return result
 
 
-def squares(k: int, x: Float[Tensor, "{k}**2"]):
+def squares(k: int, x: Float[Tensor, "{k}**2"]):  # noqa: F821 (a jaxtyping dimension)
     """jaxtyping writes k into the annotation and evaluates the text: k=-3 gives -3**2 = -9, never a size."""
 
 
-FUNCTIONS = {"attend": Net.attend, "heads_of": Net.heads_of, "batched": batched, "split": split, "step": step,
-             "either": either, "scalars": scalars, "sized": sized, "squares": squares}
-FAST = {name: compile_checker(fn, resolved_signature(fn), lambda a, k: REFUSED_ARGUMENTS,
-                              lambda a, k, out: REFUSED_RETURN) for name, fn in FUNCTIONS.items()}
+FUNCTIONS = {
+    "attend": Net.attend,
+    "heads_of": Net.heads_of,
+    "batched": batched,
+    "split": split,
+    "step": step,
+    "either": either,
+    "scalars": scalars,
+    "sized": sized,
+    "squares": squares,
+}
+FAST = {
+    name: compile_checker(fn, resolved_signature(fn), lambda a, k: REFUSED_ARGUMENTS, lambda a, k, out: REFUSED_RETURN)
+    for name, fn in FUNCTIONS.items()
+}
 JAXTYPING = {name: jaxtyped(fn, typechecker=beartype) for name, fn in FUNCTIONS.items()}
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -99,7 +130,9 @@ class Draw:
         shape = [self.size(n) for n in shape]
         if self.wrong():
             shape = shape[1:] if shape and self.rng.random() < 0.5 else [self.rng.choice([1, 2])] + shape
-        good = {"f": FLOATS, "i": (torch.int64, torch.int32, torch.uint8), "b": (torch.bool,), "s": FLOATS + OTHERS}[kind]
+        good = {"f": FLOATS, "i": (torch.int64, torch.int32, torch.uint8), "b": (torch.bool,), "s": FLOATS + OTHERS}[
+            kind
+        ]
         dtype = self.rng.choice(OTHERS + FLOATS if self.wrong() else good)
         return torch.zeros(shape, dtype=dtype)
 
@@ -114,8 +147,13 @@ def _call(name, draw, rng):
     d = h * rng.choice([1, 2])
     if name == "attend":
         net = Net(d_model=4, heads=2)
-        mask = draw.value(draw.tensor([rng.choice([1, b]), rng.choice([1, s]), k], "b"), None, AttentionMask(causal=True),
-                          torch.ones(b, s, k), "mask")
+        mask = draw.value(
+            draw.tensor([rng.choice([1, b]), rng.choice([1, s]), k], "b"),
+            None,
+            AttentionMask(causal=True),
+            torch.ones(b, s, k),
+            "mask",
+        )
         named = {"x": draw.tensor([b, s, draw.value(4, 3)]), "mask": mask, "result": draw.tensor([b, s, 4])}
         if rng.random() < 0.5:
             named["cache"] = draw.value(None, KVCache(), 3)
@@ -135,26 +173,44 @@ def _call(name, draw, rng):
     if name == "batched":
         batch = [rng.choice([1, 2, 3]) for _ in range(rng.randrange(3))]
         # '*#batch' broadcasts against '*batch': a 1 anywhere in either, or a size that breaks it
-        other = [rng.choice([x, x, 1, 2, 3]) for x in batch][rng.randrange(2):]
-        return [], {"x": draw.tensor([*batch, n]), "y": draw.tensor([*other, n]),
-                    "z": draw.tensor([*batch[:1], 3], "s"), "result": draw.tensor([*batch, n])}
+        other = [rng.choice([x, x, 1, 2, 3]) for x in batch][rng.randrange(2) :]
+        return [], {
+            "x": draw.tensor([*batch, n]),
+            "y": draw.tensor([*other, n]),
+            "z": draw.tensor([*batch[:1], 3], "s"),
+            "result": draw.tensor([*batch, n]),
+        }
     if name == "split":
-        result = draw.value((draw.tensor([b, h, d // h]), draw.tensor([b], "i")), None, [1, 2],
-                            (draw.tensor([b, h, d // h]),))
-        return [], {"x": draw.tensor([b, d]), "y": draw.tensor([b, h, draw.value(d // h, d // h + 1)]),
-                    "k": draw.tensor([b, s], "i"), "flag": draw.value(True, 1, None), "result": result}
+        result = draw.value(
+            (draw.tensor([b, h, d // h]), draw.tensor([b], "i")), None, [1, 2], (draw.tensor([b, h, d // h]),)
+        )
+        return [], {
+            "x": draw.tensor([b, d]),
+            "y": draw.tensor([b, h, draw.value(d // h, d // h + 1)]),
+            "k": draw.tensor([b, s], "i"),
+            "flag": draw.value(True, 1, None),
+            "result": result,
+        }
     if name == "step":
-        return [], {"ys": draw.tensor([b, s], "i"), "scores": draw.tensor([b, s + 1]),
-                    "fn": draw.value(torch.relu, 3, None), "result": draw.tensor([b, s + 1], "i")}
+        return [], {
+            "ys": draw.tensor([b, s], "i"),
+            "scores": draw.tensor([b, s + 1]),
+            "fn": draw.value(torch.relu, 3, None),
+            "result": draw.tensor([b, s + 1], "i"),
+        }
     if name == "either":
         c = rng.choice([2, 3])
         # (c, b, n) first binds b=c, n=b in the first alternative, which then fails: jaxtyping undoes those
         x = draw.tensor([b, n, 2]) if rng.random() < 0.3 else draw.tensor([c, b, n])
         return [], {"x": x, "y": draw.tensor([n, c]), "result": draw.value(draw.tensor([b, n]), None, 0)}
     if name == "scalars":
-        return [], {"x": draw.tensor([]), "w": draw.tensor([rng.choice([2, 3]), 1, d]),
-                    "v": draw.tensor([*([b] * rng.randrange(3)), 2], "b"), "n": draw.value(3, 3.0, False),
-                    "result": draw.tensor([d])}
+        return [], {
+            "x": draw.tensor([]),
+            "w": draw.tensor([rng.choice([2, 3]), 1, d]),
+            "v": draw.tensor([*([b] * rng.randrange(3)), 2], "b"),
+            "n": draw.value(3, 3.0, False),
+            "result": draw.tensor([d]),
+        }
     if name == "squares":
         k = rng.choice([-3, -2, 2, 3])
         return [], {"k": k, "x": draw.tensor([k * k])}
@@ -167,7 +223,7 @@ def _call(name, draw, rng):
 def _spread(fn, positional, named, rng):
     """Move a random prefix of the named arguments into positional ones (as far as the signature allows)."""
     args, kwargs = list(positional), dict(named)
-    for p in list(inspect.signature(fn).parameters.values())[len(args):]:
+    for p in list(inspect.signature(fn).parameters.values())[len(args) :]:
         if p.kind != p.POSITIONAL_OR_KEYWORD or p.name not in kwargs or rng.random() < 0.3:
             break
         args.append(kwargs.pop(p.name))
@@ -210,13 +266,13 @@ def test_a_field_that_is_not_a_number_is_left_to_jaxtyping(field):
     fast = FAST["heads_of"]((net, torch.zeros(4)), {})
     assert fast is REFUSED_RETURN and _jaxtyping_accepts("heads_of", (net, torch.zeros(4)), {})
     checked_heads = checked(Net.heads_of)
-    import transformer.contracts as contracts
+    from transformer.contracts import decorator
 
-    contracts._on_fast_path_miss = lambda qualname, part: misses.append((qualname, part))
+    decorator._on_fast_path_miss = lambda qualname, part: misses.append((qualname, part))
     try:
         assert checked_heads(net, torch.zeros(4)) is net.result  # jaxtyping's decision: valid
     finally:
-        contracts._on_fast_path_miss = None
+        decorator._on_fast_path_miss = None
     assert misses == [("Net.heads_of", "return")]
 
 
@@ -245,26 +301,27 @@ def test_the_report_is_jaxtyping_s_own():
     with pytest.raises(TypeCheckError) as direct:
         jaxtyped(T.LayerNorm.forward.__wrapped__, typechecker=beartype)(norm, torch.randn(2, 5, 8))
     assert report == str(direct.value).splitlines()
-    assert summary == ("LayerNorm.forward: argument 'x' is f32[2,5,8], expected Float[Tensor, '*batch {self.features}'] "
-                       "(self.features=16)")
+    assert summary == (
+        "LayerNorm.forward: argument 'x' is f32[2,5,8], expected Float[Tensor, '*batch {self.features}'] "
+        "(self.features=16)"
+    )
 
 
 def test_every_contract_of_the_package_but_one_has_the_fast_path():
-    from test_contracts import _checked_functions
+    from test_contracts_vocabulary import _checked_functions
 
     slow = {name: fn._fast_checker()[1] for name, fn in _checked_wrappers() if fn._fast_checker()[1]}
     assert len(list(_checked_functions())) > 30
     # beartype checks one random item of a Sequence[...]: only jaxtyping can decide those exactly
     assert slow == {
-        "transformer.lm.generation.generate": "the annotation collections.abc.Sequence[collections.abc.Sequence[int]]"}
+        "transformer.lm.generation.generate": "the annotation collections.abc.Sequence[collections.abc.Sequence[int]]"
+    }
 
 
 def _checked_wrappers():
-    import importlib
-    import pkgutil
+    from test_contracts_vocabulary import package_modules
 
-    for info in pkgutil.walk_packages(T.__path__, "transformer."):  # subpackages too
-        module = importlib.import_module(info.name)
+    for module in package_modules():
         for _, obj in inspect.getmembers(module):
             for fn in [getattr(obj, n, None) for n in vars(obj)] if inspect.isclass(obj) else [obj]:
                 if hasattr(fn, "_fast_checker") and fn.__module__ == module.__name__:
@@ -274,7 +331,7 @@ def _checked_wrappers():
 def test_annotations_the_fast_path_does_not_replicate_are_left_to_jaxtyping():
     from collections.abc import Sequence
 
-    def f(x: Float[Tensor, "n"], ids: Sequence[int]) -> Float[Tensor, "n"]:
+    def f(x: Float[Tensor, "n"], ids: Sequence[int]) -> Float[Tensor, "n"]:  # noqa: F821 (a jaxtyping dimension)
         return x
 
     with pytest.raises(NotFast, match="Sequence"):
@@ -288,9 +345,11 @@ def test_annotations_the_fast_path_does_not_replicate_are_left_to_jaxtyping():
 
 def _decisions(fn, calls):
     """For each (args, result) call: (checked accepts, jaxtyping + beartype accept)."""
+
     def with_result(result):
         def call(*args):
             return result
+
         call.__signature__ = inspect.signature(fn)
         call.__annotations__ = fn.__annotations__
         call.__name__ = call.__qualname__ = fn.__name__
@@ -312,6 +371,7 @@ def _decisions(fn, calls):
 
 def test_variadic_axes_between_fixed_ones_need_the_fixed_rank_at_least():
     """'a *b c' takes rank 2 and up (*b may be empty); rank 0 and 1 are refused, as jaxtyping refuses them."""
+
     def f(x: Float[Tensor, "a *b c"]) -> None: ...
 
     shapes = [(), (5,), (2, 3), (2, 3, 4), (2, 3, 4, 5)]
@@ -320,7 +380,7 @@ def test_variadic_axes_between_fixed_ones_need_the_fixed_rank_at_least():
 
 
 def test_a_fixed_length_tuple_takes_exactly_its_length():
-    def f(x: Float[Tensor, "a"]) -> tuple[Float[Tensor, "a"], Float[Tensor, "a"]]: ...
+    def f(x: Float[Tensor, "a"]) -> tuple[Float[Tensor, "a"], Float[Tensor, "a"]]: ...  # noqa: F821 (a jaxtyping dimension)
 
     x = torch.zeros(3)
     decisions = _decisions(f, [((x,), (x,) * n) for n in (1, 2, 3)])

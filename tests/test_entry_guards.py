@@ -40,54 +40,102 @@ def _cases():
     params = "the module's parameters"
     return {
         # the issue's own case: float64 memory into a float32 model
-        "decode memory": (lambda: model.decode(memory.double(), src_mask, tgt, None),
-                          f"EncoderDecoder.decode: argument 'memory' is {F64}, the model's parameters {F32}; "
-                          "convert one of them (e.g. memory.to(torch.float32))"),
-        "decode tgt device": (lambda: model.decode(memory, src_mask, _meta(tgt), None),
-                              "EncoderDecoder.decode: argument 'tgt' is on meta, the model's parameters on cpu; "
-                              "put them on one device (e.g. tgt.to('cpu'))"),
-        "encode src device": (lambda: model.encode(_meta(src), None),
-                              "EncoderDecoder.encode: argument 'src' is on meta, the model's parameters on cpu"),
-        "encode structured mask device": (lambda: model.encode(src, T.AttentionMask(key_lengths=_meta(torch.tensor([5, 4])))),
-                                          "EncoderDecoder.encode: argument 'src_mask.key_lengths' is on meta"),
-        "forward tgt_mask device": (lambda: model(src, tgt, src_mask, _meta(T.target_mask(tgt, 0))),
-                                    "EncoderDecoder.decode: argument 'tgt_mask' is on meta"),
+        "decode memory": (
+            lambda: model.decode(memory.double(), src_mask, tgt, None),
+            f"EncoderDecoder.decode: argument 'memory' is {F64}, the model's parameters {F32}; "
+            "convert one of them (e.g. memory.to(torch.float32))",
+        ),
+        "decode tgt device": (
+            lambda: model.decode(memory, src_mask, _meta(tgt), None),
+            "EncoderDecoder.decode: argument 'tgt' is on meta, the model's parameters on cpu; "
+            "put them on one device (e.g. tgt.to('cpu'))",
+        ),
+        "encode src device": (
+            lambda: model.encode(_meta(src), None),
+            "EncoderDecoder.encode: argument 'src' is on meta, the model's parameters on cpu",
+        ),
+        "encode structured mask device": (
+            lambda: model.encode(src, T.AttentionMask(key_lengths=_meta(torch.tensor([5, 4])))),
+            "EncoderDecoder.encode: argument 'src_mask.key_lengths' is on meta",
+        ),
+        "forward tgt_mask device": (
+            lambda: model(src, tgt, src_mask, _meta(T.target_mask(tgt, 0))),
+            "EncoderDecoder.decode: argument 'tgt_mask' is on meta",
+        ),
         # a query on another device than the keys (the reference attention), and mixed dtypes
-        "attention key device": (lambda: T.attention(q, _meta(k), k),
-                                 "attention: argument 'key' is on meta, argument 'query' on cpu"),
-        "attention value dtype": (lambda: T.attention(q, k, k.double()),
-                                  f"attention: argument 'value' is {F64}, argument 'query' {F32}"),
-        "attention mask device": (lambda: T.attention(q, k, k, _meta(torch.ones(2, 3, 5, dtype=torch.bool))),
-                                  "attention: argument 'mask' is on meta, argument 'query' on cpu"),
-        "mha key dtype": (lambda: mha(x, x.half(), x), f"MultiHeadedAttention.forward: argument 'key' is torch.float16, "
-                                                       f"{params} {F32}"),
-        "mha query device": (lambda: mha(_meta(x), x, x), f"MultiHeadedAttention.forward: argument 'query' is on meta, "
-                                                          f"{params} on cpu"),
-        "mha mask device": (lambda: mha(x, x, x, T.AttentionMask(query_lengths=_meta(torch.tensor([3, 3])))),
-                            "MultiHeadedAttention.forward: argument 'mask.query_lengths' is on meta"),
-        "decoder layer memory": (lambda: layer(x, memory.double(), None, None),
-                                 f"DecoderLayer.forward: argument 'memory' is {F64}, {params} {F32}"),
+        "attention key device": (
+            lambda: T.attention(q, _meta(k), k),
+            "attention: argument 'key' is on meta, argument 'query' on cpu",
+        ),
+        "attention value dtype": (
+            lambda: T.attention(q, k, k.double()),
+            f"attention: argument 'value' is {F64}, argument 'query' {F32}",
+        ),
+        "attention mask device": (
+            lambda: T.attention(q, k, k, _meta(torch.ones(2, 3, 5, dtype=torch.bool))),
+            "attention: argument 'mask' is on meta, argument 'query' on cpu",
+        ),
+        "mha key dtype": (
+            lambda: mha(x, x.half(), x),
+            f"MultiHeadedAttention.forward: argument 'key' is torch.float16, {params} {F32}",
+        ),
+        "mha query device": (
+            lambda: mha(_meta(x), x, x),
+            f"MultiHeadedAttention.forward: argument 'query' is on meta, {params} on cpu",
+        ),
+        "mha mask device": (
+            lambda: mha(x, x, x, T.AttentionMask(query_lengths=_meta(torch.tensor([3, 3])))),
+            "MultiHeadedAttention.forward: argument 'mask.query_lengths' is on meta",
+        ),
+        "decoder layer memory": (
+            lambda: layer(x, memory.double(), None, None),
+            f"DecoderLayer.forward: argument 'memory' is {F64}, {params} {F32}",
+        ),
         "decoder x": (lambda: stack(x.double(), memory, None, None), f"Decoder.forward: argument 'x' is {F64}"),
-        "decoder src_mask device": (lambda: stack(x, memory, _meta(src_mask), None),
-                                    "Decoder.forward: argument 'src_mask' is on meta"),
-        "encoder layer x": (lambda: model.encoder.layers[0](memory.double(), None),
-                            f"EncoderLayer.forward: argument 'x' is {F64}"),
-        "encoder mask device": (lambda: model.encoder(memory, _meta(src_mask)), "Encoder.forward: argument 'mask' is on meta"),
-        "generator x": (lambda: model.generator(x.double()), f"Generator.forward: argument 'x' is {F64}, {params} {F32}"),
-        "lm tokens device": (lambda: lm(_meta(torch.ones(2, 4, dtype=torch.long))),
-                             "TransformerLM.forward: argument 'tokens' is on meta, the model's parameters on cpu"),
-        "lm mask device": (lambda: lm(torch.ones(2, 4, dtype=torch.long), _meta(torch.ones(2, 4, 4, dtype=torch.bool))),
-                           "TransformerLM.forward: argument 'mask' is on meta"),
-        "causal self-attention x": (lambda: CausalSelfAttention(2, 16, 0.0)(x.double(), None),
-                                    f"CausalSelfAttention.forward: argument 'x' is {F64}, {params} {F32}"),
-        "per-head attention x": (lambda: PerHeadValueAttention(2, 16, 0.0)(x.double(), None),
-                                 f"PerHeadValueAttention.forward: argument 'x' is {F64}, {params} {F32}"),
-        "cache keys dtype": (lambda: cache.extend(torch.randn(2, 2, 1, 8).double(), torch.randn(2, 2, 1, 8)),
-                             f"KVCache.extend: argument 'k' is {F64}, the cached keys {F32}"),
-        "cache values dtype": (lambda: cache.extend(torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8).double()),
-                               f"KVCache.extend: argument 'v' is {F64}, the cached keys {F32}"),
-        "cache values device": (lambda: cache.extend(torch.randn(2, 2, 1, 8), _meta(torch.randn(2, 2, 1, 8))),
-                                "KVCache.extend: argument 'v' is on meta, the cached keys on cpu"),
+        "decoder src_mask device": (
+            lambda: stack(x, memory, _meta(src_mask), None),
+            "Decoder.forward: argument 'src_mask' is on meta",
+        ),
+        "encoder layer x": (
+            lambda: model.encoder.layers[0](memory.double(), None),
+            f"EncoderLayer.forward: argument 'x' is {F64}",
+        ),
+        "encoder mask device": (
+            lambda: model.encoder(memory, _meta(src_mask)),
+            "Encoder.forward: argument 'mask' is on meta",
+        ),
+        "generator x": (
+            lambda: model.generator(x.double()),
+            f"Generator.forward: argument 'x' is {F64}, {params} {F32}",
+        ),
+        "lm tokens device": (
+            lambda: lm(_meta(torch.ones(2, 4, dtype=torch.long))),
+            "TransformerLM.forward: argument 'tokens' is on meta, the model's parameters on cpu",
+        ),
+        "lm mask device": (
+            lambda: lm(torch.ones(2, 4, dtype=torch.long), _meta(torch.ones(2, 4, 4, dtype=torch.bool))),
+            "TransformerLM.forward: argument 'mask' is on meta",
+        ),
+        "causal self-attention x": (
+            lambda: CausalSelfAttention(2, 16, 0.0)(x.double(), None),
+            f"CausalSelfAttention.forward: argument 'x' is {F64}, {params} {F32}",
+        ),
+        "per-head attention x": (
+            lambda: PerHeadValueAttention(2, 16, 0.0)(x.double(), None),
+            f"PerHeadValueAttention.forward: argument 'x' is {F64}, {params} {F32}",
+        ),
+        "cache keys dtype": (
+            lambda: cache.extend(torch.randn(2, 2, 1, 8).double(), torch.randn(2, 2, 1, 8)),
+            f"KVCache.extend: argument 'k' is {F64}, the cached keys {F32}",
+        ),
+        "cache values dtype": (
+            lambda: cache.extend(torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8).double()),
+            f"KVCache.extend: argument 'v' is {F64}, the cached keys {F32}",
+        ),
+        "cache values device": (
+            lambda: cache.extend(torch.randn(2, 2, 1, 8), _meta(torch.randn(2, 2, 1, 8))),
+            "KVCache.extend: argument 'v' is on meta, the cached keys on cpu",
+        ),
     }
 
 

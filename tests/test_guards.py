@@ -29,7 +29,9 @@ def _src(length, batch=2):
 @SWITCH
 def test_shape_contracts_follow_the_switch(model, checks_on):
     src, tgt = _src(5), torch.randint(1, 13, (2, 4))
-    wrong = T.target_mask(tgt, 0)[:, :, :1]  # (batch, tgt_len, 1): broadcasts in torch, breaks '#batch #tgt_len tgt_len'
+    wrong = T.target_mask(tgt, 0)[
+        :, :, :1
+    ]  # (batch, tgt_len, 1): broadcasts in torch, breaks '#batch #tgt_len tgt_len'
     with T.checks(checks_on):
         if checks_on:
             with pytest.raises(TypeCheckError, match=r"argument 'tgt_mask' is bool\[2,4,1\]"):
@@ -44,11 +46,17 @@ def test_shape_contracts_follow_the_switch(model, checks_on):
 def test_token_ids_outside_the_vocabulary_are_refused_either_way(model, checks_on, bad_id):
     src = _src(5)
     src[1, 3] = bad_id
-    with T.checks(checks_on), pytest.raises(ValueError, match=rf"token id {bad_id} at position \(1, 3\) is outside the vocabulary \[0, 11\)"):
+    with (
+        T.checks(checks_on),
+        pytest.raises(ValueError, match=rf"token id {bad_id} at position \(1, 3\) is outside the vocabulary \[0, 11\)"),
+    ):
         model.encode(src, None)
     tgt = torch.randint(1, 13, (2, 4))
     tgt[0, 2] = 13
-    with T.checks(checks_on), pytest.raises(ValueError, match=r"token id 13 at position \(0, 2\) is outside the vocabulary \[0, 13\)"):
+    with (
+        T.checks(checks_on),
+        pytest.raises(ValueError, match=r"token id 13 at position \(0, 2\) is outside the vocabulary \[0, 13\)"),
+    ):
         model(_src(5), tgt, None, None)
 
 
@@ -66,10 +74,21 @@ EMPTY_CALLS = {
     "encode": (lambda m, e, s: m.encode(e, None), "EncoderDecoder.encode: argument 'src'", "batch=2, src_len=0"),
     "forward-src": (lambda m, e, s: m(e, s, None, None), "EncoderDecoder.encode: argument 'src'", "batch=2, src_len=0"),
     "forward-tgt": (lambda m, e, s: m(s, e, None, None), "EncoderDecoder.decode: argument 'tgt'", "batch=2, tgt_len=0"),
-    "decode-memory": (lambda m, e, s: m.decode(torch.zeros(2, 0, 16), None, s, None),
-                      "EncoderDecoder.decode: argument 'memory'", "batch=2, src_len=0, d_model=16"),
-    "greedy_decode": (lambda m, e, s: T.greedy_decode(m, e, None, 5, 1), "greedy_decode: argument 'src'", "batch=2, src_len=0"),
-    "beam_search": (lambda m, e, s: T.beam_search(m, e, None, 5, 1), "beam_search: argument 'src'", "batch=2, src_len=0"),
+    "decode-memory": (
+        lambda m, e, s: m.decode(torch.zeros(2, 0, 16), None, s, None),
+        "EncoderDecoder.decode: argument 'memory'",
+        "batch=2, src_len=0, d_model=16",
+    ),
+    "greedy_decode": (
+        lambda m, e, s: T.greedy_decode(m, e, None, 5, 1),
+        "greedy_decode: argument 'src'",
+        "batch=2, src_len=0",
+    ),
+    "beam_search": (
+        lambda m, e, s: T.beam_search(m, e, None, 5, 1),
+        "beam_search: argument 'src'",
+        "batch=2, src_len=0",
+    ),
 }
 
 
@@ -120,12 +139,12 @@ class _AsyncCopies:
 
 @pytest.fixture
 def on_device(monkeypatch):
-    from transformer import contracts
+    from transformer.contracts import guards
 
     copies = _AsyncCopies()
-    monkeypatch.setattr(contracts, "_check_on_device", lambda tokens: True)
-    monkeypatch.setattr(contracts, "_copy_to_host", copies)
-    monkeypatch.setattr(contracts, "_PENDING", [])
+    monkeypatch.setattr(guards, "_check_on_device", lambda tokens: True)
+    monkeypatch.setattr(guards, "_copy_to_host", copies)
+    monkeypatch.setattr(guards, "_PENDING", [])
     return copies
 
 
@@ -144,7 +163,8 @@ def test_on_cuda_a_bad_token_id_is_reported_by_a_later_call_and_the_lookup_is_cl
     assert str(info.value) == (
         "tokens: token id -2 at position (0, 4) is outside the vocabulary [0, 11) (vocabulary size 11); found on cpu "
         "by the asynchronous check of an earlier call, which ran with the id clamped into the vocabulary (its result "
-        "is not meaningful)")
+        "is not meaningful)"
+    )
     assert on_device.waited == 0  # no call waited for the device
 
 
@@ -165,18 +185,18 @@ def test_raise_pending_token_errors_waits_for_every_check(model, on_device):
 
 
 def test_unanswered_device_checks_are_bounded(model, on_device, monkeypatch):
-    from transformer import contracts
+    from transformer.contracts import guards
 
-    monkeypatch.setattr(contracts, "_PENDING_LIMIT", 3)
+    monkeypatch.setattr(guards, "_PENDING_LIMIT", 3)
     embed = model.src_embed[0]
     for _ in range(5):
         embed(_src(4))
-    assert len(contracts._PENDING) <= 3 and on_device.waited == 2  # the oldest ones were waited for
+    assert len(guards._PENDING) <= 3 and on_device.waited == 2  # the oldest ones were waited for
 
 
 def test_on_the_cpu_the_ids_are_checked_at_once_and_returned_as_they_are(model):
-    from transformer import contracts
+    from transformer.contracts import guards
 
     src = _src(5)
-    assert contracts.validate_token_ids(src, 11, "tokens") is src  # no copy, nothing pending
-    assert contracts._PENDING == []
+    assert guards.validate_token_ids(src, 11, "tokens") is src  # no copy, nothing pending
+    assert guards._PENDING == []

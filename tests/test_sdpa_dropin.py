@@ -15,8 +15,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import transformer as T
-from transformer import backends, kernels
+from transformer import kernels
 from transformer import sdpa as sdpa_module
+from transformer.backends import choice
+from transformer.backends import torch_backend as torch_backend_module
 
 CPU_BACKENDS = ["auto", "eager", "torch"]
 
@@ -48,7 +50,7 @@ def _shape(rng, full, keep_rank=True):
     """``full`` with some dims made 1 (broadcast), and sometimes leading dims dropped."""
     shape = [1 if rng.random() < 0.3 else n for n in full]
     if not keep_rank and len(shape) > 2 and rng.random() < 0.3:
-        shape = shape[rng.randint(1, len(shape) - 2):]
+        shape = shape[rng.randint(1, len(shape) - 2) :]
     return shape
 
 
@@ -77,8 +79,11 @@ def _case(seed):
     q = torch.randn(q_shape, generator=gen, dtype=dtype)
     k = torch.randn(k_lead + [k_len, e], generator=gen, dtype=dtype)
     v = torch.randn(v_lead + [k_len, ev], generator=gen, dtype=dtype)
-    out_lead = list(torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v)))) if not kwargs else \
-        [*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]), q.size(-3)]
+    out_lead = (
+        list(torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v))))
+        if not kwargs
+        else [*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]), q.size(-3)]
+    )
     kind = rng.choice(["none", "bool", "float", "float-inf-rows", "causal"])
     if kind == "causal":
         kwargs["is_causal"] = True
@@ -123,15 +128,24 @@ def test_random_cases_match_torch_forward_and_gradients(backend):
     kinds = set()
     for seed in range(40):
         q, k, v, kwargs = _case(seed)
-        kinds.add((q.dim(), "enable_gqa" in kwargs, "is_causal" in kwargs,
-                   getattr(kwargs.get("attn_mask"), "dtype", None) == torch.bool))
+        kinds.add(
+            (
+                q.dim(),
+                "enable_gqa" in kwargs,
+                "is_causal" in kwargs,
+                getattr(kwargs.get("attn_mask"), "dtype", None) == torch.bool,
+            )
+        )
         want, want_grads = _grads(_torch_math, q, k, v, kwargs, seed)
-        got, got_grads = _grads(lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend=backend),
-                                q, k, v, kwargs, seed)
+        got, got_grads = _grads(
+            lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend=backend), q, k, v, kwargs, seed
+        )
         assert got.shape == want.shape and got.dtype == want.dtype, (seed, got.shape, want.shape)
-        torch.testing.assert_close(got, want, msg=lambda m: f"case {seed} ({kwargs.keys()}): {m}")
-        for i, (a, b) in enumerate(zip(got_grads, want_grads)):
-            torch.testing.assert_close(a, b, msg=lambda m: f"case {seed} gradient {i}: {m}")
+        torch.testing.assert_close(
+            got, want, msg=lambda m, seed=seed, kwargs=kwargs: f"case {seed} ({kwargs.keys()}): {m}"
+        )
+        for i, (a, b) in enumerate(zip(got_grads, want_grads, strict=True)):
+            torch.testing.assert_close(a, b, msg=lambda m, seed=seed, i=i: f"case {seed} gradient {i}: {m}")
     # the generator covered what it should: every rank, GQA, causal, boolean masks
     assert {r for r, *_ in kinds} == {2, 3, 4, 5}
     assert any(g for _, g, _, _ in kinds) and any(c for _, _, c, _ in kinds) and any(b for *_, b in kinds)
@@ -166,12 +180,13 @@ def test_fully_masked_rows_are_zero_as_on_every_torch_backend(backend, mask_kind
     for torch_backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION):  # the two that run on a CPU
         with sdpa_kernel(torch_backend):
             results.append(_grads(F.scaled_dot_product_attention, q, k, v, {"attn_mask": mask}, 0))
-    out, grads = _grads(lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend=backend),
-                        q, k, v, {"attn_mask": mask}, 0)
+    out, grads = _grads(
+        lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend=backend), q, k, v, {"attn_mask": mask}, 0
+    )
     assert torch.equal(out[:, :, 1], torch.zeros(2, 3, 8)) and torch.equal(grads[0][:, :, 1], torch.zeros(2, 3, 8))
     for want, want_grads in results:
         torch.testing.assert_close(out, want)
-        for a, b in zip(grads, want_grads):
+        for a, b in zip(grads, want_grads, strict=True):
             torch.testing.assert_close(a, b)
 
 
@@ -197,27 +212,72 @@ def _refused():
         ("devices-differ", (q, k.to("meta"), v), {}, RuntimeError, "key.device: meta"),
         ("query-1-d", (r(8), k, v), {}, RuntimeError, "query.dim: 1"),
         ("integer-inputs", (q.long(), k.long(), v.long()), {}, RuntimeError, "floating point.*torch.int64"),
-        ("mask-integer", (q, k, v), {"attn_mask": torch.ones(4, 5, dtype=torch.long)}, RuntimeError,
-         "attn_mask.dtype: torch.int64"),
-        ("mask-float64-for-float32", (q, k, v), {"attn_mask": torch.zeros(4, 5, dtype=torch.float64)}, RuntimeError,
-         "attn_mask.dtype: torch.float64"),
-        ("mask-wrong-k-len", (q, k, v), {"attn_mask": torch.ones(4, 6, dtype=torch.bool)}, RuntimeError,
-         r"attn_mask of shape \[4, 6\]"),
-        ("mask-larger-than-weights", (r(1, 3, 4, 8), r(1, 3, 5, 8), r(1, 3, 5, 8)),
-         {"attn_mask": torch.ones(2, 1, 4, 5, dtype=torch.bool)}, RuntimeError, r"attn_mask of shape \[2, 1, 4, 5\]"),
-        ("mask-with-more-dims-than-weights", (q, k, v), {"attn_mask": torch.ones(1, 1, 1, 4, 5, dtype=torch.bool)},
-         RuntimeError, r"attn_mask of shape \[1, 1, 1, 4, 5\]"),
-        ("mask-and-is-causal", (q, k, v), {"attn_mask": torch.ones(4, 5, dtype=torch.bool), "is_causal": True},
-         RuntimeError, "attn_mask should not be set when is_causal=True"),
+        (
+            "mask-integer",
+            (q, k, v),
+            {"attn_mask": torch.ones(4, 5, dtype=torch.long)},
+            RuntimeError,
+            "attn_mask.dtype: torch.int64",
+        ),
+        (
+            "mask-float64-for-float32",
+            (q, k, v),
+            {"attn_mask": torch.zeros(4, 5, dtype=torch.float64)},
+            RuntimeError,
+            "attn_mask.dtype: torch.float64",
+        ),
+        (
+            "mask-wrong-k-len",
+            (q, k, v),
+            {"attn_mask": torch.ones(4, 6, dtype=torch.bool)},
+            RuntimeError,
+            r"attn_mask of shape \[4, 6\]",
+        ),
+        (
+            "mask-larger-than-weights",
+            (r(1, 3, 4, 8), r(1, 3, 5, 8), r(1, 3, 5, 8)),
+            {"attn_mask": torch.ones(2, 1, 4, 5, dtype=torch.bool)},
+            RuntimeError,
+            r"attn_mask of shape \[2, 1, 4, 5\]",
+        ),
+        (
+            "mask-with-more-dims-than-weights",
+            (q, k, v),
+            {"attn_mask": torch.ones(1, 1, 1, 4, 5, dtype=torch.bool)},
+            RuntimeError,
+            r"attn_mask of shape \[1, 1, 1, 4, 5\]",
+        ),
+        (
+            "mask-and-is-causal",
+            (q, k, v),
+            {"attn_mask": torch.ones(4, 5, dtype=torch.bool), "is_causal": True},
+            RuntimeError,
+            "attn_mask should not be set when is_causal=True",
+        ),
         ("head-dims-differ", (q, r(2, 3, 5, 6), v), {}, RuntimeError, r"key's last dim \(E=6\)"),
         ("value-length-differs", (q, k, r(2, 3, 6, 8)), {}, RuntimeError, "value must have key's length S=5"),
-        ("heads-without-enable-gqa", (r(2, 4, 4, 8), r(2, 2, 5, 8), r(2, 2, 5, 8)), {}, RuntimeError,
-         r"query \[2, 4, 4, 8\], key \[2, 2, 5, 8\].*do not broadcast"),
-        ("gqa-heads-do-not-divide", (r(2, 4, 4, 8), r(2, 3, 5, 8), r(2, 3, 5, 8)), {"enable_gqa": True},
-         RuntimeError, "query has 4, key 3, value 3"),
+        (
+            "heads-without-enable-gqa",
+            (r(2, 4, 4, 8), r(2, 2, 5, 8), r(2, 2, 5, 8)),
+            {},
+            RuntimeError,
+            r"query \[2, 4, 4, 8\], key \[2, 2, 5, 8\].*do not broadcast",
+        ),
+        (
+            "gqa-heads-do-not-divide",
+            (r(2, 4, 4, 8), r(2, 3, 5, 8), r(2, 3, 5, 8)),
+            {"enable_gqa": True},
+            RuntimeError,
+            "query has 4, key 3, value 3",
+        ),
         ("gqa-2-d", (r(4, 8), r(5, 8), r(5, 8)), {"enable_gqa": True}, IndexError, "got -3"),
-        ("batch-does-not-broadcast", (r(2, 3, 4, 8), r(3, 3, 5, 8), r(3, 3, 5, 8)), {}, RuntimeError,
-         "do not broadcast"),
+        (
+            "batch-does-not-broadcast",
+            (r(2, 3, 4, 8), r(3, 3, 5, 8), r(3, 3, 5, 8)),
+            {},
+            RuntimeError,
+            "do not broadcast",
+        ),
         ("dropout-above-one", (q, k, v), {"dropout_p": 1.5}, RuntimeError, "dropout probability.*1.5"),
         ("dropout-a-string", (q, k, v), {"dropout_p": "0.1"}, TypeError, "'dropout_p' must be float"),
         ("is-causal-an-int", (q, k, v), {"is_causal": 1}, TypeError, "'is_causal' must be bool"),
@@ -242,13 +302,18 @@ def test_low_rank_masks_broadcast_on_every_backend_as_in_torchs_definition():
     mask = torch.tensor([True, False, True, True, False])
     want = _torch_math(q, k, v, attn_mask=mask)
     for backend in CPU_BACKENDS + ["triton"]:
-        torch.testing.assert_close(T.scaled_dot_product_attention(q, k, v, mask, backend=backend), want,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            T.scaled_dot_product_attention(q, k, v, mask, backend=backend), want, atol=1e-5, rtol=1e-5
+        )
     rows = torch.rand(4, 1) > 0.5  # a (L, 1) mask: one flag per query row
     per_head = torch.rand(3, 4, 5) > 0.3  # a (heads, L, S) mask
     for mask in (rows, per_head):
-        torch.testing.assert_close(T.scaled_dot_product_attention(q, k, v, mask, backend="triton"),
-                                   _torch_math(q, k, v, attn_mask=mask), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            T.scaled_dot_product_attention(q, k, v, mask, backend="triton"),
+            _torch_math(q, k, v, attn_mask=mask),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 # ---------------------------------------------------------------------------- the extras
@@ -291,10 +356,11 @@ def test_the_choice_and_its_reason_are_logged_at_debug_level(caplog):
         T.scaled_dot_product_attention(q.double(), k.double(), v.double())
         T.scaled_dot_product_attention(q, k, v, backend="triton")
     lines = [r.getMessage() for r in caplog.records if r.name == "transformer.sdpa"]
-    assert lines == ["scaled_dot_product_attention runs on torch: cpu tensors: auto runs the kernel on CUDA only",
-                     "scaled_dot_product_attention runs on eager: float64: only the reference supports every "
-                     "autograd mode",
-                     "scaled_dot_product_attention runs on triton: asked for by name ('triton')"]
+    assert lines == [
+        "scaled_dot_product_attention runs on torch: cpu tensors: auto runs the kernel on CUDA only",
+        "scaled_dot_product_attention runs on eager: float64: only the reference supports every autograd mode",
+        "scaled_dot_product_attention runs on triton: asked for by name ('triton')",
+    ]
 
 
 def test_a_use_backend_block_chooses_when_no_backend_is_named(caplog):
@@ -303,14 +369,18 @@ def test_a_use_backend_block_chooses_when_no_backend_is_named(caplog):
         T.scaled_dot_product_attention(q, q, q)
         T.scaled_dot_product_attention(q, q, q, backend="torch")  # the argument beats the block
     assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == "transformer.sdpa"] == [
-        "scaled_dot_product_attention runs on eager", "scaled_dot_product_attention runs on torch"]
+        "scaled_dot_product_attention runs on eager",
+        "scaled_dot_product_attention runs on torch",
+    ]
 
 
 def test_why_auto_on_cuda_falls_back_names_the_kernels_reason(monkeypatch):
     fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.float16})()
-    monkeypatch.setattr(sdpa_module, "_triton_reason", lambda *a: "mask must be a bool tensor")
-    assert sdpa_module._why("auto", "torch", fake_cuda, None, None, None, 0.0, None) == \
-        "the kernel does not take these inputs: mask must be a bool tensor"
+    monkeypatch.setattr(sdpa_module, "triton_unsupported_reason", lambda *a: "mask must be a bool tensor")
+    assert (
+        sdpa_module._why("auto", "torch", fake_cuda, None, None, None, 0.0, None)
+        == "the kernel does not take these inputs: mask must be a bool tensor"
+    )
     assert sdpa_module._why("auto", "triton", fake_cuda, None, None, None, 0.0, None) == "the kernel takes these inputs"
 
 
@@ -322,7 +392,7 @@ def test_the_kernel_gets_grouped_key_value_heads_in_place(monkeypatch):
         seen.append((tuple(q.shape), tuple(k.shape), tuple(v.shape)))
         return sdpa_module.reference(q, k, v, enable_gqa=True)
 
-    monkeypatch.setattr(backends, "_triton_reason", lambda *a: None)
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a: None)
     monkeypatch.setattr(kernels, "flash_attention", flash)
     q, k, v = torch.randn(2, 8, 4, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
     out = T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="triton")
@@ -341,7 +411,7 @@ def test_torch_without_enable_gqa_gets_repeated_heads(monkeypatch):
 
     q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     want = _torch_math(q, k, v, enable_gqa=True)
-    monkeypatch.setattr(sdpa_module, "_TORCH_HAS_GQA", False)
+    monkeypatch.setattr(torch_backend_module, "_TORCH_HAS_GQA", False)
     monkeypatch.setattr(F, "scaled_dot_product_attention", old_torch)
     out = T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="torch")
     assert calls == [torch.Size([2, 4, 5, 8])]
@@ -379,14 +449,20 @@ def _kernel_cases():
         ("4d-bool-mask-empty-row", r(2, 2, 6, 16), r(2, 2, 9, 16), r(2, 2, 9, 16), {"attn_mask": mask}),
         ("2d-causal-q-longer", r(9, 16), r(5, 16), r(5, 16), {"is_causal": True}),
         ("3d-broadcast-causal-k-longer", r(3, 5, 16), r(1, 9, 16), r(3, 9, 16), {"is_causal": True, "scale": 0.3}),
-        ("5d-broadcast-mask", r(2, 2, 2, 4, 16), r(1, 2, 2, 6, 16), r(2, 1, 2, 6, 16),
-         {"attn_mask": torch.rand(2, 1, 1, 4, 6, generator=g) > 0.2}),
+        (
+            "5d-broadcast-mask",
+            r(2, 2, 2, 4, 16),
+            r(1, 2, 2, 6, 16),
+            r(2, 1, 2, 6, 16),
+            {"attn_mask": torch.rand(2, 1, 1, 4, 6, generator=g) > 0.2},
+        ),
     ]
 
 
 _HALF_CASES = ("4d-bool-mask-empty-row", "3d-broadcast-causal-k-longer")  # float16 on two: the interpreter is slow
 _KERNEL_RUNS = [(case, torch.float32) for case in _kernel_cases()] + [
-    (case, torch.float16) for case in _kernel_cases() if case[0] in _HALF_CASES]
+    (case, torch.float16) for case in _kernel_cases() if case[0] in _HALF_CASES
+]
 
 
 @pytest.mark.parametrize("case,dtype", _KERNEL_RUNS, ids=lambda c: c[0] if isinstance(c, tuple) else str(c)[6:])
@@ -396,11 +472,18 @@ def test_the_kernel_path_meets_the_flash_attention_error_rule(case, dtype):
     _, q, k, v, kwargs = case
     exact = _grads(_torch_math, q.double(), k.double(), v.double(), kwargs, 1)
     torchs = _grads(F.scaled_dot_product_attention, q.to(dtype), k.to(dtype), v.to(dtype), kwargs, 1)
-    ours = _grads(lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend="triton"),
-                  q.to(dtype), k.to(dtype), v.to(dtype), kwargs, 1)
+    ours = _grads(
+        lambda *a, **kw: T.scaled_dot_product_attention(*a, **kw, backend="triton"),
+        q.to(dtype),
+        k.to(dtype),
+        v.to(dtype),
+        kwargs,
+        1,
+    )
     floor = 1e-5 if dtype == torch.float32 else 1e-3
-    for name, mine, theirs, ref in zip(("out", "dq", "dk", "dv"), (ours[0], *ours[1]), (torchs[0], *torchs[1]),
-                                       (exact[0], *exact[1])):
+    for name, mine, theirs, ref in zip(
+        ("out", "dq", "dk", "dv"), (ours[0], *ours[1]), (torchs[0], *torchs[1]), (exact[0], *exact[1]), strict=True
+    ):
         assert mine.shape == ref.shape and mine.dtype == dtype
         err, torch_err = (mine.double() - ref).abs().max().item(), (theirs.double() - ref).abs().max().item()
         assert err <= 2 * torch_err + floor * max(1.0, ref.abs().max().item()), (name, err, torch_err)
@@ -417,14 +500,17 @@ def test_the_kernel_path_on_grouped_heads_matches_torch_or_names_the_kernels_lim
     else:
         with pytest.raises(ValueError, match="attention backend 'triton' cannot run these inputs: k heads"):
             T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="triton")
-        assert torch.equal(T.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-                           F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+        assert torch.equal(
+            T.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+        )
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["quiet", "debug-logging"])
 def test_the_drop_in_compiles_in_one_graph_and_gives_torchs_answer(debug, caplog):
     """Inside a user's model compiled with ``fullgraph=True`` the drop-in must not break the graph (a Logger call
     while tracing is one), with DEBUG logging on or off, and must give torch's answer."""
+
     def attend(q, k, v):
         return T.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 

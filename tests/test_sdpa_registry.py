@@ -55,14 +55,16 @@ def test_the_sdpa_flash_adapters_match_torchs_math_forward_logsumexp_and_gradien
     if causal:
         scores = scores.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
     assert lse.shape == (2, 2, 6) and lse.dtype == torch.float32  # (batch, heads, q_len), natural log
-    torch.testing.assert_close(lse.double(), scores.logsumexp(-1), atol=2e-3 if dtype == torch.float16 else 1e-5,
-                               rtol=1e-4)
+    torch.testing.assert_close(
+        lse.double(), scores.logsumexp(-1), atol=2e-3 if dtype == torch.float16 else 1e-5, rtol=1e-4
+    )
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     exact.backward(g.double())
     low.backward(g)
-    grads = registry.sdpa_flash_backward(g, q, k, v, out, lse, None, None, 6, k.size(2), 0.0, causal, rng_state,
-                                         offset, scale=scale)
-    for name, mine, theirs, ref in zip(("dq", "dk", "dv"), grads, low_in, exact_in):
+    grads = registry.sdpa_flash_backward(
+        g, q, k, v, out, lse, None, None, 6, k.size(2), 0.0, causal, rng_state, offset, scale=scale
+    )
+    for name, mine, theirs, ref in zip(("dq", "dk", "dv"), grads, low_in, exact_in, strict=True):
         assert mine.shape == ref.shape and mine.dtype == dtype
         _rule(mine, theirs.grad, ref.grad, name)
 
@@ -78,7 +80,7 @@ def test_the_flash_attention_adapters_take_batch_seq_heads_dim():
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     _math(*(t.transpose(1, 2) for t in leaves)).transpose(1, 2).backward(g)
     grads = registry.flash_backward(g, q, k, v, out, lse, None, None, 4, 6, 0.0, False, rng_state, offset)
-    for mine, leaf in zip(grads, leaves):
+    for mine, leaf in zip(grads, leaves, strict=True):
         assert mine.shape == leaf.shape
         torch.testing.assert_close(mine, leaf.grad, atol=1e-5, rtol=1e-5)
     inplace = torch.empty_like(q)
@@ -104,23 +106,38 @@ def test_dropout_state_goes_from_the_forward_to_the_backward():
     torch.testing.assert_close(dv, out.transpose(-2, -1) @ g, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arguments,reason", [
-    ({"cum_seq_q": torch.tensor([0, 4], dtype=torch.int32)}, "cum_seq_q is not supported"),
-    ({"return_debug_mask": True}, "return_debug_mask is not supported"),
-    ({"window_size_left": 2}, "window_size_left is not supported"),
-    ({"alibi_slopes": torch.ones(2)}, "alibi_slopes is not supported"),
-    ({"seqused_k": torch.tensor([3, 4], dtype=torch.int32)}, "seqused_k is not supported"),
-    ({"head_dim": 8}, "head_dim must be in \\[16, 256\\], got 8"),
-    ({"dropout_p": 1.0}, "dropout_p must be a float in \\[0, 1\\)"),
-], ids=lambda x: x if isinstance(x, str) else next(iter(x)))
+@pytest.mark.parametrize(
+    "arguments,reason",
+    [
+        ({"cum_seq_q": torch.tensor([0, 4], dtype=torch.int32)}, "cum_seq_q is not supported"),
+        ({"return_debug_mask": True}, "return_debug_mask is not supported"),
+        ({"window_size_left": 2}, "window_size_left is not supported"),
+        ({"alibi_slopes": torch.ones(2)}, "alibi_slopes is not supported"),
+        ({"seqused_k": torch.tensor([3, 4], dtype=torch.int32)}, "seqused_k is not supported"),
+        ({"head_dim": 8}, "head_dim must be in \\[16, 256\\], got 8"),
+        ({"dropout_p": 1.0}, "dropout_p must be a float in \\[0, 1\\)"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else next(iter(x)),
+)
 def test_unsupported_inputs_raise_runtime_error_with_the_reason(arguments, reason):
     d = arguments.pop("head_dim", 16)
     dropout_p = arguments.pop("dropout_p", 0.0)
     q, k, v = (t.transpose(1, 2) for t in _qkv(q_len=4, k_len=4, d=d))
     kwargs = {name: arguments[name] for name in ("window_size_left", "alibi_slopes", "seqused_k") if name in arguments}
     with pytest.raises(RuntimeError, match=f"typed_transformer flash_attention forward unsupported: {reason}"):
-        registry.flash_forward(q, k, v, arguments.get("cum_seq_q"), None, 4, 4, dropout_p, False,
-                               arguments.get("return_debug_mask", False), **kwargs)
+        registry.flash_forward(
+            q,
+            k,
+            v,
+            arguments.get("cum_seq_q"),
+            None,
+            4,
+            4,
+            dropout_p,
+            False,
+            arguments.get("return_debug_mask", False),
+            **kwargs,
+        )
 
 
 def test_newer_keyword_arguments_are_refused_unless_empty():
@@ -157,8 +174,11 @@ def test_activate_overrides_the_flash_ops_on_cuda_and_restore_gives_them_back():
 
 def test_a_torch_without_the_registry_gets_a_clear_error(monkeypatch):
     monkeypatch.delattr(torch.nn.attention, "register_flash_attention_impl", raising=False)
-    with pytest.raises(RuntimeError, match=f"torch {torch.__version__.replace('+', '.')} has no flash-attention "
-                                           "provider registry.*Call transformer.scaled_dot_product_attention instead"):
+    with pytest.raises(
+        RuntimeError,
+        match=f"torch {torch.__version__.replace('+', '.')} has no flash-attention "
+        "provider registry.*Call transformer.scaled_dot_product_attention instead",
+    ):
         registry.register()
 
 
@@ -185,6 +205,6 @@ def test_on_cuda_sdpas_flash_path_runs_our_kernel_forward_and_backward(monkeypat
     low_out = _math(*low, is_causal=True)
     low_out.float().square().sum().backward()
     _rule(out, low_out, ref, "out")
-    for name, t, l, e in zip(("dq", "dk", "dv"), (q, k, v), low, exact):
-        _rule(t.grad, l.grad, e.grad, name)
+    for name, t, low_t, e in zip(("dq", "dk", "dv"), (q, k, v), low, exact, strict=True):
+        _rule(t.grad, low_t.grad, e.grad, name)
     assert math.isfinite(out.float().sum().item())

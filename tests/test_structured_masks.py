@@ -5,12 +5,12 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer as T
-from transformer import backends
-from transformer.training.batch import Batch
 from transformer.lm import build_lm
 from transformer.lm.config import LMConfig
+from transformer.training.batch import Batch
 
 BACKENDS = ["eager", "torch", "triton"]  # triton: Triton's interpreter on the CPU (tests/conftest.py)
 
@@ -79,14 +79,24 @@ def test_malformed_parts_are_refused_with_the_field_named():
 
 @pytest.mark.parametrize("part", ["key_lengths", "query_lengths"])
 def test_lengths_must_be_integers_and_never_negative(part):
-    for lengths, shown in ((torch.tensor([1.0, 2.0]), "f32[2]"), (torch.tensor([1, 2]).to(torch.complex64), "complex64[2]"),
-                           (torch.tensor([True, False]), "bool[2]"), (torch.tensor([[1, 2]]), "i64[1,2]")):
-        with pytest.raises(ValueError, match=rf"AttentionMask: {part} must be an integer tensor of shape \(batch,\), "
-                                             rf"got {re.escape(shown)}"):
+    for lengths, shown in (
+        (torch.tensor([1.0, 2.0]), "f32[2]"),
+        (torch.tensor([1, 2]).to(torch.complex64), "complex64[2]"),
+        (torch.tensor([True, False]), "bool[2]"),
+        (torch.tensor([[1, 2]]), "i64[1,2]"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"AttentionMask: {part} must be an integer tensor of shape \(batch,\), "
+            rf"got {re.escape(shown)}",
+        ):
             T.AttentionMask(**{part: lengths})
     for lengths, low, row in ((torch.tensor([-3]), -3, 0), (torch.tensor([4, -1, -2], dtype=torch.int32), -2, 1)):
-        with pytest.raises(ValueError, match=rf"AttentionMask: {part} must be >= 0, got {low} in batch row {row} "
-                                             rf"\({part}={re.escape(str(lengths.tolist()))}\)"):
+        with pytest.raises(
+            ValueError,
+            match=rf"AttentionMask: {part} must be >= 0, got {low} in batch row {row} "
+            rf"\({part}={re.escape(str(lengths.tolist()))}\)",
+        ):
             T.AttentionMask(**{part: lengths})
     for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
         T.AttentionMask(**{part: torch.tensor([0, 3], dtype=dtype)})  # every integer dtype, 0 included
@@ -100,14 +110,26 @@ def test_lengths_longer_than_the_attention_are_refused_and_the_full_length_is_no
     mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
     x, memory = torch.randn(2, 4, 32), torch.randn(2, 7, 32)
     with T.checks(checks_on):
-        full = mha(x, memory, memory, T.AttentionMask(key_lengths=torch.tensor([7, 0]), query_lengths=torch.tensor([4, 4])))
+        full = mha(
+            x, memory, memory, T.AttentionMask(key_lengths=torch.tensor([7, 0]), query_lengths=torch.tensor([4, 4]))
+        )
         torch.testing.assert_close(full[0], mha(x, memory, memory)[0])
         torch.testing.assert_close(full[1], mha.out_proj.bias.expand(4, 32))  # no key: zero attention, then W^O
-        with pytest.raises(ValueError, match=re.escape("AttentionMask: key_lengths holds 8 in batch row 1, more than the "
-                                                       "7 positions attended (k_len=7; key_lengths=[7, 8])")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                "AttentionMask: key_lengths holds 8 in batch row 1, more than the "
+                "7 positions attended (k_len=7; key_lengths=[7, 8])"
+            ),
+        ):
             mha(x, memory, memory, T.AttentionMask(key_lengths=torch.tensor([7, 8])))
-        with pytest.raises(ValueError, match=re.escape("AttentionMask: query_lengths holds 5 in batch row 0, more than "
-                                                       "the 4 positions attended (q_len=4; query_lengths=[5, 2])")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                "AttentionMask: query_lengths holds 5 in batch row 0, more than "
+                "the 4 positions attended (q_len=4; query_lengths=[5, 2])"
+            ),
+        ):
             mha(x, memory, memory, T.AttentionMask(query_lengths=torch.tensor([5, 2])))
         lm = build_lm(LMConfig(vocab=11, n_layers=1, d_model=16, d_ff=16, n_heads=2, max_len=20)).eval()
         mask = T.AttentionMask(key_lengths=torch.tensor([3, 6]), query_lengths=torch.tensor([3, 5]))
@@ -115,11 +137,28 @@ def test_lengths_longer_than_the_attention_are_refused_and_the_full_length_is_no
             lm(torch.ones(2, 5, dtype=torch.long), mask)  # survives mask.replace(causal=True) inside the model
 
 
-@pytest.mark.parametrize("part, value, expected", [
-    ("key_mask", torch.ones(2, 6, dtype=torch.bool), "argument 'mask.key_mask' is bool[2,6], expected Bool[Tensor, 'batch k_len'] with batch=2, q_len=4, k_len=7"),
-    ("key_lengths", torch.tensor([1, 2, 3]), "argument 'mask.key_lengths' is i64[3], expected Int[Tensor, 'batch'] with batch=2, q_len=4, k_len=7"),
-    ("dense", torch.ones(2, 3, 7, dtype=torch.bool), "argument 'mask.dense' is bool[2,3,7], expected Bool[Tensor, '#batch #q_len k_len'] with batch=2, q_len=4, k_len=7"),
-])
+@pytest.mark.parametrize(
+    "part, value, expected",
+    [
+        (
+            "key_mask",
+            torch.ones(2, 6, dtype=torch.bool),
+            "argument 'mask.key_mask' is bool[2,6], expected Bool[Tensor, 'batch k_len'] "
+            "with batch=2, q_len=4, k_len=7",
+        ),
+        (
+            "key_lengths",
+            torch.tensor([1, 2, 3]),
+            "argument 'mask.key_lengths' is i64[3], expected Int[Tensor, 'batch'] with batch=2, q_len=4, k_len=7",
+        ),
+        (
+            "dense",
+            torch.ones(2, 3, 7, dtype=torch.bool),
+            "argument 'mask.dense' is bool[2,3,7], expected Bool[Tensor, '#batch #q_len k_len'] "
+            "with batch=2, q_len=4, k_len=7",
+        ),
+    ],
+)
 @pytest.mark.parametrize("checks_on", [True, False])
 def test_a_part_that_does_not_fit_the_attention_is_a_contract_error(part, value, expected, checks_on):
     mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
@@ -171,7 +210,7 @@ def test_structured_and_dense_masks_give_the_same_outputs_and_gradients(backend,
     with T.use_backend("eager"):
         dense = _loss_and_grads(model, batch.src, batch.tgt, T.padding_mask(batch.src, 0), T.target_mask(batch.tgt, 0))
     torch.testing.assert_close(structured[0], dense[0], rtol=1e-5, atol=1e-5)
-    for a, b in zip(structured[1], dense[1]):
+    for a, b in zip(structured[1], dense[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     padded_rows = ~T.target_mask(batch.tgt, 0).any(-1)  # padded target positions: zero self-attention rows
     assert padded_rows.any() and torch.isfinite(structured[0]).all()
@@ -184,7 +223,9 @@ def test_the_kernel_of_a_batch_fed_model_gets_causal_and_key_lengths_never_a_den
     real = kernels.flash_attention
 
     def spy(q, k, v, **kwargs):
-        calls.append({name: value for name, value in kwargs.items() if name in ("mask", "key_mask", "key_lengths", "causal")})
+        calls.append(
+            {name: value for name, value in kwargs.items() if name in ("mask", "key_mask", "key_lengths", "causal")}
+        )
         return real(q, k, v, **kwargs)
 
     monkeypatch.setattr(kernels, "flash_attention", spy)
@@ -202,9 +243,12 @@ def test_the_kernel_of_a_batch_fed_model_gets_causal_and_key_lengths_never_a_den
 
 def test_torch_backend_gets_is_causal_and_no_mask_when_only_causal(monkeypatch):
     seen = []
-    real = backends.F.scaled_dot_product_attention
-    monkeypatch.setattr(backends.F, "scaled_dot_product_attention",
-                        lambda *a, **k: seen.append((k.get("attn_mask"), k.get("is_causal", False))) or real(*a, **k))
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        F,
+        "scaled_dot_product_attention",
+        lambda *a, **k: seen.append((k.get("attn_mask"), k.get("is_causal", False))) or real(*a, **k),
+    )
     model = _model(pad_id=None)
     src, tgt = _tokens([5, 5], 5), _tokens([4, 4], 4, vocab=13)
     with T.use_backend("torch"):
@@ -218,9 +262,10 @@ def test_torch_backend_gets_is_causal_and_no_mask_when_only_causal(monkeypatch):
 
 def test_torch_backend_gets_one_key_row_for_key_padding(monkeypatch):
     seen = []
-    real = backends.F.scaled_dot_product_attention
-    monkeypatch.setattr(backends.F, "scaled_dot_product_attention",
-                        lambda *a, **k: seen.append(k.get("attn_mask")) or real(*a, **k))
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        F, "scaled_dot_product_attention", lambda *a, **k: seen.append(k.get("attn_mask")) or real(*a, **k)
+    )
     mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
     x = torch.randn(2, 5, 32)
     with T.use_backend("torch"):

@@ -2,7 +2,8 @@
 
 The attention reference and its backends are in :mod:`transformer.backends`, the drop-in for
 ``F.scaled_dot_product_attention`` in :mod:`transformer.backends.sdpa` (re-exported here: ``attention``,
-``scaled_dot_product_attention``, ``use_backend``).
+``scaled_dot_product_attention``, ``use_backend``). The module is callable: ``transformer.attention(q, k, v)``
+calls the reference function :func:`attention`.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from torch import nn
 from .backends import (
     BACKENDS,
     TRITON_INSTALL_HINT,
-    _check_backend,
     attention,
+    check_backend_name,
     current_backend,
     dense_heads_mask,
+    repeat_kv_heads,
     resolve_backend,
+    run_heads,
+    scaled_dot_product_attention,
     triton_missing_reason,
     use_backend,
 )
@@ -28,7 +32,6 @@ from .cache import KVCache
 from .config import AttentionBackend, check_kv_heads
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
-from .backends.sdpa import repeat_kv_heads, run_heads, scaled_dot_product_attention
 
 __all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "MultiHeadedAttention",
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
@@ -68,7 +71,7 @@ class MultiHeadedAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
         self.out_proj = nn.Linear(d_model, d_model)
         self.dropout_p = dropout
-        self.backend: str = _check_backend(backend)
+        self.backend: str = check_backend_name(backend)
         self.record_attention = False
         self.attn: Tensor | None = None
 
@@ -134,7 +137,9 @@ class MultiHeadedAttention(nn.Module):
 
 class _CallableModule(types.ModuleType):
     """``transformer.attention`` is this module; calling it calls :func:`attention` (the reference function), so
-    ``T.attention(q, k, v, mask)`` keeps working without the function's name shadowing the module's."""
+    ``T.attention(q, k, v, mask)`` keeps working without the function's name shadowing the module's. Inside a
+    function compiled with torch.compile call the function itself (``from transformer.attention import attention``):
+    Dynamo cannot call a module object (a graph break, an error under ``fullgraph=True``)."""
 
     def __call__(self, *args, **kwargs):
         return attention(*args, **kwargs)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .common.dtypes import shape_text
 from .contracts import Bool, Int, Tensor, TypeCheckError, checked, checks_enabled
 
 __all__ = ["AttentionMask", "subsequent_mask", "padding_mask", "target_mask"]
@@ -49,15 +50,6 @@ def target_mask(tgt: Int[Tensor, "batch seq"], pad_id: int | None) -> Bool[Tenso
         return causal.expand(tgt.size(0), -1, -1)
     real = tgt != pad_id
     return causal & real.unsqueeze(-2) & real.unsqueeze(-1)
-
-
-_DTYPES = {torch.bool: "bool", torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.uint8: "u8",
-           torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-
-
-def _shape(t: Tensor) -> str:
-    """``f32[2,3]``: the dtype and shape as jaxtyping's messages write them."""
-    return f"{_DTYPES.get(t.dtype, str(t.dtype).removeprefix('torch.'))}[{','.join(map(str, t.shape))}]"
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,14 +86,14 @@ class AttentionMask:
             if value is not None and (not isinstance(value, Tensor) or value.dim() != 1 or value.is_floating_point()
                                       or value.is_complex() or value.dtype == torch.bool):
                 raise ValueError(f"AttentionMask: {name} must be an integer tensor of shape (batch,), got "
-                                 f"{_shape(value) if isinstance(value, Tensor) else type(value).__name__}")
+                                 f"{shape_text(value) if isinstance(value, Tensor) else type(value).__name__}")
             if value is not None:
                 self._read_bounds(name, value)
         for name, dims in (("key_mask", 2), ("dense", 3)):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, Tensor) or value.dtype != torch.bool or value.dim() != dims):
                 raise ValueError(f"AttentionMask: {name} must be a bool tensor with {dims} dims, got "
-                                 f"{_shape(value) if isinstance(value, Tensor) else type(value).__name__}")
+                                 f"{shape_text(value) if isinstance(value, Tensor) else type(value).__name__}")
         if self.key_lengths is not None and self.key_mask is not None:
             raise ValueError("AttentionMask: give key padding as key_lengths or as key_mask, not both")
 
@@ -230,7 +222,7 @@ class AttentionMask:
             if not ok:
                 kind = "Int" if name.endswith("lengths") else "Bool"
                 bound = ", ".join(f"{d}={n}" for d, n in sizes.items())
-                raise TypeCheckError(f"argument 'mask.{name}' is {_shape(value)}, expected "
+                raise TypeCheckError(f"argument 'mask.{name}' is {shape_text(value)}, expected "
                                      f"{kind}[Tensor, '{' '.join(dims)}'] with {bound}")
 
 

@@ -23,7 +23,7 @@ picks the implementation (``backend`` > :func:`~transformer.backends.use_backend
 :mod:`transformer.backends`): ``"triton"`` (our kernel, on CUDA or under ``TRITON_INTERPRET=1``), ``"torch"``
 (torch's own function), ``"eager"`` (:func:`reference`, torch's definition in plain PyTorch). ``"auto"`` runs the
 kernel where it takes the inputs and torch's function where it does not (float masks, head dims outside 16-256,
-value width != key width, ...); it logs which and why at DEBUG level on ``transformer.backends.sdpa``. A backend asked for
+value width != key width, ...); it logs which and why at DEBUG level on ``transformer.sdpa``. A backend asked for
 by name never falls back: it raises ``ValueError`` with the reason.
 """
 
@@ -36,13 +36,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _check_backend, _triton_reason, current_backend, resolve_backend, run_backend
 from ..masks import AttentionMask
+from .choice import check_backend_name, current_backend, resolve_backend, triton_unsupported_reason
+from .dispatch import run_backend
+from .torch_backend import torch_mask_form, torch_sdpa
 
 __all__ = ["scaled_dot_product_attention", "reference"]
 
 logger = logging.getLogger("transformer.sdpa")  # the name documented before the drop-in moved into backends/
-_TORCH_HAS_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)  # enable_gqa
 _NAME = "scaled_dot_product_attention"
 
 
@@ -68,7 +69,7 @@ def scaled_dot_product_attention(
     The signature is torch's, not a checked contract: bad inputs get torch's own exception types.
     """
     batch = check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    requested = _check_backend(backend) if backend is not None else (current_backend() or "auto")
+    requested = check_backend_name(backend) if backend is not None else (current_backend() or "auto")
     if requested == "triton" or (requested == "auto" and query.is_cuda):  # the kernel may run: its layout
         q4, k4, v4 = _as_4d(query, key, value, batch, enable_gqa)
         mask4 = AttentionMask(causal=True) if is_causal else _mask_4d(attn_mask, batch)
@@ -80,9 +81,9 @@ def scaled_dot_product_attention(
     if name not in ("torch", "eager"):  # triton, or a refusal that run_backend raises (from the graph, if compiled)
         out = run_backend(name, q4, k4, v4, mask4, dropout_p, scale)
         return out.reshape(*batch, query.size(-2), value.size(-1))
-    mask, causal = _torch_form(attn_mask, query.size(-2), key.size(-2), is_causal)
     if name == "torch":
-        return _torch_sdpa(query, key, value, mask, dropout_p, causal, scale, enable_gqa)
+        return torch_sdpa(query, key, value, attn_mask, dropout_p, scale, is_causal=is_causal, enable_gqa=enable_gqa)
+    mask, causal = torch_mask_form(attn_mask, query.size(-2), key.size(-2), is_causal)
     return reference(query, key, value, mask, dropout_p, causal, scale, enable_gqa)
 
 
@@ -92,11 +93,13 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
     return the output's leading dims (the broadcast batch dims, then the heads)."""
     for position, (name, t) in enumerate((("query", query), ("key", key), ("value", value)), start=1):
         if not isinstance(t, Tensor):
-            raise TypeError(f"{_NAME}(): argument '{name}' (position {position}) must be Tensor, not "
-                            f"{type(t).__name__}")
+            raise TypeError(
+                f"{_NAME}(): argument '{name}' (position {position}) must be Tensor, not {type(t).__name__}"
+            )
     if attn_mask is not None and not isinstance(attn_mask, (Tensor, AttentionMask)):
-        raise TypeError(f"{_NAME}(): argument 'attn_mask' must be Tensor, AttentionMask or None, not "
-                        f"{type(attn_mask).__name__}")
+        raise TypeError(
+            f"{_NAME}(): argument 'attn_mask' must be Tensor, AttentionMask or None, not {type(attn_mask).__name__}"
+        )
     for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if type(flag) is not bool:
             raise TypeError(f"{_NAME}(): argument '{name}' must be bool, not {type(flag).__name__}")
@@ -104,14 +107,20 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
         if type(number) is bool or not isinstance(number, (int, float)):
             raise TypeError(f"{_NAME}(): argument '{name}' must be float, not {type(number).__name__}")
     if not query.dtype == key.dtype == value.dtype:
-        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
-                           f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
+        raise RuntimeError(
+            f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
+            f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead."
+        )
     if not query.device == key.device == value.device:
-        raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
-                           f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
+        raise RuntimeError(
+            f"Expected query, key, and value to have the same device type, but got query.device: "
+            f"{query.device} key.device: {key.device} and value.device: {value.device} instead."
+        )
     if min(query.dim(), key.dim(), value.dim()) < 2:
-        raise RuntimeError(f"Expected query, key, and value to all be at least 2 dimensional, but got query.dim: "
-                           f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead.")
+        raise RuntimeError(
+            f"Expected query, key, and value to all be at least 2 dimensional, but got query.dim: "
+            f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead."
+        )
     if not query.is_floating_point():
         raise RuntimeError(f"{_NAME}: query, key and value must be floating point tensors, got {query.dtype}")
     if not 0.0 <= dropout_p <= 1.0:
@@ -119,16 +128,22 @@ def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if key.size(-1) != query.size(-1):
-        raise RuntimeError(f"{_NAME}: key's last dim (E={key.size(-1)}) must equal query's (E={query.size(-1)}): "
-                           f"query {list(query.shape)}, key {list(key.shape)}")
+        raise RuntimeError(
+            f"{_NAME}: key's last dim (E={key.size(-1)}) must equal query's (E={query.size(-1)}): "
+            f"query {list(query.shape)}, key {list(key.shape)}"
+        )
     if value.size(-2) != key.size(-2):
-        raise RuntimeError(f"{_NAME}: value must have key's length S={key.size(-2)} (dim -2): key "
-                           f"{list(key.shape)}, value {list(value.shape)}")
+        raise RuntimeError(
+            f"{_NAME}: value must have key's length S={key.size(-2)} (dim -2): key "
+            f"{list(key.shape)}, value {list(value.shape)}"
+        )
     batch = _batch_shape(query, key, value, enable_gqa)
     if isinstance(attn_mask, AttentionMask):
         if not query.dim() == key.dim() == value.dim() == 4:
-            raise RuntimeError(f"{_NAME}: an AttentionMask needs 4-D (batch, heads, len, dim) query, key and value, "
-                               f"got query {list(query.shape)}, key {list(key.shape)}, value {list(value.shape)}")
+            raise RuntimeError(
+                f"{_NAME}: an AttentionMask needs 4-D (batch, heads, len, dim) query, key and value, "
+                f"got query {list(query.shape)}, key {list(key.shape)}, value {list(value.shape)}"
+            )
         attn_mask.check_fits(batch[0], query.size(-2), key.size(-2))
     elif attn_mask is not None:
         _check_mask(attn_mask, query, (*batch, query.size(-2), key.size(-2)))
@@ -142,15 +157,19 @@ def _batch_shape(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) ->
     if enable_gqa:
         heads = query.size(-3), key.size(-3), value.size(-3)  # IndexError for 2-D inputs, as torch
         if heads[0] % heads[1] or heads[0] % heads[2]:
-            raise RuntimeError(f"Number of heads in key and value must divide the number of heads in query: query "
-                               f"has {heads[0]}, key {heads[1]}, value {heads[2]} (dim -3)")
+            raise RuntimeError(
+                f"Number of heads in key and value must divide the number of heads in query: query "
+                f"has {heads[0]}, key {heads[1]}, value {heads[2]} (dim -3)"
+            )
         shapes = [s[:-1] for s in shapes]
     try:
         lead = _broadcast(shapes)
     except ValueError:
-        raise RuntimeError(f"{_NAME}: the leading dims of query {list(query.shape)}, key {list(key.shape)} and "
-                           f"value {list(value.shape)} do not broadcast"
-                           + (" (heads, dim -3, excepted: enable_gqa=True)" if enable_gqa else "")) from None
+        raise RuntimeError(
+            f"{_NAME}: the leading dims of query {list(query.shape)}, key {list(key.shape)} and "
+            f"value {list(value.shape)} do not broadcast"
+            + (" (heads, dim -3, excepted: enable_gqa=True)" if enable_gqa else "")
+        ) from None
     return (*lead, query.size(-3)) if enable_gqa else lead
 
 
@@ -169,19 +188,31 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 def _check_mask(mask: Tensor, query: Tensor, weights: tuple[int, ...]) -> None:
     if mask.dtype not in (torch.bool, torch.float32, query.dtype):
-        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
-                           f"attn_mask.dtype: {mask.dtype} and query.dtype: {query.dtype} instead.")
+        raise RuntimeError(
+            f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+            f"attn_mask.dtype: {mask.dtype} and query.dtype: {query.dtype} instead."
+        )
     if mask.device != query.device:
         raise RuntimeError(f"{_NAME}: attn_mask must be on query's device {query.device}, got {mask.device}")
     shape = tuple(mask.shape)
-    if len(shape) > len(weights) or any(m not in (1, w) for m, w in zip(shape[::-1], weights[::-1])):
-        raise RuntimeError(f"{_NAME}: attn_mask of shape {list(shape)} does not broadcast to the attention weights' "
-                           f"shape {list(weights)} (leading dims, L, S) without growing them")
+    if len(shape) > len(weights) or any(m not in (1, w) for m, w in zip(shape[::-1], weights[::-1], strict=False)):
+        raise RuntimeError(
+            f"{_NAME}: attn_mask of shape {list(shape)} does not broadcast to the attention weights' "
+            f"shape {list(weights)} (leading dims, L, S) without growing them"
+        )
 
 
 # ---------------------------------------------------------------------------- the three implementations
-def reference(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+def reference(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
     """torch's definition (its math backend) in plain PyTorch, for inputs already checked: the ``"eager"`` backend.
 
     float16/bfloat16 inputs are computed in float32 and the result cast back, as torch's math backend does. Rows whose
@@ -210,41 +241,10 @@ def reference(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | Non
     return (probs @ v).to(dtype)
 
 
-def _torch_sdpa(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool,
-                scale: float | None, enable_gqa: bool) -> Tensor:
-    """torch's own function (torch < 2.5 has no enable_gqa: key/value heads are repeated for it)."""
-    if mask is not None and mask.dim() < 2:  # some fused CPU paths index dim -2 of the mask: give them one
-        mask = mask.reshape(1, -1) if mask.dim() == 1 else mask.reshape(1, 1)
-    if not enable_gqa:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, scale=scale)
-    if _TORCH_HAS_GQA:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, scale=scale, enable_gqa=True)
-    key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
-    value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=is_causal, scale=scale)
-
-
-def _torch_form(mask: Tensor | AttentionMask | None, q_len: int, k_len: int, is_causal: bool
-                ) -> tuple[Tensor | None, bool]:
-    """The mask as torch's function takes it: (tensor or None, is_causal). An AttentionMask becomes nothing, the
-    causal flag, one (batch, 1, 1, k_len) key row, or its dense form with a heads axis."""
-    if not isinstance(mask, AttentionMask):
-        return mask, is_causal
-    if mask.is_empty():
-        return None, False
-    if mask.causal and not mask.tensors():
-        return None, True
-    if mask.key_only():
-        return mask.to_dense(1, k_len).unsqueeze(1), False
-    return mask.to_dense(q_len, k_len).unsqueeze(1), False
-
-
 # ---------------------------------------------------------------------------- the kernel's layout
-def _as_4d(query: Tensor, key: Tensor, value: Tensor, batch: tuple[int, ...], enable_gqa: bool
-           ) -> tuple[Tensor, Tensor, Tensor]:
+def _as_4d(
+    query: Tensor, key: Tensor, value: Tensor, batch: tuple[int, ...], enable_gqa: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """(batch, heads, len, dim) views of the three inputs, broadcast to the output's leading dims (``batch``, whose
     last entry is the heads). Key and value keep their own heads under ``enable_gqa``. A view unless broadcasting
     over several leading dims forces a copy."""
@@ -270,8 +270,9 @@ def _mask_4d(mask: Tensor | AttentionMask | None, batch: tuple[int, ...]) -> Ten
     return mask.expand(*batch[:-1], *tail).reshape(math.prod(batch[:-1]), *tail)
 
 
-def _why(requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float,
-         scale: float | None) -> str:
+def _why(
+    requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float, scale: float | None
+) -> str:
     if requested != "auto":
         return f"asked for by name ({requested!r})"
     if name == "triton":
@@ -282,30 +283,4 @@ def _why(requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropo
         return "this torch's fused attention returns NaN on fully masked rows (torch < 2.5)"
     if not q.is_cuda:
         return f"{q.device.type} tensors: auto runs the kernel on CUDA only"
-    return f"the kernel does not take these inputs: {_triton_reason(q, k, v, mask, dropout_p, scale)}"
-
-
-# ---------------------------------------------------------------------------- the modules' grouped-query attention
-def run_heads(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
-              scale: float | None = None) -> Tensor:
-    """:func:`~transformer.backends.run_backend` for (batch, heads, len, d_k) queries whose key/value may have fewer
-    heads (grouped-query attention: query head h reads key/value head h // (heads / kv_heads)).
-
-    The kernel reads the key/value heads in place; torch's function gets ``enable_gqa``; only the reference
-    (``"eager"``) repeats the key/value heads."""
-    if k.size(1) == q.size(1) or name == "triton":
-        return run_backend(name, q, k, v, mask, dropout_p, scale)
-    if name == "torch":
-        dense, causal = _torch_form(mask, q.size(2), k.size(2), False)
-        return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)
-    k, v = repeat_kv_heads(k, v, q.size(1))
-    return run_backend(name, q, k, v, mask, dropout_p, scale)
-
-
-def repeat_kv_heads(k: Tensor, v: Tensor, heads: int) -> tuple[Tensor, Tensor]:
-    """(batch, kv_heads, len, d) keys and values -> (batch, heads, len, d): each head repeated for its query group
-    (what the reference computes with; the kernel and torch's function read the shared heads in place)."""
-    if k.size(1) == heads:
-        return k, v
-    return k.repeat_interleave(heads // k.size(1), dim=1), v.repeat_interleave(heads // v.size(1), dim=1)
-
+    return f"the kernel does not take these inputs: {triton_unsupported_reason(q, k, v, mask, dropout_p, scale)}"

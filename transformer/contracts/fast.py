@@ -3,164 +3,50 @@
 jaxtyping with beartype re-reads every annotation at each call (about 200 us per call on a CPU, most of it in
 evaluating ``{self.d_model}``-style sizes). Here each contract is read once, when ``checked`` decorates the function,
 and turned into the source of one small function: bind the arguments, compare each tensor's dtype and sizes with
-the annotation, call the function, compare its result. The comparisons follow jaxtyping's rules exactly (the same
-grammar as ``transformer.contracts.traced`` reads: ``name``, ``#name``, ``*name``, ``*#name``, ``...``, ``_``, fixed
-sizes, ``{self.x}`` / ``{arg}`` fields and expressions such as ``steps+1``, unions, ``None``, classes, ``Callable``
-and fixed-length tuples), binding names in the order beartype checks the arguments.
+the annotation, call the function, compare its result. The comparisons follow jaxtyping's rules exactly (the
+grammar of ``transformer.contracts.grammar``, which the traced checker reads too: ``name``, ``#name``, ``*name``,
+``*#name``, ``...``, ``_``, fixed sizes, ``{self.x}`` / ``{arg}`` fields and expressions such as ``steps+1``, unions,
+``None``, classes, ``Callable`` and fixed-length tuples), binding names in the order beartype checks the arguments.
 
 The fast path only decides *that* a call is valid. Whenever it finds anything else (a violation, a binding it cannot
 decide, an expression it would evaluate differently, an exception), it hands the call to jaxtyping, which makes the
 final decision and writes the report: an error has exactly the type and text it had before. A contract with an
 annotation this module does not replicate (``Sequence[int]``, whose items beartype samples at random, ``Literal``,
-``*args``...) is checked by jaxtyping at every call.
+``*args``...) is checked by jaxtyping at every call. The report of a call that fails is written by
+``transformer.contracts.report``.
 """
 
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import inspect
-import threading
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import jaxtyping
 import torch
 from jaxtyping import AbstractArray
 
-from .traced import _UnsupportedAnnotation, _array_dtypes, _broadcast, _parse_dims
+from .fast_source import BOUND, MAYBE, UNBOUND, CheckerSource
+from .grammar import UnsupportedAnnotation, array_dtypes, parse_dims
 
 _EMPTY = inspect.Parameter.empty
-
-
-class _Miss(Exception):
-    """Raised inside a generated checker: hand the call to jaxtyping."""
 
 
 class NotFast(ValueError):
     """An annotation the fast path does not replicate exactly: jaxtyping checks every call of this function."""
 
 
-def destring(annotation: object, namespace: dict) -> object:
-    """jaxtyping's ``_destring_annotation``: the annotation resolved in ``namespace`` (``Any`` where it cannot be)."""
-
-    def probe(value):
-        del value
-
-    probe.__annotations__ = {"value": annotation}
-    try:
-        return typing.get_type_hints(probe, namespace, include_extras=True)["value"]
-    except Exception:
-        return typing.Any
-
-
-def resolved_signature(fn: Callable) -> inspect.Signature:
-    """``fn``'s signature with its annotations resolved as jaxtyping resolves them when it decorates ``fn``."""
-    signature = inspect.signature(fn)
-
-    def resolve(annotation: object) -> object:
-        return annotation if annotation is _EMPTY else destring(annotation, fn.__globals__)
-
-    params = [p.replace(annotation=resolve(p.annotation)) for p in signature.parameters.values()]
-    return signature.replace(parameters=params, return_annotation=resolve(signature.return_annotation))
-
-
-def _join_variadic(previous_broadcastable: bool, previous: tuple, broadcastable: bool, new: tuple):
-    """jaxtyping's rule for a ``*name`` seen again: the new (broadcastable, shape) memo entry, or None (violation)."""
-    if previous_broadcastable:
-        joint = _broadcast(tuple(new), tuple(previous))
-        if joint is None or (not broadcastable and joint != tuple(new)):
-            return None
-        return broadcastable, joint
-    if broadcastable:
-        joint = _broadcast(tuple(new), tuple(previous))
-        return None if joint is None or joint != tuple(previous) else (False, previous)
-    return None if new != previous else (False, previous)
-
-
-# ------------------------------------------------------------------------------------------------- the generator
-_BOUND, _UNBOUND, _MAYBE = "bound", "unbound", "maybe"
 _OPS = {"+", "-", "*", "/", "//", "%", "**"}
 
 
-class _Source:
-    """The source of one checker, and the constants it refers to."""
-
-    def __init__(self, params: dict[str, str]) -> None:
-        self.lines: list[str] = []
-        self.depth = 1
-        self.namespace: dict[str, object] = {"_Miss": _Miss, "_M": _MISSING, "_join": _join_variadic, "_INF": float("inf"),
-                                             "_Callable": collections.abc.Callable}
-        self.count = 0
-        self.params = params  # parameter name -> its local variable
-        self.single: dict[str, str] = {}  # dimension name -> _BOUND / _UNBOUND / _MAYBE
-        self.variadic: dict[str, object] = {}  # *name -> _UNBOUND / _MAYBE / (_BOUND, broadcastable or None)
-        self.restore: list[list[str]] = []  # inside union alternatives: what a failed array check must undo
-        self.level = 0  # > 0 inside code that may not run (an optional argument, a union alternative)
-        self.fields_read: dict[tuple, str] | None = None  # the fields the array check being written reads
-        #: arrays checked on every valid call: dims -> (the local holding their shape, {field: local holding it})
-        self.shapes: dict[tuple, tuple[str, dict[tuple, str]]] = {}
-        self.returning = False
-
-    def emit(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
-
-    @contextlib.contextmanager
-    def block(self, header: str) -> Iterator[None]:
-        self.emit(header)
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-
-    def name(self, prefix: str) -> str:
-        self.count += 1
-        return f"{prefix}{self.count}"
-
-    def const(self, value: object, prefix: str = "_c") -> str:
-        for key, known in self.namespace.items():
-            if known is value and key.startswith(prefix):
-                return key
-        key = self.name(prefix)
-        self.namespace[key] = value
-        return key
-
-    def dim(self, name: str) -> str:
-        self.single.setdefault(name, _UNBOUND)
-        return "d_" + name
-
-    def var(self, name: str) -> str:
-        self.variadic.setdefault(name, _UNBOUND)
-        return "v_" + name
-
-    @contextlib.contextmanager
-    def conditional(self) -> Iterator[None]:
-        """Code that may not run (an optional argument, a union alternative): names it binds are 'maybe' after it."""
-        single, variadic = dict(self.single), dict(self.variadic)
-        self.level += 1
-        try:
-            yield
-        finally:
-            self.level -= 1
-        for name, state in self.single.items():
-            if single.get(name, _UNBOUND) != state:
-                self.single[name] = _MAYBE
-        for name, state in self.variadic.items():
-            if variadic.get(name, _UNBOUND) != state:
-                self.variadic[name] = _MAYBE
-
-
-_MISSING = object()
-
-
-def _fail(src: _Source, fail: str) -> str:
+def _fail(src: CheckerSource, fail: str) -> str:
     undo = [line for group in src.restore for line in group]
     return "; ".join(undo + [fail])
 
 
-def _expression(src: _Source, tree: tuple, alone: bool = False) -> str:
+def _expression(src: CheckerSource, tree: tuple, alone: bool = False) -> str:
     """A symbolic size as Python source over the bound sizes and the call's arguments; what jaxtyping would not
     evaluate the same way (an unbound name, a field that is not a non-negative int) goes to jaxtyping."""
     kind = tree[0]
@@ -168,7 +54,7 @@ def _expression(src: _Source, tree: tuple, alone: bool = False) -> str:
         return repr(tree[1])
     if kind == "dim":
         local = src.dim(tree[1])
-        if src.single[tree[1]] != _BOUND:
+        if src.single[tree[1]] != BOUND:
             src.emit(f"if {local} is _M: raise _Miss")
         return local
     if kind == "arg":
@@ -191,9 +77,9 @@ def _expression(src: _Source, tree: tuple, alone: bool = False) -> str:
     return f"({_expression(src, tree[2])} {tree[1]} {_expression(src, tree[3])})"
 
 
-def _dims(src: _Source, dims: tuple, sizes: list[str], fail: str) -> None:
+def _dims(src: CheckerSource, dims: tuple, sizes: list[str], fail: str) -> None:
     """jaxtyping's ``_check_dims`` for the axes ``dims`` whose sizes are the expressions ``sizes``."""
-    for dim, size in zip(dims, sizes):
+    for dim, size in zip(dims, sizes, strict=True):
         kind, value, broadcastable = dim
         if kind == "anon":
             continue
@@ -208,21 +94,21 @@ def _dims(src: _Source, dims: tuple, sizes: list[str], fail: str) -> None:
         elif kind == "symbolic":
             src.emit(f"if {_expression(src, value, alone=value[0] == 'arg')} != {size}: {_fail(src, fail)}")
         else:
-            local, state = src.dim(value), src.single.get(value, _UNBOUND)
-            if state == _BOUND:
+            local, state = src.dim(value), src.single.get(value, UNBOUND)
+            if state == BOUND:
                 src.emit(f"if {local} != {size}: {_fail(src, fail)}")
-            elif state == _UNBOUND:
+            elif state == UNBOUND:
                 src.emit(f"{local} = {size}")
             else:
                 src.emit(f"if {local} is _M: {local} = {size}")
                 src.emit(f"elif {local} != {size}: {_fail(src, fail)}")
-            src.single[value] = _BOUND
+            src.single[value] = BOUND
         if guard is not None:
             outer.__exit__(None, None, None)
             guard.__exit__(None, None, None)
 
 
-def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
+def _array(src: CheckerSource, annotation: type, value: str, fail: str) -> None:
     """jaxtyping's ``__instancecheck__`` for one array annotation (a failed check leaves the sizes as they were)."""
     array_type = annotation.array_type
     if not (isinstance(array_type, type) and issubclass(array_type, torch.Tensor)):
@@ -230,12 +116,12 @@ def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
     if getattr(annotation, "_skip_instancecheck", False):
         raise NotFast("a transparent array annotation")
     try:
-        dims, variadic_index = _parse_dims(annotation.dim_str)
-    except _UnsupportedAnnotation as error:
+        dims, variadic_index = parse_dims(annotation.dim_str)
+    except UnsupportedAnnotation as error:
         raise NotFast(str(error)) from None
-    dtypes = _array_dtypes(annotation)
+    dtypes = array_dtypes(annotation)
     if src.restore:  # inside a union alternative: undo this check's own bindings if it fails
-        names = [src.dim(d[1]) for d in dims if d[0] == "named" and src.single.get(d[1]) != _BOUND]
+        names = [src.dim(d[1]) for d in dims if d[0] == "named" and src.single.get(d[1]) != BOUND]
         names += [f"{local}, vb_{local[2:]}" for local in (src.var(d[1]) for d in dims if d[0] == "var")]
         saved = src.name("sv")
         if names:
@@ -272,19 +158,19 @@ def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
         if i or not top:  # (at the top, with no axis before the variadic one, too short a shape fails to index)
             src.emit(f"if len({shape}) < {rank - 1}: {_fail(src, fail)}")
         _dims(src, dims[:i], [f"{shape}[{k}]" for k in range(i)], fail)
-        _dims(src, dims[i + 1:], [f"{shape}[{k - after}]" for k in range(after)], fail)
+        _dims(src, dims[i + 1 :], [f"{shape}[{k - after}]" for k in range(after)], fail)
         kind, name, broadcastable = dims[i]
         if kind == "var":
             new = f"{shape}[{i}:{-after if after else ''}]"
-            local, state = src.var(name), src.variadic.get(name, _UNBOUND)
+            local, state = src.var(name), src.variadic.get(name, UNBOUND)
             flag = f"vb_{name}"
-            if state == _UNBOUND:
+            if state == UNBOUND:
                 src.emit(f"{local} = {new}; {flag} = {broadcastable}")
-            elif state == (_BOUND, False) and not broadcastable:
+            elif state == (BOUND, False) and not broadcastable:
                 src.emit(f"if {new} != {local}: {_fail(src, fail)}")
             else:
                 joined = src.name("j")
-                if state == _MAYBE:
+                if state == MAYBE:
                     src.emit(f"if {local} is _M: {local} = {new}; {flag} = {broadcastable}")
                     header = "else:"
                 else:
@@ -293,10 +179,10 @@ def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
                     src.emit(f"{joined} = _join({flag}, {local}, {broadcastable}, {new})")
                     src.emit(f"if {joined} is None: {_fail(src, fail)}")
                     src.emit(f"{flag}, {local} = {joined}")
-            if state == _UNBOUND or state == (_BOUND, True):
-                src.variadic[name] = (_BOUND, broadcastable)
-            elif state == _MAYBE or state == (_BOUND, None):
-                src.variadic[name] = (_BOUND, None)
+            if state == UNBOUND or state == (BOUND, True):
+                src.variadic[name] = (BOUND, broadcastable)
+            elif state == MAYBE or state == (BOUND, None):
+                src.variadic[name] = (BOUND, None)
     if src.fields_read is not None:
         src.shapes.setdefault(dims, (shape, src.fields_read))
         src.fields_read = None
@@ -307,11 +193,12 @@ def _array(src: _Source, annotation: type, value: str, fail: str) -> None:
 def _same_dims(dims: tuple) -> bool:
     """Whether two shapes that pass these dims one after the other must be equal: every axis bound or fixed (names,
     fixed sizes, fields, '*name'), none broadcast or anonymous."""
-    return all(not d[2] and (d[0] in ("named", "fixed", "var") or (d[0] == "symbolic" and d[1][0] == "arg"))
-               for d in dims)
+    return all(
+        not d[2] and (d[0] in ("named", "fixed", "var") or (d[0] == "symbolic" and d[1][0] == "arg")) for d in dims
+    )
 
 
-def _hint(src: _Source, annotation: object, value: str, fail: str) -> None:
+def _hint(src: CheckerSource, annotation: object, value: str, fail: str) -> None:
     """The check of ``value`` against one annotation, as beartype and jaxtyping make it; ``fail`` is the statement
     that rejects."""
     if annotation is typing.Any or annotation is _EMPTY or annotation is object:
@@ -345,15 +232,21 @@ def _hint(src: _Source, annotation: object, value: str, fail: str) -> None:
     raise NotFast(f"the annotation {annotation!r}")
 
 
-def _union(src: _Source, alternatives: tuple, value: str, fail: str) -> None:
+def _union(src: CheckerSource, alternatives: tuple, value: str, fail: str) -> None:
     if any(a is typing.Any or a is object for a in alternatives):
         return
     arrays = [a for a in alternatives if isinstance(a, type) and issubclass(a, AbstractArray)]
     plain = [a for a in alternatives if a not in arrays]
     simple = len(arrays) <= 1 and all(
-        a is None or a is type(None)
-        or (isinstance(a, type) and typing.get_origin(a) is None and not isinstance(a, typing._GenericAlias)
-            and not issubclass(a, torch.Tensor) and not issubclass(torch.Tensor, a))
+        a is None
+        or a is type(None)
+        or (
+            isinstance(a, type)
+            and typing.get_origin(a) is None
+            and not isinstance(a, typing._GenericAlias)
+            and not issubclass(a, torch.Tensor)
+            and not issubclass(torch.Tensor, a)
+        )
         for a in plain
     )
     if simple:  # the others bind nothing and never accept a tensor: their order does not matter
@@ -393,17 +286,24 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         raise NotFast("*args or **kwargs")
     locals_ = {p.name: f"a{k}" for k, p in enumerate(params)}
-    src = _Source(locals_)
+    src = CheckerSource(locals_)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     known = frozenset(p.name for p in params if p.kind != p.POSITIONAL_ONLY)
-    src.namespace.update(_fn=fn, _slow=slow, _bad_return=bad_return, _cfg=jaxtyping.config, _KNOWN=known,
-                         _POSNAMES=tuple(p.name for p in positional))
+    src.namespace.update(
+        _fn=fn,
+        _slow=slow,
+        _bad_return=bad_return,
+        _cfg=jaxtyping.config,
+        _KNOWN=known,
+        _POSNAMES=tuple(p.name for p in positional),
+    )
     # binding, as Signature.bind does for the calls it accepts (anything else: jaxtyping raises bind's TypeError)
     body_start = len(src.lines)
     src.depth = 2
     src.emit("n = len(args)")
     given: dict[str, str] = {
-        p.name: f"g{k}" for k, p in enumerate(params)
+        p.name: f"g{k}"
+        for k, p in enumerate(params)
         if p.default is not _EMPTY and p.annotation is not _EMPTY and p.annotation is not typing.Any
     }
 
@@ -458,17 +358,23 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
         _hint(src, signature.return_annotation, "out", "raise _Miss")
     return_lines = src.lines[body_start:]
     del src.lines[body_start:]
-    names = sorted({"d_" + n for n in src.single} | {"v_" + n for n in src.variadic} | {"vb_" + n for n in src.variadic})
+    names = sorted(
+        {"d_" + n for n in src.single} | {"v_" + n for n in src.variadic} | {"vb_" + n for n in src.variadic}
+    )
     init = ["        " + " = ".join(names) + " = _M"] if names else []
     name = "check_" + "".join(c if c.isalnum() else "_" for c in fn.__qualname__)
-    lines = [f"def {name}(args, kwargs):",
-             "    if _cfg.jaxtyping_disable:",
-             "        return _fn(*args, **kwargs)",
-             "    try:",
-             *argument_lines[: init_at - body_start], *init, *argument_lines[init_at - body_start:],
-             "    except Exception:",
-             "        return _slow(args, kwargs)",
-             "    out = _fn(*args, **kwargs)"]
+    lines = [
+        f"def {name}(args, kwargs):",
+        "    if _cfg.jaxtyping_disable:",
+        "        return _fn(*args, **kwargs)",
+        "    try:",
+        *argument_lines[: init_at - body_start],
+        *init,
+        *argument_lines[init_at - body_start :],
+        "    except Exception:",
+        "        return _slow(args, kwargs)",
+        "    out = _fn(*args, **kwargs)",
+    ]
     if return_lines:
         lines += ["    try:", *return_lines, "    except Exception:", "        return _bad_return(args, kwargs, out)"]
     lines.append("    return out")
@@ -478,46 +384,3 @@ def compile_checker(fn: Callable, signature: inspect.Signature, slow: Callable, 
     checker = namespace[name]
     checker.source = source
     return checker
-
-
-# ------------------------------------------------------------------------------------ jaxtyping, when a call fails
-class Reporter:
-    """jaxtyping + beartype over ``fn``'s resolved signature, built at the first call that needs it (so that neither
-    beartype nor jaxtyping's decoration cost anything at import). ``run(args, kwargs)`` is the full check of a call;
-    ``run(args, kwargs, out)`` checks a call whose function has already returned ``out``, without calling it again."""
-
-    def __init__(self, fn: Callable, signature: inspect.Signature) -> None:
-        self.fn, self.signature = fn, signature
-        self._typed: Callable | None = None
-        self._local = threading.local()
-
-    def _build(self) -> Callable:
-        from beartype import beartype
-        from jaxtyping import jaxtyped
-
-        fn, local = self.fn, self._local
-
-        def proxy(*args, **kwargs):
-            out = getattr(local, "out", _MISSING)
-            if out is _MISSING:
-                return fn(*args, **kwargs)
-            local.out = _MISSING
-            return out
-
-        proxy.__signature__ = self.signature
-        for attribute in ("__name__", "__qualname__", "__module__", "__doc__"):
-            setattr(proxy, attribute, getattr(fn, attribute, None))
-        if getattr(fn, "__no_type_check__", False):
-            proxy.__no_type_check__ = True
-        self._typed = jaxtyped(proxy, typechecker=beartype)
-        return self._typed
-
-    def run(self, args: tuple, kwargs: dict, out: object = _MISSING):
-        typed = self._typed or self._build()
-        if out is _MISSING:
-            return typed(*args, **kwargs)
-        self._local.out = out
-        try:
-            return typed(*args, **kwargs)
-        finally:
-            self._local.out = _MISSING

@@ -29,9 +29,8 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..backends import (_check_backend, attention, current_backend, dense_heads_mask, refuse, resolve_backend,
-                       run_backend)
-from ..backends.sdpa import repeat_kv_heads, run_heads
+from ..backends import (attention, check_backend_name, current_backend, dense_heads_mask, refuse, repeat_kv_heads,
+                        resolve_backend, run_backend, run_heads)
 from ..cache import KVCache
 from ..config import AttentionBackend
 from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
@@ -132,7 +131,7 @@ class PerHeadValueAttention(nn.Module):
             nn.init.xavier_uniform_(w)
         self.dropout_p = dropout
         self.scale = 1.0 / math.sqrt(self.d_k) if scale is None else float(scale)
-        self.backend: str = _check_backend(backend)
+        self.backend: str = check_backend_name(backend)
         self.record_attention = False
         self.attn: Tensor | None = None
 

@@ -6,7 +6,7 @@ import dataclasses
 
 
 # Test files run against every mutant, fastest and sharpest first (-x stops at the first failure).
-# Files that do not exist (yet) are skipped. Compile tests (test_contracts.py), kernel tests and
+# Files that do not exist (yet) are skipped. Compile tests (test_contracts_compiled.py), kernel tests and
 # packaging/README tests are left out: slow, and not about the semantics mutated here.
 TEST_FILES = [
     "tests/test_modules.py",

@@ -1,12 +1,7 @@
-"""The contract switch (function, context manager, environment variable, per thread and task) and contracts under
-torch.compile (the same errors as eager, in one graph)."""
+"""Contracts under torch.compile: a checked model compiles in one graph and matches eager, and a violation raises the
+eager error (the same first line) from the compiled graph, with static, dynamic and automatic shapes."""
 
-import asyncio
-import os
 import random
-import re
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -20,73 +15,6 @@ from transformer.contracts import Bool, Float, Int, Shaped, Tensor, checked
 
 BAD_X = torch.randn(2, 5, 8)  # wrong d_model for a 16-wide layer norm
 BROADCASTS = torch.randn(2, 5, 1)  # breaks '*batch {self.features}' of a 16-wide layer norm, yet torch broadcasts it
-
-
-def test_checks_on_by_default():
-    assert T.checks_enabled()
-    with pytest.raises(TypeCheckError):
-        T.LayerNorm(16)(BAD_X)
-
-
-def test_set_checks_turns_every_contract_off():
-    model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4)
-    src = torch.randint(1, 11, (2, 4))
-    mask = T.padding_mask(src, 0)
-    T.set_checks(False)
-    assert not T.checks_enabled()
-    # a mask shaped (batch, src_len, 1) breaks the contract '#batch #src_len src_len' but broadcasts in torch:
-    # unchecked, it runs (and is no longer our business)
-    model.encode(src, mask.transpose(1, 2))
-    T.set_checks(True)
-    with pytest.raises(TypeCheckError, match="argument 'src_mask' is bool\\[2,4,1\\]"):
-        model.encode(src, mask.transpose(1, 2))
-
-
-def test_checks_context_manager_restores_previous_state():
-    norm = T.LayerNorm(16)
-    with T.checks(False):
-        with pytest.raises(RuntimeError):  # torch's own error, not a contract
-            norm(BAD_X)
-        with T.checks(True):
-            with pytest.raises(TypeCheckError):
-                norm(BAD_X)
-        assert not T.checks_enabled()
-    assert T.checks_enabled()
-    with pytest.raises(ValueError), T.checks(False):
-        raise ValueError("boom")
-    assert T.checks_enabled()
-
-
-def test_unchecked_call_skips_the_checker_entirely():
-    calls = []
-
-    @checked
-    def f(x: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
-        calls.append(1)
-        return x
-
-    with T.checks(False):
-        assert f("not a tensor") == "not a tensor"
-    assert calls == [1]
-    with pytest.raises(TypeCheckError, match="f: argument 'x' is"):
-        f("not a tensor")
-
-
-def test_return_value_is_checked():
-    @checked
-    def shrink(x: Float[Tensor, "b n"]) -> Float[Tensor, "b n"]:
-        return x[:, :1]
-
-    with pytest.raises(TypeCheckError, match=r"shrink: the return value is f32\[2,1\].*with b=2, n=3"):
-        shrink(torch.randn(2, 3))
-
-
-@pytest.mark.parametrize("value, expected", [("0", False), ("off", False), ("1", True), ("", True)])
-def test_environment_variable(value, expected):
-    env = {**os.environ, "TYPED_TRANSFORMER_CHECKS": value}
-    code = "import transformer; print(transformer.checks_enabled())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(expected)
 
 
 def _compile_and_compare(model, backend):
@@ -130,150 +58,8 @@ def test_compiled_training_step_backward():
     grads = [p.grad.clone() for p in used]
     model.zero_grad()
     (model(*args) * w).sum().backward()
-    for g, p in zip(grads, used):
+    for g, p in zip(grads, used, strict=True):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
-
-
-def _annotation_dims(annotation):
-    import typing
-
-    dim_str = getattr(annotation, "dim_str", None)
-    if dim_str is not None:
-        yield from dim_str.split()
-    for arg in typing.get_args(annotation):
-        yield from _annotation_dims(arg)
-
-
-def _checked_functions():
-    import importlib
-    import inspect
-    import pkgutil
-
-    import transformer
-
-    for info in pkgutil.walk_packages(transformer.__path__, "transformer."):  # subpackages too
-        module = importlib.import_module(info.name)
-        for _, obj in inspect.getmembers(module):
-            candidates = [obj]
-            if inspect.isclass(obj) and obj.__module__ == module.__name__:
-                candidates = [getattr(obj, name) for name in vars(obj)]
-            for fn in candidates:
-                if callable(fn) and getattr(fn, "__module__", None) == module.__name__ and hasattr(fn, "__wrapped__"):
-                    yield f"{module.__name__}.{fn.__qualname__}", fn.__wrapped__
-
-
-def test_every_annotation_uses_the_dimension_vocabulary():
-    import typing
-
-    from transformer.contracts import DIMENSIONS
-
-    seen = 0
-    for name, fn in _checked_functions():
-        for annotation in typing.get_type_hints(fn).values():
-            for dim in _annotation_dims(annotation):
-                bare = dim.lstrip("*#")
-                if bare.startswith("{") or bare == "...":
-                    continue
-                for word in re.findall(r"[A-Za-z_]\w*", bare):  # symbolic sizes such as "steps+1" too
-                    assert word in DIMENSIONS, f"{name}: dimension {word!r} ({dim!r}) is not in contracts.DIMENSIONS"
-                    seen += 1
-    assert seen > 50
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The switch: a process-wide default (set_checks, the environment variable) under a per-context override
-# (checks(...), a contextvars.ContextVar), so each thread and each asyncio task runs with its own setting.
-
-
-def _outcome(norm):
-    """'checked' when the contract refused BROADCASTS, 'ran' when it went through unchecked (torch broadcasts it)."""
-    try:
-        norm(BROADCASTS)
-    except TypeCheckError:
-        return "checked"
-    return "ran"
-
-
-def test_each_thread_sees_its_own_checks_setting():
-    norm = T.LayerNorm(16)
-    inside, leave = threading.Barrier(3), threading.Barrier(3)
-    seen = {}
-
-    def worker(name, enabled):
-        with T.checks(enabled):
-            inside.wait()  # every block has been entered: one shared setting would now be the last one set
-            seen[name] = (T.checks_enabled(), _outcome(norm))
-            leave.wait()
-        seen[name + ", after its block"] = T.checks_enabled()
-
-    threads = [threading.Thread(target=worker, args=args) for args in (("off", False), ("on", True))]
-    for thread in threads:
-        thread.start()
-    inside.wait()
-    seen["main, no block"] = (T.checks_enabled(), _outcome(norm))
-    leave.wait()
-    for thread in threads:
-        thread.join()
-    assert seen == {
-        "off": (False, "ran"),
-        "on": (True, "checked"),
-        "main, no block": (True, "checked"),
-        "off, after its block": True,
-        "on, after its block": True,
-    }
-
-
-def test_each_asyncio_task_sees_its_own_checks_setting():
-    norm = T.LayerNorm(16)
-    seen = {}
-
-    async def task(name, enabled, entered, other_entered):
-        with T.checks(enabled):
-            entered.set()
-            await other_entered.wait()  # the other task is inside its own block now, in the same thread
-            seen[name] = (T.checks_enabled(), _outcome(norm))
-            await asyncio.sleep(0)
-            seen[name + ", after a switch of task"] = T.checks_enabled()
-
-    async def report():
-        return T.checks_enabled()
-
-    async def main():
-        a, b = asyncio.Event(), asyncio.Event()
-        await asyncio.gather(task("off", False, a, b), task("on", True, b, a))
-        seen["main"] = T.checks_enabled()
-        with T.checks(False):
-            child = asyncio.create_task(report())  # a task copies the context it is created in
-        seen["child created in a checks(False) block"] = await child
-
-    asyncio.run(main())
-    assert seen == {
-        "off": (False, "ran"),
-        "on": (True, "checked"),
-        "off, after a switch of task": False,
-        "on, after a switch of task": True,
-        "main": True,
-        "child created in a checks(False) block": False,
-    }
-
-
-def test_set_checks_sets_the_default_and_a_checks_block_overrides_it():
-    try:
-        T.set_checks(False)
-        seen = []
-        thread = threading.Thread(target=lambda: seen.append(T.checks_enabled()))
-        thread.start()
-        thread.join()
-        assert seen == [False]  # a thread with no block of its own follows the process-wide default
-        with T.checks(True):
-            T.set_checks(False)
-            assert T.checks_enabled()  # the block's setting wins over the default
-            with T.checks(False):
-                assert not T.checks_enabled()
-            assert T.checks_enabled()  # the inner block restored the outer one's setting (its token)
-        assert not T.checks_enabled()  # outside every block: the default
-    finally:
-        T.set_checks(True)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -313,12 +99,14 @@ def _step(ys: Int[Tensor, "b steps"], scores: Float[Tensor, "b steps+1"], grow: 
 
 
 @checked
-def _pair(x: Float[Tensor, ""], v: Shaped[Tensor, "... 3"], trim: bool) -> tuple[Float[Tensor, ""], Shaped[Tensor, "... 3"]]:
+def _pair(
+    x: Float[Tensor, ""], v: Shaped[Tensor, "... 3"], trim: bool
+) -> tuple[Float[Tensor, ""], Shaped[Tensor, "... 3"]]:
     return (x, v[..., :2]) if trim else (x, v)
 
 
 @checked
-def _sized(n: int, x: Float[Tensor, "2 {n}"], w: Float[Tensor, "_ #1 d"]) -> Float[Tensor, "d"]:
+def _sized(n: int, x: Float[Tensor, "2 {n}"], w: Float[Tensor, "_ #1 d"]) -> Float[Tensor, "d"]:  # noqa: F821 (a jaxtyping dimension)
     return w[0, 0]
 
 
@@ -353,7 +141,7 @@ def _random_call(rng):
         return lambda: _Widths().project(x, mask, keep=keep)
     if which == 1:
         batch = tuple(rng.choice([1, 2, 3]) for _ in range(rng.randrange(3)))
-        other = tuple(off(d) if rng.random() < 0.5 else 1 for d in batch)[rng.randrange(2):]
+        other = tuple(off(d) if rng.random() < 0.5 else 1 for d in batch)[rng.randrange(2) :]
         n = rng.choice([2, 3])
         x, y = tensor((*batch, n), "f"), tensor((*other, off(n)), "f")
         return lambda: _batched(x, y)
@@ -388,7 +176,7 @@ def test_compiled_checker_reads_every_annotation_as_jaxtyping_does(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     compiled_way = [_first_line(call) for call in calls]
     monkeypatch.undo()
-    mismatches = [(e, c) for e, c in zip(eager, compiled_way) if e != c]
+    mismatches = [(e, c) for e, c in zip(eager, compiled_way, strict=True) if e != c]
     assert not mismatches, mismatches[:3]
     errors = [line for line in eager if line]
     # the data reached each kind of violation
@@ -409,10 +197,10 @@ def test_every_contract_of_the_package_is_read_by_the_compiled_checker():
     import transformer
 
     contracts = {}
-    for info in pkgutil.walk_packages(transformer.__path__, "transformer."):  # subpackages too
-        module = importlib.import_module(info.name)
+    for info in pkgutil.iter_modules(transformer.__path__):
+        module = importlib.import_module(f"transformer.{info.name}")
         for _, obj in inspect.getmembers(module):
-            candidates = [getattr(obj, n, None) for n in vars(obj)] if inspect.isclass(obj) else [obj]
+            candidates = [getattr(obj, n) for n in vars(obj)] if inspect.isclass(obj) else [obj]
             for fn in candidates:
                 if hasattr(fn, "_contract") and fn.__module__ == module.__name__:
                     contracts[f"{module.__name__}.{fn.__qualname__}"] = fn._contract
@@ -460,16 +248,18 @@ def test_compiled_decode_raises_the_eager_contract_error(shapes):
             inputs = _decode_inputs(model, b, s, t, seed=2)
             for case, wrong in WRONG_DECODE.items():
                 args = wrong(*inputs)
-                eager = _error_lines(lambda: model.decode(*args))
+                eager = _error_lines(lambda args=args: model.decode(*args))
                 frames = counter.frame_count
-                got = _error_lines(lambda: compiled(*args))
+                got = _error_lines(lambda args=args: compiled(*args))
                 assert got[0] == eager[0], case
                 assert got[1].startswith(COMPILED_NOTE), case  # raised by the compiled graph, not an eager fallback
                 first_size = (b, s, t) == sizes[0]
                 assert counter.frame_count == frames + first_size, case  # one graph; other sizes reuse it
                 lines[b, case] = got[0]
-        expected = ("EncoderDecoder.decode: argument 'src_mask' is bool[{b},{t},{t}], expected Bool[Tensor, '#batch "
-                    "#tgt_len src_len'] | transformer.masks.AttentionMask | None with batch={b}, src_len={s}, tgt_len={t}")
+        expected = (
+            "EncoderDecoder.decode: argument 'src_mask' is bool[{b},{t},{t}], expected Bool[Tensor, '#batch "
+            "#tgt_len src_len'] | transformer.masks.AttentionMask | None with batch={b}, src_len={s}, tgt_len={t}"
+        )
         for b, s, t in sizes:  # with dynamic sizes, the graph formats the sizes of the call it runs
             assert lines[b, "the target mask as source mask"] == expected.format(b=b, s=s, t=t)
         after = _decode_inputs(model, 2, 4, 3, seed=3)
@@ -533,9 +323,13 @@ def test_inductor_compiled_contract_error_reads_as_eager():
     compiled = torch.compile(generator, fullgraph=True)  # the default backend, inductor
     x = torch.randn(2, 3, 8)  # d_model 8 into a 16-wide generator: a fake-tensor error, if the contract were skipped
     got, eager = _error_lines(lambda: compiled(x)), _error_lines(lambda: generator(x))
-    assert got[0] == eager[0] == (
-        "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}'] "
-        "(self.d_model=16)"  # the value of the field, beside the annotation that reads it
+    assert (
+        got[0]
+        == eager[0]
+        == (
+            "Generator.forward: argument 'x' is f32[2,3,8], expected Float[Tensor, '*batch {self.d_model}'] "
+            "(self.d_model=16)"  # the value of the field, beside the annotation that reads it
+        )
     )
     assert got[1].startswith(COMPILED_NOTE)
     ok = torch.randn(2, 3, 16)
@@ -608,11 +402,11 @@ def test_compiled_violation_is_raised_even_when_nothing_uses_the_result():
 def test_contract_tables_are_constants_to_dynamo():
     """The tables are marked as torch.compiler.assume_constant_result marks a function (without importing Dynamo at
     import time), so Dynamo guards each contract once rather than every entry of its tables."""
-    from transformer import contracts_traced as contracts
+    from transformer.contracts import traced
 
     def probe():
         return 0
 
     marked = torch.compiler.assume_constant_result(probe)
     markers = {name: value for name, value in vars(marked).items() if name.startswith("_dynamo")}
-    assert markers and all(getattr(contracts._spec, name, None) == value for name, value in markers.items())
+    assert markers and all(getattr(traced._spec, name, None) == value for name, value in markers.items())

@@ -1,0 +1,133 @@
+"""Which backend runs an attention: the names, the run-time choice (:func:`use_backend`), and auto's pick.
+
+From strongest to weakest: the ``backend=`` argument of the drop-in; the innermost :func:`use_backend` block (a
+context variable, so threads and asyncio tasks each keep their own; under torch.compile part of what a graph is
+guarded on); the module's default (``TransformerConfig.attention_backend``); ``"auto"``, which
+:func:`resolve_backend` turns into the fastest correct backend for the device and inputs. A backend asked for by
+name never falls back: it raises (from the compiled graph, under torch.compile). Auto's choices are logged on
+``transformer.backends``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from contextlib import AbstractContextManager
+
+import torch
+from torch import Tensor
+
+from ..common.switches import ContextSetting
+from ..common.versions import TORCH_VERSION
+from ..config import AttentionBackend
+from ..masks import AttentionMask
+from .dispatch import Refusal, kernel_masks, refuse
+
+__all__ = [
+    "BACKENDS",
+    "TRITON_INSTALL_HINT",
+    "check_backend_name",
+    "current_backend",
+    "resolve_backend",
+    "triton_missing_reason",
+    "triton_unsupported_reason",
+    "use_backend",
+]
+
+logger = logging.getLogger("transformer.backends")  # the name documented before the package was split
+BACKENDS: tuple[str, ...] = ("auto", "eager", "torch", "triton")
+TRITON_INSTALL_HINT = 'pip install triton (or pip install "typed-transformer[triton]")'
+#: the backend of the innermost `use_backend` block (None outside every block): see transformer.common.switches
+CHOICE: ContextSetting[str | None] = ContextSetting("typed_transformer_attention_backend", None)
+_TORCH_ZEROES_EMPTY_ROWS = TORCH_VERSION >= (2, 5)
+
+
+def check_backend_name(name: str) -> str:
+    """``name`` if it names a backend (one of :data:`BACKENDS`), else ValueError listing them."""
+    if name not in BACKENDS:
+        raise ValueError(f"attention backend must be one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
+    return name
+
+
+def use_backend(name: AttentionBackend) -> AbstractContextManager[None]:
+    """Run every attention inside the block on backend ``name``, whatever the modules' defaults say.
+
+    The choice lives in a context variable: other threads and asyncio tasks keep their own. Under torch.compile it
+    is part of what a compiled graph is guarded on: a call under another choice traces again (see docs/attention.md).
+    A block written inside the compiled function governs the calls inside it, for that trace.
+    """
+    return CHOICE.block(check_backend_name(name))
+
+
+def current_backend() -> str | None:
+    """The backend of the innermost :func:`use_backend` block, or None outside one (under torch.compile too)."""
+    return CHOICE.get()
+
+
+def triton_missing_reason() -> str | None:
+    """Why the Triton backend cannot even be loaded here (Triton not installed), or None."""
+    if importlib.util.find_spec("triton") is None:
+        return f"Triton is not installed; install it with: {TRITON_INSTALL_HINT}"
+    return None
+
+
+def triton_unsupported_reason(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float, scale: float | None = None
+) -> str | None:
+    """Why the fused kernel cannot run these inputs (Triton missing or broken, or the kernel's own limits), or None."""
+    missing = triton_missing_reason()
+    if missing is not None:
+        return missing
+    try:
+        from .. import kernels
+    except ImportError as error:  # triton installed but broken
+        return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
+    parts = kernel_masks(mask)
+    parts.pop("causal", None)
+    return kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
+
+
+def _say(level: int, message: str, *args: object) -> None:
+    """Log, except while torch.compile traces (a logging call there is a graph break)."""
+    if not torch.compiler.is_compiling():
+        logger.log(level, message, *args)
+
+
+def resolve_backend(
+    requested: str | None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | AttentionMask | None,
+    dropout_p: float,
+    scale: float | None = None,
+) -> str | Refusal:
+    """The backend that runs these inputs: ``requested`` (checked: a named backend never falls back) or auto's pick.
+
+    The triton backend's inputs are validated here, once per call; the kernel is then called without a second check.
+    A backend that cannot run the inputs raises ValueError (from the compiled graph, under torch.compile: see
+    :func:`refuse`).
+    """
+    name = check_backend_name(requested or "auto")
+    if name == "triton":
+        reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale)
+        if reason is not None:
+            return refuse(f"attention backend 'triton' cannot run these inputs: {reason}")
+    if name != "auto":
+        return name
+    if q.dtype == torch.float64:  # verification (gradcheck, double backward, forward-mode AD): only the reference
+        return "eager"  # supports every autograd mode; SDPA's fused CPU kernel has no double backward
+    if q.is_cuda:
+        if q.dtype == torch.float32:  # issue 18: until a GPU measures otherwise, SDPA for float32
+            _say(
+                logging.DEBUG,
+                "attention backend 'auto' does not use triton for float32 inputs: the kernel's "
+                "float32 dots run without tensor cores; torch's SDPA is used (ask for backend 'triton' by name to "
+                "use the kernel)",
+            )
+        else:
+            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale)
+            if reason is None:
+                return "triton"
+            _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)
+    return "torch" if _TORCH_ZEROES_EMPTY_ROWS else "eager"

@@ -1,0 +1,40 @@
+"""Names of torch dtypes as jaxtyping reads and writes them: one table for every message that names a dtype."""
+
+from __future__ import annotations
+
+import torch
+
+#: every dtype torch defines, each once
+TORCH_DTYPES: tuple[torch.dtype, ...] = tuple(
+    dict.fromkeys(v for v in vars(torch).values() if isinstance(v, torch.dtype))
+)
+#: dtype -> the name jaxtyping matches its dtype names against (the last part of ``repr(dtype)``: ``"float32"``)
+DTYPE_NAMES: dict[torch.dtype, str] = {dt: repr(dt).rsplit(".", 1)[-1] for dt in TORCH_DTYPES}
+#: dtype -> the short name of jaxtyping's messages (wadler_lindig's: ``f32``, ``bf16``, ``i64``, ``u8``, ``bool``)
+DTYPE_SHORT_NAMES: dict[torch.dtype, str] = {
+    dt: str(dt).rsplit(".")[-1].replace("float", "f").replace("uint", "u").replace("int", "i").replace("complex", "c")
+    for dt in TORCH_DTYPES
+}
+
+
+#: the dtypes :func:`shape_text` writes short; any other is written out (``complex64``), as the masks' messages say
+_SHORT_IN_SHAPES = frozenset(
+    (
+        torch.bool,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.uint8,
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+    )
+)
+
+
+def shape_text(t: torch.Tensor) -> str:
+    """``f32[2,3]``: a tensor's dtype and shape as jaxtyping's messages write them (``complex64[2]`` for a dtype the
+    package never computes in)."""
+    name = DTYPE_SHORT_NAMES[t.dtype] if t.dtype in _SHORT_IN_SHAPES else str(t.dtype).removeprefix("torch.")
+    return f"{name}[{','.join(map(str, t.shape))}]"

@@ -1,0 +1,25 @@
+"""The one vocabulary of dimension names used in every annotation of the package: the paper's names."""
+
+from __future__ import annotations
+
+#: The one vocabulary of dimension names used in every annotation of the package (the paper's names).
+#: ``#name`` in an annotation allows size 1 to broadcast, ``*name`` any number of leading axes, and
+#: ``{self.d_model}`` the module's own configured size. ``tests/test_contracts_vocabulary.py`` keeps annotations to
+#: this list.
+DIMENSIONS: dict[str, str] = {
+    "batch": "sentences in the batch (leading axes, possibly several, in '*batch')",
+    "seq": "positions of a sequence when source and target do not matter",
+    "size": "the side of a square mask (subsequent_mask)",
+    "src_len": "source positions (encoder input, memory)",
+    "tgt_len": "target positions (decoder input and output)",
+    "q_len": "query positions of an attention",
+    "k_len": "key (and value) positions of an attention",
+    "heads": "attention heads, h",
+    "d_model": "model width, 512 in the base model",
+    "d_k": "width of one head's queries and keys, d_model / h",
+    "d_v": "width of one head's values, d_model / h",
+    "d_ff": "inner width of the feed-forward network",
+    "vocab": "vocabulary size",
+    "beam": "hypotheses kept per sentence in beam search",
+    "steps": "decoding steps taken so far",
+}

@@ -1,0 +1,170 @@
+"""jaxtyping's rules for matching a call against its parsed annotations, in plain Python that Dynamo traces.
+
+The traced checker (``transformer.contracts.traced``) runs these on the sizes Dynamo traces with: with static shapes
+every comparison is a constant, with dynamic shapes each one is decided by the symbolic sizes or becomes a guard of
+the graph. They bind dimension names as jaxtyping does (in argument order; a size-1 ``#`` axis binds nothing; a
+failed check keeps what it bound before failing; ``*#name`` broadcasts like ``np.broadcast_shapes``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from jaxtyping import AnnotationError
+
+from .grammar import join_variadic
+
+if TYPE_CHECKING:
+    from .traced import Contract
+
+
+def bind_arguments(params: tuple, args: tuple, kwargs: dict, contract: Contract) -> tuple[dict, dict]:
+    """The call's arguments by name: all of them, defaults included (jaxtyping's ``bound.arguments``, which
+    ``{name}`` in an annotation reads), and those given (the ones beartype checks)."""
+    bound, given = {}, {}
+    for index, (name, position, var_positional, var_keyword, has_default) in enumerate(params):
+        if var_positional:
+            bound[name] = given[name] = args[position:]
+        elif var_keyword:
+            bound[name] = given[name] = {k: v for k, v in kwargs.items() if k not in bound}
+        elif 0 <= position < len(args):
+            bound[name] = given[name] = args[position]
+        elif name in kwargs:
+            bound[name] = given[name] = kwargs[name]
+        elif has_default:
+            bound[name] = contract.defaults[index]
+    return bound, given
+
+
+def evaluate(tree: tuple, single: dict, bound: dict):
+    """A symbolic size (a tree of ``grammar.parse_expression``) over the sizes bound so far (``single``) and the
+    call's arguments (``bound``); None while a name in it is not bound."""
+    kind = tree[0]
+    if kind == "const":
+        return tree[1]
+    if kind == "dim":
+        return single.get(tree[1])  # None: not bound (yet)
+    if kind == "arg":
+        value = bound[tree[1]]
+        for attribute in tree[2]:
+            value = getattr(value, attribute)
+        return value
+    if kind == "neg" or kind == "pos":
+        a = evaluate(tree[1], single, bound)
+        return None if a is None else (-a if kind == "neg" else a)
+    a, b = evaluate(tree[2], single, bound), evaluate(tree[3], single, bound)
+    if a is None or b is None:
+        return None
+    op = tree[1]
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        return a / b
+    if op == "//":
+        return a // b
+    if op == "%":
+        return a % b
+    return a**b
+
+
+def fits_dims(dims: tuple, sizes: tuple, single: dict, bound: dict) -> bool:
+    """jaxtyping's ``_check_dims``: a new name binds its size (in place: a failed check leaves what it bound)."""
+    for dim, size in zip(dims, sizes, strict=False):  # (as many sizes as dims: fits_shape cut them so)
+        kind = dim[0]
+        if kind == "anon":
+            continue
+        if dim[2] and size == 1:
+            continue
+        if kind == "fixed":
+            if size != dim[1]:
+                return False
+        elif kind == "symbolic":
+            value = evaluate(dim[1], single, bound)
+            if value is None:
+                raise AnnotationError(f"Cannot process symbolic axis {dim[1]!r}: some axis names are not bound yet")
+            if value != size:
+                return False
+        elif dim[1] in single:
+            if single[dim[1]] != size:
+                return False
+        else:
+            single[dim[1]] = size
+    return True
+
+
+def fits_shape(hint: tuple, shape: tuple, single: dict, variadic: dict, bound: dict) -> bool:
+    """jaxtyping's ``_check_shape`` for one tensor."""
+    dims, i = hint[2], hint[3]
+    if i < 0:
+        return len(shape) == len(dims) and fits_dims(dims, shape, single, bound)
+    if len(shape) < len(dims) - 1:
+        return False
+    after = len(dims) - i - 1
+    end = len(shape) - after
+    if not fits_dims(dims[:i], shape[:i], single, bound):
+        return False
+    if after and not fits_dims(dims[i + 1 :], shape[end:], single, bound):
+        return False
+    kind, name, broadcastable = dims[i]
+    if kind == "var_anon":
+        return True
+    new = shape[i:end]
+    if name not in variadic:
+        variadic[name] = (broadcastable, new, True)  # True: jaxtyping keeps a torch.Size here
+        return True
+    was_broadcastable, previous, _ = variadic[name]
+    joined = join_variadic(was_broadcastable, previous, broadcastable, new)
+    if joined is None:
+        return False
+    if was_broadcastable:
+        variadic[name] = (joined[0], joined[1], False)  # np.broadcast_shapes gives a tuple
+    return True
+
+
+def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> bool:
+    """Whether ``value`` satisfies ``hint``; ``memo`` = [sizes by name, variadic shapes by name], as jaxtyping's."""
+    kind = hint[0]
+    if kind == "array":
+        if not isinstance(value, torch.Tensor):
+            return False
+        if hint[1] is not None and value.dtype not in hint[1]:
+            return False
+        single, variadic = memo[0], memo[1]
+        single_before, variadic_before = dict(single), dict(variadic)
+        if fits_shape(hint, tuple(value.shape), single, variadic, bound):
+            return True
+        memo[0], memo[1] = single_before, variadic_before  # jaxtyping's restore: later bindings go to the copies
+        return False
+    if kind == "none":
+        return value is None
+    if kind == "class":
+        return isinstance(value, contract.classes[hint[1]])
+    if kind == "union":
+        for alternative in hint[1]:
+            if fits(alternative, value, memo, bound, contract):
+                return True
+        return False
+    if kind == "tuple":
+        if not isinstance(value, tuple) or len(value) != len(hint[1]):
+            return False
+        for item_hint, item in zip(hint[1], value, strict=False):  # (lengths compared above)
+            if not fits(item_hint, item, memo, bound, contract):
+                return False
+        return True
+    return True  # "any"
+
+
+def note_sizes(hint: tuple, value, single: dict) -> None:
+    """Record the sizes a tensor gives to names not bound yet, without checking anything."""
+    if hint[0] == "union":
+        for alternative in hint[1]:
+            note_sizes(alternative, value, single)
+    elif hint[0] == "array" and hint[3] < 0 and isinstance(value, torch.Tensor) and value.dim() == len(hint[2]):
+        for dim, size in zip(hint[2], value.shape, strict=False):  # (ranks compared above)
+            if dim[0] == "named" and dim[1] not in single:
+                single[dim[1]] = size
