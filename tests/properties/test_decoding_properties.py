@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import transformer as T
 from transformer import decoding
+from transformer.decoding import greedy as greedy_module  # where append_token looks torch up
 
 SETTINGS = settings(max_examples=15, deadline=None)
 MODEL_MAX_LEN = 9
@@ -78,7 +79,7 @@ def test_greedy_decode_refuses_lengths_beyond_the_positional_encoding(model):
 
 
 class _TorchAppendingTwice:
-    """``torch`` as seen by transformer.decoding, except that concatenating token ids along the
+    """``torch`` as seen by transformer.decoding.greedy, except that concatenating token ids along the
     sequence axis appends the last token twice: a step that extends by two."""
 
     def __getattr__(self, name):
@@ -98,7 +99,7 @@ def test_a_step_that_adds_two_tokens_is_refused(model, monkeypatch, checks_on):
     src_mask = T.padding_mask(src, 0)
     memory = model.encode(src, src_mask)
     ys = torch.ones(2, 3, dtype=torch.long)
-    monkeypatch.setattr(decoding, "torch", _TorchAppendingTwice())
+    monkeypatch.setattr(greedy_module, "torch", _TorchAppendingTwice())
     with T.checks(checks_on), pytest.raises(ValueError, match="greedy_step must add exactly one token: 3 -> 5"):
         decoding.greedy_step(model, memory, src_mask, ys)
 
@@ -106,7 +107,7 @@ def test_a_step_that_adds_two_tokens_is_refused(model, monkeypatch, checks_on):
 @pytest.mark.parametrize("checks_on", [True, False])
 def test_greedy_decode_that_overshoots_is_refused(model, monkeypatch, checks_on):
     src = torch.randint(1, 7, (2, 4))
-    monkeypatch.setattr(decoding, "torch", _TorchAppendingTwice())
+    monkeypatch.setattr(greedy_module, "torch", _TorchAppendingTwice())
     with T.checks(checks_on), pytest.raises(ValueError, match="greedy_step must add exactly one token"):
         decoding.greedy_decode(model, src, T.padding_mask(src, 0), 4, 1, use_cache=False)
 
