@@ -26,7 +26,7 @@ class EncoderLayer(nn.Module):
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
-        self.size = size
+        self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.feed_forward = feed_forward
         self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps), 2)
@@ -47,7 +47,7 @@ class Encoder(nn.Module):
     def __init__(self, layer: EncoderLayer, N: int) -> None:
         super().__init__()
         self.layers = clones(layer, N)
-        self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)
+        self.norm = LayerNorm(layer.size, layer.eps)
         self.size = layer.size
 
     @checked

@@ -18,7 +18,7 @@ from ..cache import KVCache
 from ..config import NormPlacement
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_token_ids
 from ..embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
-from ..layers import PositionwiseFeedForward, SublayerConnection, clones
+from ..layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
 from ..masks import AttentionMask
 
 __all__ = ["StandardizedNorm", "ScaledEmbeddings", "ScaledPositionalEncoding", "ScaledLearnedPositionalEncoding",
@@ -46,8 +46,6 @@ class StandardizedNorm(nn.Module):
 
 def make_norm(kind: str, features: int, eps: float) -> nn.Module:
     """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`."""
-    from ..layers import LayerNorm
-
     if kind not in ("layer", "std"):
         raise ValueError(f"norm must be 'layer' or 'std', got {kind!r}")
     return LayerNorm(features, eps) if kind == "layer" else StandardizedNorm(features, eps)
@@ -111,12 +109,10 @@ class DecoderOnlyLayer(nn.Module):
     def __init__(self, size: int, self_attn: nn.Module, feed_forward: PositionwiseFeedForward, dropout: float,
                  norm_placement: NormPlacement = "pre", eps: float = 1e-6, norm: str = "layer") -> None:
         super().__init__()
-        self.size = size
+        self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.feed_forward = feed_forward
-        self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps), 2)
-        for connection in self.sublayer:
-            connection.norm = make_norm(norm, size, eps)
+        self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), 2)
 
     @checked
     def forward(

@@ -19,7 +19,7 @@ import math
 
 from torch import nn
 
-from ..cache import KVCache
+from ..cache import KVCache, StackCache
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
 from ..embeddings import EmbeddingStack
 from ..layers import PositionwiseFeedForward, clones
@@ -38,23 +38,10 @@ from ..model import Generator
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
 
 
-class LMCache:
+class LMCache(StackCache):
     """The key/value caches of the whole stack: one :class:`~transformer.cache.KVCache` per layer."""
 
-    def __init__(self, n_layers: int) -> None:
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"LMCache: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = [KVCache() for _ in range(n_layers)]
-
-    @property
-    def length(self) -> int:
-        """Positions held (the offset of the next position)."""
-        return self.layers[0].length
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every layer (rows may repeat: beam search)."""
-        for layer in self.layers:
-            layer.reorder(index)
+    layer_type = KVCache
 
 
 class TransformerLM(nn.Module):
@@ -69,11 +56,11 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.embed = embed
         self.layers = clones(layer, n_layers)
-        self.norm = make_norm(norm, layer.size, layer.sublayer[0].norm.eps)
+        self.norm = make_norm(norm, layer.size, layer.eps)
         self.generator = generator
         self.config = config
         self.d_model = layer.size
-        self.max_len = embed[1].max_len
+        self.max_len = embed.max_len
 
     @checked
     def forward(
@@ -91,7 +78,11 @@ class TransformerLM(nn.Module):
                               tokens=tokens, mask=mask)
         offset = 0 if cache is None else cache.length
         validate_length(offset + tokens.size(1), self.max_len, "TransformerLM input")
-        mask = self._causal(mask, tokens.size(1)) if cache is None else self._cached_mask(tokens.size(1), cache, mask)
+        if cache is None:
+            mask = self._causal(mask, tokens.size(1))
+        else:
+            mask = cache.self_attention_mask(tokens.size(1), mask, layers=len(self.layers), who="TransformerLM",
+                                             stack="the model", mask_name="mask")
         x = self.embed(tokens, offset=offset)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.layers[i])
@@ -104,16 +95,6 @@ class TransformerLM(nn.Module):
         if isinstance(mask, AttentionMask):
             return mask.replace(causal=True)
         return mask & subsequent_mask(seq, device=mask.device)
-
-    def _cached_mask(self, new: int, cache: LMCache, mask: object) -> AttentionMask | None:
-        if len(cache.layers) != len(self.layers):
-            raise ValueError(f"TransformerLM: the cache has {len(cache.layers)} layers, the model {len(self.layers)}")
-        if mask is not None:
-            raise ValueError("TransformerLM: with a cache, pass mask=None (new positions attend to every cached one)")
-        if new > 1 and cache.length > 0:
-            raise ValueError(f"TransformerLM: {new} new positions after {cache.length} cached ones; after the first "
-                             "call a cache takes one position at a time")
-        return AttentionMask(causal=True) if new > 1 else None
 
     def new_cache(self) -> LMCache:
         """An empty key/value cache for :meth:`forward` one position at a time."""
