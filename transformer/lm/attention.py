@@ -31,6 +31,7 @@ from torch import nn
 
 from ..attention import AttentionHeads
 from ..backends import current_backend, refuse, resolve_backend, run_backend
+from ..backends.sdpa import repeat_kv_heads
 from ..cache import KVCache
 from ..config import AttentionBackend
 from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
@@ -87,12 +88,6 @@ class CausalSelfAttention(LMSelfAttention):
         return self.combine_heads(self.attend_heads(q, k, v, self.heads_mask(mask, q, k)))
 
 
-def _repeat_heads(t: Tensor, n: int) -> Tensor:
-    """(batch, h, len, d) -> (batch, h * n, len, d): each head ``n`` times in a row (head i, chunk c at i * n + c)."""
-    batch, h, length, d = t.shape
-    return t.unsqueeze(2).expand(batch, h, n, length, d).reshape(batch, h * n, length, d)
-
-
 class PerHeadValueAttention(LMSelfAttention):
     """Masked multi-head self-attention whose heads map values straight to d_model and are summed (no W^O), the
     functional transformer's: ``sum_i softmax(tau * Q_i K_i^T + M) (X W_i + b_i)`` (see the module docstring).
@@ -146,8 +141,8 @@ class PerHeadValueAttention(LMSelfAttention):
             extra = torch.cat([ones, ones.new_zeros(batch, 1, k_len, d_k - 1)], dim=-1)
             chunks = torch.cat([shared, extra], dim=1)  # (batch, h + 1, k_len, d_k)
             values = chunks.unsqueeze(1).expand(-1, h, -1, -1, -1).reshape(batch, h * (h + 1), k_len, d_k)
-            u = run_backend("triton", _repeat_heads(q, h + 1), _repeat_heads(k, h + 1), values, mask, dropout_p,
-                            self.scale)
+            q, k = repeat_kv_heads(q, k, h * (h + 1))  # each head h + 1 times in a row: head i, chunk c at i(h+1)+c
+            u = run_backend("triton", q, k, values, mask, dropout_p, self.scale)
             u = rearrange(u, "b (i c) s d -> b i s (c d)", i=h)[..., : self.d_model + 1]
         else:
             values = torch.cat([rearrange(shared, "b c s d -> b 1 s (c d)"), ones], dim=-1).expand(-1, h, -1, -1)

@@ -14,17 +14,17 @@ MUTANTS = [
              "        if q.dtype != torch.float16:  # issue 18"),),
            "auto on CUDA sends bfloat16 inputs to torch's SDPA (with the float32 DEBUG message) although the kernel "
            "takes them: only float16 reaches the fused kernel under auto"),
-    Mutant("blind-guards-sampler-float32-logits", "transformer/decoding/__init__.py",
+    Mutant("blind-guards-sampler-float32-logits", "transformer/decoding/sampling.py",
            (("        logits = log_probs.detach().to(torch.float64)\n",
              "        logits = log_probs.detach().float()\n"),),
            "the tempered logits are computed in float32: a temperature below float32's range (e.g. 1e-50, 1e-300) "
            "turns the best token's 0/temperature into NaN and sampling raises 'log-probabilities ... are NaN' "
            "instead of being greedy decoding"),
-    Mutant("blind-guards-top-p-slack-sign", "transformer/decoding/__init__.py",
+    Mutant("blind-guards-top-p-slack-sign", "transformer/decoding/sampling.py",
            (("drop_sorted = before >= top_p - TOP_P_SLACK", "drop_sorted = before >= top_p + TOP_P_SLACK"),),
            "the top-p slack is applied the wrong way: a prefix whose mass reaches top_p up to float32 rounding "
            "(0.5, 0.25, ... with top_p=0.75) keeps one token too many"),
-    Mutant("blind-guards-length-penalty-inf", "transformer/decoding/__init__.py",
+    Mutant("blind-guards-length-penalty-inf", "transformer/decoding/requests.py",
            (("    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):",
              "    if not (_is_real(length_penalty) and length_penalty >= 0):"),),
            "beam_search/beam_generate accept length_penalty=inf: every score becomes -0.0 and the first "

@@ -17,14 +17,14 @@ MUTANTS = [
            "scaled learned positions) always add row 0.. during cached decoding, so each new token gets position 0's "
            "embedding and cached decoding differs from recomputing the prefix"),
     Mutant("blind-model-encoder-final-norm-eps", "transformer/encoder.py",
-           (("self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)",
+           (("self.norm = LayerNorm(layer.size, layer.eps)",
              "self.norm = LayerNorm(layer.size)"),),
            "the encoder's final LayerNorm ignores TransformerConfig.layer_norm_eps (always 1e-6), while every "
            "sub-layer norm and the decoder's final norm honour it: encoder outputs change whenever a non-default eps "
            "is configured (e.g. 1e-5 to match torch.nn.Transformer)"),
-    Mutant("blind-model-decoder-cache-bound", "transformer/decoder.py",
-           (("        if new > 1 and cache.length > 0:\n            raise ValueError(f\"Decoder:",
-             "        if new > 1 and cache.length > 1:\n            raise ValueError(f\"Decoder:"),),
+    Mutant("blind-model-decoder-cache-bound", "transformer/cache.py",
+           (("        if new > 1 and self.length > 0:\n            raise ValueError(f\"{who}:",
+             "        if new > 1 and self.length > 1:\n            raise ValueError(f\"{who}:"),),
            "Decoder accepts several new positions after exactly one cached position instead of raising ValueError; "
            "it then attends them with a causal mask that does not line up with the cache and silently returns "
            "wrong hidden states"),
@@ -39,8 +39,9 @@ MUTANTS = [
            "first layer (d_model -> d_ff) is initialised too small and its second (d_ff -> d_model) and the generator "
            "(d_model -> vocab) at the wrong scale"),
     Mutant("blind-model-lm-ffn-norm-kind", "transformer/lm/layers.py",
-           (("        for connection in self.sublayer:\n            connection.norm = make_norm(norm, size, eps)",
-             "        self.sublayer[0].norm = make_norm(norm, size, eps)"),),
+           (("clones(SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), 2)",
+             "nn.ModuleList([SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), "
+             "SublayerConnection(size, dropout, norm_placement, eps)])"),),
            "DecoderOnlyLayer applies norm='std' (the functional transformer's standardize) only in the attention "
            "sub-layer: the feed-forward sub-layer keeps LayerNorm, so LMConfig.functional no longer reproduces the "
            "functional transformer"),

@@ -4,13 +4,13 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-stepchecks-first-checks-one-step", "transformer/decoding/__init__.py",
+    Mutant("blind-stepchecks-first-checks-one-step", "transformer/decoding/steps.py",
            (("(self.calls < 2 or ys.size(0) != self.batch)",
              "(self.calls < 1 or ys.size(0) != self.batch)"),),
            "checks='first' (the default) checks only the prompt step: the first one-token step (the second call) runs "
            "unchecked whenever the batch is unchanged, so a contract that only breaks on a one-token cached step "
            "(greedy, sampling, generate) is never named"),
-    Mutant("blind-stepchecks-policy-switches-checks-on", "transformer/decoding/__init__.py",
+    Mutant("blind-stepchecks-policy-switches-checks-on", "transformer/decoding/steps.py",
            (("        if check:\n"
              "            return self.steps(ys)\n"
              "        with checks_switch(False):\n"
@@ -19,7 +19,7 @@ MUTANTS = [
              "            return self.steps(ys)\n"),),
            "the policy now switches checks ON for the steps it checks: under set_checks(False) or "
            "`with checks(False)`, every search (default 'first', or 'always') still runs checked steps"),
-    Mutant("blind-stepchecks-reorder-records-batch", "transformer/decoding/__init__.py",
+    Mutant("blind-stepchecks-reorder-records-batch", "transformer/decoding/steps.py",
            (("    def reorder(self, index: Tensor) -> None:\n"
              "        self.steps.reorder(index)\n",
              "    def reorder(self, index: Tensor) -> None:\n"
@@ -27,13 +27,13 @@ MUTANTS = [
              "        self.steps.reorder(index)\n"),),
            "CheckedSteps.reorder records the new batch, so under checks='first' the step after beam search's batch "
            "changes (hypotheses finishing, or the beam filling up past the second step) is no longer checked"),
-    Mutant("blind-stepchecks-validate-accepts-non-str", "transformer/decoding/__init__.py",
+    Mutant("blind-stepchecks-validate-accepts-non-str", "transformer/decoding/steps.py",
            (("    if not isinstance(policy, str) or policy not in STEP_CHECKS:",
              "    if isinstance(policy, str) and policy not in STEP_CHECKS:"),),
            "validate_step_checks only refuses unknown strings: checks=None, True, 0 ... are accepted (with checks "
            "off, where the str annotation is not checked) and silently behave as 'never', instead of the ValueError "
            "naming checks"),
-    Mutant("blind-stepchecks-beam-default-always", "transformer/decoding/__init__.py",
+    Mutant("blind-stepchecks-beam-default-always", "transformer/decoding/beam.py",
            (("    use_cache: bool = True,\n"
              "    checks: str = \"first\",\n"
              ") -> BeamResult:",

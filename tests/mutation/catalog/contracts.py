@@ -16,10 +16,10 @@ def P(id: str, file: str, old: str, new: str, what: str) -> Mutant:
 
 MUTANTS += [
     P("plumb-encoder-final-norm-default-eps", "transformer/encoder.py",
-      "self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)", "self.norm = LayerNorm(layer.size)",
+      "self.norm = LayerNorm(layer.size, layer.eps)", "self.norm = LayerNorm(layer.size)",
       "the encoder stack's final LayerNorm is built with the default eps"),
     P("plumb-decoder-final-norm-default-eps", "transformer/decoder.py",
-      "self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)", "self.norm = LayerNorm(layer.size)",
+      "self.norm = LayerNorm(layer.size, layer.eps)", "self.norm = LayerNorm(layer.size)",
       "the decoder stack's final LayerNorm is built with the default eps"),
     P("plumb-sublayer-norm-default-eps", "transformer/layers.py",
       "self.norm = LayerNorm(size, eps)", "self.norm = LayerNorm(size)",
@@ -45,8 +45,8 @@ MUTANTS += [
     P("plumb-decoder-layers-from-encoder-count", "transformer/model.py",
       "config.n_decoder_layers)", "config.n_encoder_layers)",
       "the decoder stack gets n_encoder_layers layers"),
-    P("plumb-decoding-pad-ignores-config", "transformer/decoding/__init__.py",
-      'pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)', "pad_symbol = None",
+    P("plumb-decoding-pad-ignores-config", "transformer/decoding/requests.py",
+      'pad_symbol = getattr(config, "pad_id", None)', "pad_symbol = None",
       "decoding pads after the end symbol with the end symbol even when the config has a pad id"),
     P("mask-target-none-pads-zero", "transformer/masks.py",
       "    if pad_id is None:\n        return causal.expand(tgt.size(0), -1, -1)\n    real = tgt != pad_id",

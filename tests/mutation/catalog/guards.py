@@ -28,7 +28,7 @@ MUTANTS: list[Mutant] = [
     M("guard-empty-checks-the-batch-axis", "transformer/contracts/__init__.py",
       "if tokens.size(axis) == 0:", "if tokens.size(0) == 0:",
       "the empty-sequence guard looks at the batch axis"),
-    M("guard-search-empty-src-unchecked", "transformer/decoding/__init__.py",
+    M("guard-search-empty-src-unchecked", "transformer/decoding/requests.py",
       "validate_nonempty(src, f\"{who}: argument 'src'\", \"batch src_len\")", "pass",
       "greedy_decode, sample_decode and beam_search do not name their empty source"),
     # the token-id guard on CUDA (checked on the device, answered later; tests/test_guards.py fakes the device)

@@ -49,7 +49,7 @@ MUTANTS = [
     # --- generation
     L("gen-stop-sequences-ignored", _GEN, "stopped |= (ys[:, -n:] == stop.to(ys.device)).all(dim=1)", "pass",
       "stop sequences never end a row"),
-    L("gen-max-len-off-by-one", _GEN, "if total > config.max_len:", "if total > config.max_len + 1:",
+    L("gen-max-len-off-by-one", "transformer/decoding/requests.py", "if total > config.max_len:", "if total > config.max_len + 1:",
       "a request one position longer than max_len is let through"),
     L("gen-stop-in-prompt-counts", _GEN, "if ys.size(1) > self.prompt_len and ys.size(1) >= n:",
       "if ys.size(1) >= n:", "a prompt that ends with a stop sequence is stopped before generating anything"),
