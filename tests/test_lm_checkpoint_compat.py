@@ -46,4 +46,3 @@ def test_a_checkpoint_written_before_the_layout_loads_and_gives_the_recorded_out
     got = _outputs(name, loaded.model)
     for key in ("hidden", "log_probs"):
         torch.testing.assert_close(got[key], expected[key], rtol=1e-6, atol=1e-6)
-

@@ -47,8 +47,16 @@ class AttentionHeads(nn.Module):
     :meth:`build_value_maps` and :meth:`value_heads`.
     """
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, scale: float | None = None,
-                 backend: AttentionBackend = "auto", kv_heads: int | None = None) -> None:
+    def __init__(
+        self,
+        h: int,
+        d_model: int,
+        dropout: float = 0.1,
+        *,
+        scale: float | None = None,
+        backend: AttentionBackend = "auto",
+        kv_heads: int | None = None,
+    ) -> None:
         super().__init__()
         if d_model % h != 0:
             raise ValueError(f"h={h} does not divide d_model={d_model}")
@@ -58,17 +66,23 @@ class AttentionHeads(nn.Module):
         self.k_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
         self.build_value_maps()
         self.dropout_p = dropout
-        self.scale = None if scale is None else float(scale)
+        self.scale = self.default_scale() if scale is None else float(scale)
         self.backend: str = _check_backend(backend)
         self.record_attention = False
         self.attn: Tensor | None = None
+
+    def default_scale(self) -> float | None:
+        """The score scale when none is given: None, the paper's 1/sqrt(d_k) as each backend computes it."""
+        return None
 
     def build_value_maps(self) -> None:
         """W^V (``v_proj``: d_model -> kv_heads * d_k) and W^O (``out_proj``: d_model -> d_model)."""
         self.v_proj = nn.Linear(self.d_model, self.kv_heads * self.d_k)
         self.out_proj = nn.Linear(self.d_model, self.d_model)
 
-    def split_heads(self, x: Float[Tensor, "batch seq {self.d_model}"]) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
+    def split_heads(
+        self, x: Float[Tensor, "batch seq {self.d_model}"]
+    ) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
         """(batch, seq, d_model) -> (batch, h, seq, d_k): each head sees its own d_k slice.
 
         Not checked itself: its results go straight into ``attend``, whose contract checks them.
@@ -84,7 +98,9 @@ class AttentionHeads(nn.Module):
         """The values as heads: ``value`` (batch, k_len, d_model) through W^V, split into ``kv_heads`` heads."""
         return self.split_kv_heads(self.v_proj(value))
 
-    def project(self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+    def project(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values as heads. With ``cache`` the new keys and values are appended to it (or, for a
         static cache already filled, the cached ones are used: cross-attention's memory) and all it holds returned."""
         q = self.split_heads(self.q_proj(query))
@@ -104,8 +120,9 @@ class AttentionHeads(nn.Module):
             return mask
         return None if mask is None else mask.unsqueeze(1)
 
-    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None,
-                     backend: str | None = None) -> Tensor:
+    def attend_heads(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, backend: str | None = None
+    ) -> Tensor:
         """``softmax(scale * q k^T, masked) v`` for every head: (batch, h, q_len, d_v), key/value heads shared by their
         query group. ``mask`` as :meth:`heads_mask` gives it. On ``backend`` when given (already resolved), else on
         the innermost ``use_backend`` block's or the module's; with ``record_attention``, on the eager reference,
@@ -114,8 +131,9 @@ class AttentionHeads(nn.Module):
         if self.record_attention:
             dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
             k, v = repeat_kv_heads(k, v, self.h)
-            x, self.attn = attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout,
-                                               self.scale)
+            x, self.attn = attention.unchecked(
+                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale
+            )
             return x
         if backend is None:
             backend = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p, self.scale)
@@ -155,15 +173,22 @@ class MultiHeadedAttention(AttentionHeads):
         query: Float[Tensor, "batch q_len {self.d_model}"],
         key: Float[Tensor, "batch k_len {self.d_model}"],
         value: Float[Tensor, "batch k_len {self.d_model}"],
-        mask: Bool[Tensor, "..."] | AttentionMask | None = None,
+        mask: Bool[Tensor, "..."] | AttentionMask | None = None,  # noqa: UP037 (a jaxtyping shape: any)
         *,
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """``mask`` covers the keys attended (the ``k_len`` new positions, or with a cache every cached one), so
         :meth:`attend` checks its shape against them: (#batch, #q_len, keys attended). Inputs and mask must be on the
         module's device, and the inputs of its dtype (ValueError naming the argument)."""
-        validate_dtype_device("MultiHeadedAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
-                              query=query, key=key, value=value, mask=mask)
+        validate_dtype_device(
+            "MultiHeadedAttention.forward",
+            lambda: self.q_proj.weight,
+            "the module's parameters",
+            query=query,
+            key=key,
+            value=value,
+            mask=mask,
+        )
         return self.attend(*self.project(query, key, value, cache), mask)
 
     @checked

@@ -54,8 +54,10 @@ class KVCache:
         if self.keys is not None:
             validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)
             if self.keys.shape[:2] != k.shape[:2] or self.keys.size(3) != k.size(3):
-                raise ValueError(f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
-                                 f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)")
+                raise ValueError(
+                    f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
+                    f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)"
+                )
             k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
         self.keys, self.values = k, v
         return k, v
@@ -106,8 +108,9 @@ class StackCache:
         for layer in self.layers:
             layer.reorder(index)
 
-    def self_attention_mask(self, new: int, mask: object, *, layers: int, who: str, stack: str,
-                            mask_name: str) -> AttentionMask | None:
+    def self_attention_mask(
+        self, new: int, mask: object, *, layers: int, who: str, stack: str, mask_name: str
+    ) -> AttentionMask | None:
         """The self-attention mask of ``new`` positions after the cached ones, for a stack (``who``, ``stack``) of
         ``layers`` layers that was given ``mask_name`` = ``mask``: they attend to every cached position and causally
         among themselves (no mask for one position). More than one new position is taken only into an empty cache
@@ -117,8 +120,10 @@ class StackCache:
         if mask is not None:
             raise ValueError(f"{who}: with a cache, pass {mask_name}=None (new positions attend to every cached one)")
         if new > 1 and self.length > 0:
-            raise ValueError(f"{who}: {new} new positions after {self.length} cached ones; after the first call a "
-                             "cache takes one position at a time")
+            raise ValueError(
+                f"{who}: {new} new positions after {self.length} cached ones; after the first call a "
+                "cache takes one position at a time"
+            )
         return AttentionMask(causal=True) if new > 1 else None
 
 

@@ -51,8 +51,15 @@ class DecoderLayer(nn.Module):
         tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
         cache: LayerCache | None = None,
     ) -> Float[Tensor, "batch tgt_len {self.size}"]:
-        validate_dtype_device("DecoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters",
-                              x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        validate_dtype_device(
+            "DecoderLayer.forward",
+            lambda: self.sublayer[0].norm.weight,
+            "the module's parameters",
+            x=x,
+            memory=memory,
+            src_mask=src_mask,
+            tgt_mask=tgt_mask,
+        )
         m = memory
         self_cache, src_cache = (None, None) if cache is None else (cache.self_attn, cache.src_attn)
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, cache=self_cache))
@@ -85,11 +92,19 @@ class Decoder(nn.Module):
         """With ``cache``, ``x`` holds the positions after the cached ones and ``tgt_mask`` must be None: they
         attend to every cached position and causally among themselves. More than one new position at a time is
         taken only into an empty cache (a prompt), where causal is the whole rule."""
-        validate_dtype_device("Decoder.forward", lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
-                              "the module's parameters", x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        validate_dtype_device(
+            "Decoder.forward",
+            lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
+            "the module's parameters",
+            x=x,
+            memory=memory,
+            src_mask=src_mask,
+            tgt_mask=tgt_mask,
+        )
         if cache is not None:
-            tgt_mask = cache.self_attention_mask(x.size(1), tgt_mask, layers=len(self.layers), who="Decoder",
-                                                 stack="the decoder", mask_name="tgt_mask")
+            tgt_mask = cache.self_attention_mask(
+                x.size(1), tgt_mask, layers=len(self.layers), who="Decoder", stack="the decoder", mask_name="tgt_mask"
+            )
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i])
         return self.norm(x)

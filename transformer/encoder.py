@@ -33,10 +33,13 @@ class EncoderLayer(nn.Module):
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
+        self,
+        x: Float[Tensor, "batch src_len {self.size}"],
+        mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch src_len {self.size}"]:
-        validate_dtype_device("EncoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters",
-                              x=x, mask=mask)
+        validate_dtype_device(
+            "EncoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters", x=x, mask=mask
+        )
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayer[1](x, self.feed_forward)
 
@@ -52,10 +55,17 @@ class Encoder(nn.Module):
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
+        self,
+        x: Float[Tensor, "batch src_len {self.size}"],
+        mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch src_len {self.size}"]:
-        validate_dtype_device("Encoder.forward", lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
-                              "the module's parameters", x=x, mask=mask)
+        validate_dtype_device(
+            "Encoder.forward",
+            lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
+            "the module's parameters",
+            x=x,
+            mask=mask,
+        )
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

@@ -47,7 +47,9 @@ class LayerNorm(nn.Module):
 
 
 @checked
-def residual(x: Float[Tensor, "*batch d_model"], sublayer_out: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch d_model"]:
+def residual(
+    x: Float[Tensor, "*batch d_model"], sublayer_out: Float[Tensor, "*batch d_model"]
+) -> Float[Tensor, "*batch d_model"]:
     """The residual connection x + Sublayer(x): both operands must have the same shape."""
     return x + sublayer_out
 
@@ -60,8 +62,15 @@ class SublayerConnection(nn.Module):
     ``LayerNorm(size, eps)`` with another normalisation of ``size`` features (the language model's ``"std"``).
     """
 
-    def __init__(self, size: int, dropout: float, norm_placement: NormPlacement = "pre", eps: float = 1e-6, *,
-                 norm: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        dropout: float,
+        norm_placement: NormPlacement = "pre",
+        eps: float = 1e-6,
+        *,
+        norm: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         if norm_placement not in ("pre", "post"):
             raise ValueError(f"norm_placement must be 'pre' or 'post', got {norm_placement!r}")

@@ -29,8 +29,13 @@ def model():
 
 
 @SETTINGS
-@given(batch=st.integers(1, 3), src_len=st.integers(1, 5), max_len=st.integers(1, MODEL_MAX_LEN),
-       use_cache=st.booleans(), end_step=st.one_of(st.none(), st.integers(1, MODEL_MAX_LEN - 1)))
+@given(
+    batch=st.integers(1, 3),
+    src_len=st.integers(1, 5),
+    max_len=st.integers(1, MODEL_MAX_LEN),
+    use_cache=st.booleans(),
+    end_step=st.one_of(st.none(), st.integers(1, MODEL_MAX_LEN - 1)),
+)
 def test_greedy_decode_yields_exactly_the_requested_length(model, batch, src_len, max_len, use_cache, end_step):
     """Exactly max_len tokens, and the right ones: the first max_len tokens of the longest decode (the start
     symbol counts as the first); with an end symbol, that decode up to its first end symbol, then padding.
@@ -42,8 +47,8 @@ def test_greedy_decode_yields_exactly_the_requested_length(model, batch, src_len
     end = None if end_step is None else longest[0][end_step]
     ys = decoding.greedy_decode(model, src, mask, max_len, 1, end, use_cache=use_cache)
     assert ys.shape == (batch, max_len) and ys.dtype == src.dtype
-    for row, full in zip(ys.tolist(), longest):
-        first = full.index(end, 1) if end is not None and end in full[1 : max_len] else max_len - 1
+    for row, full in zip(ys.tolist(), longest, strict=True):
+        first = full.index(end, 1) if end is not None and end in full[1:max_len] else max_len - 1
         assert row == full[: first + 1] + [0] * (max_len - 1 - first)  # pad id 0 (the config's) after the end
     if end_step is not None and end_step < max_len:
         assert end in ys[0, 1:].tolist()

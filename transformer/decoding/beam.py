@@ -34,8 +34,9 @@ def length_penalty_factor(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def beam_search_steps(steps: StepFunction, ys: Tensor, max_len: int, end_symbol: int | None, beam_size: int,
-                      length_penalty: float) -> tuple[list[int], float]:
+def beam_search_steps(
+    steps: StepFunction, ys: Tensor, max_len: int, end_symbol: int | None, beam_size: int, length_penalty: float
+) -> tuple[list[int], float]:
     """Beam search for one sequence from ``ys`` (1, t): the best hypothesis's tokens and its normalised score.
 
     Keeps ``beam_size`` live hypotheses. A hypothesis that emits ``end_symbol`` is finished and scored
@@ -52,7 +53,7 @@ def beam_search_steps(steps: StepFunction, ys: Tensor, max_len: int, end_symbol:
         candidates = (live.unsqueeze(1) + logp).view(-1)
         top_scores, top_index = candidates.topk(min(2 * beam_size, candidates.numel()))
         keep_rows, keep_tokens, keep_scores = [], [], []
-        for s, index in zip(top_scores.tolist(), top_index.tolist()):
+        for s, index in zip(top_scores.tolist(), top_index.tolist(), strict=True):
             row, token = divmod(index, vocab)
             if end_symbol is not None and token == end_symbol:
                 tokens = ys[row].tolist() + [token]
@@ -73,8 +74,9 @@ def beam_search_steps(steps: StepFunction, ys: Tensor, max_len: int, end_symbol:
     else:
         for row in range(ys.size(0)):
             tokens = ys[row].tolist()
-            finished.append((float(live[row]) / length_penalty_factor(len(tokens) - 1 - prefix, length_penalty),
-                             tokens))
+            finished.append(
+                (float(live[row]) / length_penalty_factor(len(tokens) - 1 - prefix, length_penalty), tokens)
+            )
     score, tokens = max(finished, key=lambda item: item[0])
     return tokens, score
 
@@ -109,11 +111,17 @@ def beam_search(
         memory = model.encode(src, src_mask)
         for b in range(batch):
             row = torch.tensor([b], device=src.device)
-            mask = None if src_mask is None else (src_mask.index_select(row) if isinstance(src_mask, AttentionMask)
-                                                  else src_mask.index_select(0, row))
+            mask = (
+                None
+                if src_mask is None
+                else (
+                    src_mask.index_select(row) if isinstance(src_mask, AttentionMask) else src_mask.index_select(0, row)
+                )
+            )
             steps = CheckedSteps(model.next_tokens(memory[b : b + 1], mask, use_cache=use_cache), checks, "beam_search")
-            tokens, score = beam_search_steps(steps, start_tokens(src[b : b + 1], start_symbol), max_len, end_symbol,
-                                              beam_size, length_penalty)
+            tokens, score = beam_search_steps(
+                steps, start_tokens(src[b : b + 1], start_symbol), max_len, end_symbol, beam_size, length_penalty
+            )
             out[b, : len(tokens)] = torch.tensor(tokens, dtype=out.dtype)
             scores[b] = score
     return BeamResult(tokens=out, scores=scores)

@@ -20,8 +20,16 @@ from ..masks import AttentionMask
 from .requests import SearchRequest, validate_search
 from .steps import CheckedSteps, StepFunction
 
-__all__ = ["next_token_log_probs", "greedy_step", "append_token", "search", "greedy_decode", "encode_and_search",
-           "start_tokens", "full_batch_mask"]
+__all__ = [
+    "next_token_log_probs",
+    "greedy_step",
+    "append_token",
+    "search",
+    "greedy_decode",
+    "encode_and_search",
+    "start_tokens",
+    "full_batch_mask",
+]
 
 
 # ---------------------------------------------------------------------------- the step, as a contract
@@ -59,8 +67,14 @@ def append_token(ys: Tensor, token: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------- the search loop
-def search(steps: StepFunction, ys: Tensor, max_len: int, end_symbol: int | None, pad_symbol: int,
-           pick: Callable[[Tensor], Tensor]) -> Tensor:
+def search(
+    steps: StepFunction,
+    ys: Tensor,
+    max_len: int,
+    end_symbol: int | None,
+    pad_symbol: int,
+    pick: Callable[[Tensor], Tensor],
+) -> Tensor:
     """Grow ``ys`` (batch, t) to ``max_len`` columns, appending ``pick(log_probs)`` each step.
 
     After a row emits ``end_symbol``, its later positions hold ``pad_symbol``; once every row has ended the rest
@@ -95,8 +109,14 @@ def full_batch_mask(src_mask: Tensor | AttentionMask | None, batch: int) -> Tens
     return src_mask
 
 
-def encode_and_search(model: nn.Module, src: Tensor, src_mask: Tensor | AttentionMask | None, request: SearchRequest,
-                      pick: Callable[[Tensor], Tensor], use_cache: bool) -> Tensor:
+def encode_and_search(
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor | AttentionMask | None,
+    request: SearchRequest,
+    pick: Callable[[Tensor], Tensor],
+    use_cache: bool,
+) -> Tensor:
     """Encode ``src`` once, then :func:`search` with ``pick`` choosing each next token (greedy and sampling)."""
     src_mask = full_batch_mask(src_mask, src.size(0))
     with torch.no_grad():

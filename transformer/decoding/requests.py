@@ -18,8 +18,17 @@ from torch import nn
 from ..contracts import Tensor, validate_nonempty, validate_token_ids
 from .steps import validate_step_checks
 
-__all__ = ["SearchRequest", "validate_search", "GenerationRequest", "validate_generation", "validate_max_len",
-           "validate_token_id", "default_pad_symbol", "validate_sampling", "validate_beam"]
+__all__ = [
+    "SearchRequest",
+    "validate_search",
+    "GenerationRequest",
+    "validate_generation",
+    "validate_max_len",
+    "validate_token_id",
+    "default_pad_symbol",
+    "validate_sampling",
+    "validate_beam",
+]
 
 
 def validate_token_id(name: str, value: object, vocab: int | None, vocabulary: str) -> None:
@@ -65,8 +74,16 @@ class SearchRequest:
     who: str
 
 
-def validate_search(model: nn.Module, who: str, src: Tensor, max_len: object, start_symbol: int,
-                    end_symbol: int | None, pad_symbol: int | None, checks: object) -> SearchRequest:
+def validate_search(
+    model: nn.Module,
+    who: str,
+    src: Tensor,
+    max_len: object,
+    start_symbol: int,
+    end_symbol: int | None,
+    pad_symbol: int | None,
+    checks: object,
+) -> SearchRequest:
     """Check the arguments of an encoder-decoder search (``who``), naming what is wrong."""
     validate_nonempty(src, f"{who}: argument 'src'", "batch src_len")
     validate_max_len(model, max_len)
@@ -91,8 +108,15 @@ class GenerationRequest:
     stops: tuple[tuple[int, ...], ...]
 
 
-def validate_generation(model: nn.Module, who: str, prompt: Tensor, max_new_tokens: object, end_symbol: int | None,
-                        pad_symbol: int | None, stop_sequences: Sequence[Sequence[int]]) -> GenerationRequest:
+def validate_generation(
+    model: nn.Module,
+    who: str,
+    prompt: Tensor,
+    max_new_tokens: object,
+    end_symbol: int | None,
+    pad_symbol: int | None,
+    stop_sequences: Sequence[Sequence[int]],
+) -> GenerationRequest:
     """Check a language model's generation request (``who``), naming what is wrong."""
     config = model.config
     validate_nonempty(prompt, f"{who}: argument 'prompt'", "batch steps")
@@ -101,9 +125,11 @@ def validate_generation(model: nn.Module, who: str, prompt: Tensor, max_new_toke
         raise ValueError(f"{who}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
     total = prompt.size(1) + max_new_tokens
     if total > config.max_len:
-        raise ValueError(f"{who}: the prompt ({prompt.size(1)} tokens) plus max_new_tokens={max_new_tokens} is {total} "
-                         f"positions, more than the model's max_len={config.max_len}; ask for at most "
-                         f"{max(config.max_len - prompt.size(1), 0)} new tokens or shorten the prompt")
+        raise ValueError(
+            f"{who}: the prompt ({prompt.size(1)} tokens) plus max_new_tokens={max_new_tokens} is {total} "
+            f"positions, more than the model's max_len={config.max_len}; ask for at most "
+            f"{max(config.max_len - prompt.size(1), 0)} new tokens or shorten the prompt"
+        )
     validate_token_id("end_symbol", end_symbol, config.vocab, "the model's vocabulary")
     pad_symbol = default_pad_symbol(pad_symbol, config, end_symbol)
     validate_token_id("pad_symbol", pad_symbol, config.vocab, "the model's vocabulary")
@@ -116,8 +142,10 @@ def validate_generation(model: nn.Module, who: str, prompt: Tensor, max_new_toke
             validate_token_id(f"stop_sequences[{i}] token", token, config.vocab, "the model's vocabulary")
         stops.append(stop)
     if stops and end_symbol is None:
-        raise ValueError(f"{who}: stop_sequences need an end_symbol (the token that ends a row once a stop sequence "
-                         "has been generated)")
+        raise ValueError(
+            f"{who}: stop_sequences need an end_symbol (the token that ends a row once a stop sequence "
+            "has been generated)"
+        )
     return GenerationRequest(total, end_symbol, pad_symbol, tuple(stops))
 
 
@@ -129,8 +157,10 @@ def _is_real(value: object) -> bool:
 def validate_sampling(who: str, temperature: object, top_k: object, top_p: object) -> None:
     """Refuse sampling options that have no meaning, naming the argument and its value (a guard: always on)."""
     if not (_is_real(temperature) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"{who}: temperature must be a positive finite number, got {temperature!r} "
-                         "(a temperature near 0 is greedy decoding)")
+        raise ValueError(
+            f"{who}: temperature must be a positive finite number, got {temperature!r} "
+            "(a temperature near 0 is greedy decoding)"
+        )
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
         raise ValueError(f"{who}: top_k must be a positive int or None, got {top_k!r}")
     if top_p is not None and not (_is_real(top_p) and 0.0 < top_p <= 1.0):

@@ -23,8 +23,9 @@ __all__ = ["TOP_P_SLACK", "sampler", "seeded_generator", "sample_decode"]
 TOP_P_SLACK = 1e-6
 
 
-def sampler(temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator, *,
-            who: str = "sampler"):
+def sampler(
+    temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator, *, who: str = "sampler"
+):
     """``pick(log_probs)``: a token drawn from softmax(log_probs / temperature), cut to the top k and the top-p nucleus
     (the ``pick`` of :func:`search`; :func:`sample_decode` and the language model's ``generate`` use it).
 
@@ -50,8 +51,10 @@ def sampler(temperature: float, top_k: int | None, top_p: float | None, generato
         broken = probs.isnan().any(-1)
         if bool(broken.any()):
             row = int(broken.nonzero()[0, 0])
-            raise ValueError(f"{who}: the next-token log-probabilities of row {row} are NaN, +inf or all -inf; "
-                             f"there is nothing to sample from (a diverged model?): {log_probs[row, :8].tolist()}...")
+            raise ValueError(
+                f"{who}: the next-token log-probabilities of row {row} are NaN, +inf or all -inf; "
+                f"there is nothing to sample from (a diverged model?): {log_probs[row, :8].tolist()}..."
+            )
         return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(log_probs.device)
 
     return pick

@@ -47,11 +47,9 @@ class LMSelfAttention(AttentionHeads):
     machinery is :class:`~transformer.attention.AttentionHeads`.
     """
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, scale: float | None = None,
-                 backend: AttentionBackend = "auto", kv_heads: int | None = None) -> None:
-        super().__init__(h, d_model, dropout, scale=scale, backend=backend, kv_heads=kv_heads)
-        if scale is None:  # tau as a number: the language model always multiplies its scores by it
-            self.scale = 1.0 / math.sqrt(self.d_k)
+    def default_scale(self) -> float:
+        """tau as a number, the paper's 1/sqrt(d_k): the language model always multiplies its scores by it."""
+        return 1.0 / math.sqrt(self.d_k)
 
     @checked
     def forward(
@@ -62,8 +60,9 @@ class LMSelfAttention(AttentionHeads):
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
         """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all)."""
-        validate_dtype_device(f"{type(self).__name__}.forward", lambda: self.q_proj.weight, "the module's parameters",
-                              x=x, mask=mask)
+        validate_dtype_device(
+            f"{type(self).__name__}.forward", lambda: self.q_proj.weight, "the module's parameters", x=x, mask=mask
+        )
         return self.attend(*self.project(x, x, x, cache), mask)
 
 
@@ -97,8 +96,15 @@ class PerHeadValueAttention(LMSelfAttention):
     and b_i. The cache holds the keys and the shared input X, in ``heads`` chunks of width d_k.
     """
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.0, *, scale: float | None = None,
-                 backend: AttentionBackend = "auto") -> None:
+    def __init__(
+        self,
+        h: int,
+        d_model: int,
+        dropout: float = 0.0,
+        *,
+        scale: float | None = None,
+        backend: AttentionBackend = "auto",
+    ) -> None:
         super().__init__(h, d_model, dropout, scale=scale, backend=backend)
         for w in self.value_weight:
             nn.init.xavier_uniform_(w)
@@ -132,9 +138,11 @@ class PerHeadValueAttention(LMSelfAttention):
         if name == "triton":
             if dropout_p > 0:
                 if (current_backend() or self.backend) != "auto":
-                    name = refuse("attention backend 'triton' cannot run these inputs: the per-head value form "
-                                  "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
-                                  "value chunk); use the torch or eager backend, or attention_dropout=0")
+                    name = refuse(
+                        "attention backend 'triton' cannot run these inputs: the per-head value form "
+                        "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
+                        "value chunk); use the torch or eager backend, or attention_dropout=0"
+                    )
                 else:
                     name = "torch"
         if name == "triton":  # h x (h + 1) problems of width d_k: chunk c of [X, 1, 0...] for every head i

@@ -95,11 +95,20 @@ def generate(
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
-        given = [f"{name}={value!r}" for name, value, default in
-                 (("temperature", temperature, 1.0), ("top_k", top_k, None), ("top_p", top_p, None)) if value != default]
+        given = [
+            f"{name}={value!r}"
+            for name, value, default in (
+                ("temperature", temperature, 1.0),
+                ("top_k", top_k, None),
+                ("top_p", top_p, None),
+            )
+            if value != default
+        ]
         if given:
-            raise ValueError(f"generate: {', '.join(given)} only applies to sampling; pass sample=True (or leave it "
-                             "out for greedy decoding)")
+            raise ValueError(
+                f"generate: {', '.join(given)} only applies to sampling; pass sample=True (or leave it "
+                "out for greedy decoding)"
+            )
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
     with torch.no_grad():
         if request.stops:

@@ -23,12 +23,35 @@ TOKENS = torch.tensor([[1, 5, 3, 8, 2, 7], [4, 4, 9, 1, 6, 0]])
 
 def models() -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
-    lm = build_lm(LMConfig(vocab=11, n_layers=2, d_model=8, d_ff=12, n_heads=4, n_kv_heads=2, max_len=8,
-                           positional_encoding="learned", dropout=0.0, attention_dropout=0.0))
+    lm = build_lm(
+        LMConfig(
+            vocab=11,
+            n_layers=2,
+            d_model=8,
+            d_ff=12,
+            n_heads=4,
+            n_kv_heads=2,
+            max_len=8,
+            positional_encoding="learned",
+            dropout=0.0,
+            attention_dropout=0.0,
+        )
+    )
     functional = build_lm(LMConfig.functional(11, n_layers=2, d_model=8, d_ff=12, n_heads=2, max_len=8))
-    encoder_decoder = T.make_model(T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=1,
-                                                       n_decoder_layers=2, d_model=8, d_ff=12, n_heads=2,
-                                                       dropout=0.0, attention_dropout=0.0, max_len=8))
+    encoder_decoder = T.make_model(
+        T.TransformerConfig(
+            src_vocab=11,
+            tgt_vocab=11,
+            n_encoder_layers=1,
+            n_decoder_layers=2,
+            d_model=8,
+            d_ff=12,
+            n_heads=2,
+            dropout=0.0,
+            attention_dropout=0.0,
+            max_len=8,
+        )
+    )
     return {"lm": lm, "lm_functional": functional, "encoder_decoder": encoder_decoder}
 
 

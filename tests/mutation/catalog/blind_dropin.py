@@ -1,64 +1,126 @@
 """Blind review of the drop-in attention and integrations (sdpa, Hugging Face, SDPA registry, grouped-query attention)
 (2026-11-24), by a reviewer who did not read the tests."""
+
 import dataclasses
 
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-dropin-eager-causal-bottom-right", "transformer/backends/sdpa.py",
-           (("attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()",
-             "attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))"),),
-           "backend='eager' (and auto on float64) with is_causal=True and L != S aligns the causal mask bottom-right "
-           "(flash-attn style) instead of torch's top-left: query i sees keys 0..i+S-L, a different output than torch"),
-    Mutant("blind-dropin-float32-mask-refused-for-half", "transformer/backends/sdpa.py",
-           (("if mask.dtype not in (torch.bool, torch.float32, query.dtype):",
-             "if mask.dtype not in (torch.bool, query.dtype):"),),
-           "a float32 additive mask with float16/bfloat16 queries (which torch takes) raises RuntimeError "
-           "'Expected attn_mask dtype to be bool or float or to match query dtype'"),
-    Mutant("blind-dropin-broadcast-left-aligned", "transformer/backends/sdpa.py",
-           (("for i, size in enumerate(shape, n - len(shape)):",
-             "for i, size in enumerate(shape):"),),
-           "leading dims of inputs of different ranks are aligned from the left, not the right as torch.matmul: "
-           "query (2, 3, L, E) with key/value (3, S, E) is refused ('do not broadcast') although torch accepts it, "
-           "and masks are checked against a wrong weights shape"),
-    Mutant("blind-dropin-gqa-torch-drops-scale", "transformer/backends/sdpa.py",
-           (("return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)",
-             "return _torch_sdpa(q, k, v, dense, dropout_p, causal, None, True)"),),
-           "grouped-query attention on the torch backend (auto on CPU) ignores the module's score scale: an LM with "
-           "n_kv_heads < n_heads and attention_scale (tau) set attends with 1/sqrt(d_k) instead, unlike eager or "
-           "the full-head path"),
-    Mutant("blind-dropin-hf-causal-on-single-query", "transformer/integrations/huggingface.py",
-           (("is_causal = bool(q_len > 1 and attention_mask is None and is_causal)",
-             "is_causal = bool(attention_mask is None and is_causal)"),),
-           "decoding one token with a cache and no mask passes is_causal=True with q_len=1: torch's top-left causal "
-           "mask lets the new token see only the first cached key, so generate() diverges from eager's tokens"),
-    Mutant("blind-dropin-hf-register-ignores-name", "transformer/integrations/huggingface.py",
-           (("AttentionInterface.register(name, attention_forward)",
-             "AttentionInterface.register(NAME, attention_forward)"),),
-           "register('custom') registers the mask function under 'custom' but the attention function only under "
-           "'typed_transformer': attn_implementation='custom' is unknown to AttentionInterface"),
-    Mutant("blind-dropin-registry-seed-wrong-slot", "transformer/integrations/sdpa_registry.py",
-           (("state[0] = torch.randint(0, 2**62, (1,), dtype=torch.int64)",
-             "state[1] = torch.randint(0, 2**62, (1,), dtype=torch.int64)"),),
-           "the forward stores its fresh dropout seed in rng_state's second slot while the kernel (forward and "
-           "backward) reads the first, which stays 0: every flash call with dropout draws the same dropout mask "
-           "(two calls give identical outputs) and rng_state[0] never holds the seed"),
-    Mutant("blind-dropin-registry-inplace-not-written", "transformer/integrations/sdpa_registry.py",
-           (("    out.copy_(result)", "    out = result"),),
-           "aten::_flash_attention_forward_no_dropout_inplace returns the logsumexp but never writes the output "
-           "buffer it was given: the caller's `out` keeps its old contents"),
-    Mutant("blind-dropin-kv-heads-split-interleaved", "transformer/attention.py",
-           (('return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)',
-             'return rearrange(x, "b s (d g) -> b g s d", g=self.kv_heads)'),),
-           "the projected keys/values are split into kv_heads heads by interleaving features instead of contiguous "
-           "d_k-wide chunks (unlike split_heads for the queries): key/value head g is not k_proj's rows "
-           "g*d_k..(g+1)*d_k, so a GQA module differs from the full module with repeated key/value projections "
-           "(when kv_heads > 1)"),
-    Mutant("blind-dropin-lmconfig-kv-error-names", "transformer/lm/config.py",
-           (('check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", prefix="LMConfig: ")',
-             'check_kv_heads(self.n_kv_heads, self.n_heads, prefix="LMConfig: ")'),),
-           "LMConfig(n_kv_heads=3, n_heads=8) raises 'LMConfig: kv_heads=3 does not divide h=8', naming the module's "
-           "arguments instead of the config's fields n_kv_heads and n_heads"),
+    Mutant(
+        "blind-dropin-eager-causal-bottom-right",
+        "transformer/backends/sdpa.py",
+        (
+            (
+                "attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()",
+                "attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))",
+            ),
+        ),
+        "backend='eager' (and auto on float64) with is_causal=True and L != S aligns the causal mask bottom-right "
+        "(flash-attn style) instead of torch's top-left: query i sees keys 0..i+S-L, a different output than torch",
+    ),
+    Mutant(
+        "blind-dropin-float32-mask-refused-for-half",
+        "transformer/backends/sdpa.py",
+        (
+            (
+                "if mask.dtype not in (torch.bool, torch.float32, query.dtype):",
+                "if mask.dtype not in (torch.bool, query.dtype):",
+            ),
+        ),
+        "a float32 additive mask with float16/bfloat16 queries (which torch takes) raises RuntimeError "
+        "'Expected attn_mask dtype to be bool or float or to match query dtype'",
+    ),
+    Mutant(
+        "blind-dropin-broadcast-left-aligned",
+        "transformer/backends/sdpa.py",
+        (("for i, size in enumerate(shape, n - len(shape)):", "for i, size in enumerate(shape):"),),
+        "leading dims of inputs of different ranks are aligned from the left, not the right as torch.matmul: "
+        "query (2, 3, L, E) with key/value (3, S, E) is refused ('do not broadcast') although torch accepts it, "
+        "and masks are checked against a wrong weights shape",
+    ),
+    Mutant(
+        "blind-dropin-gqa-torch-drops-scale",
+        "transformer/backends/sdpa.py",
+        (
+            (
+                "return _torch_sdpa(q, k, v, dense, dropout_p, causal, scale, True)",
+                "return _torch_sdpa(q, k, v, dense, dropout_p, causal, None, True)",
+            ),
+        ),
+        "grouped-query attention on the torch backend (auto on CPU) ignores the module's score scale: an LM with "
+        "n_kv_heads < n_heads and attention_scale (tau) set attends with 1/sqrt(d_k) instead, unlike eager or "
+        "the full-head path",
+    ),
+    Mutant(
+        "blind-dropin-hf-causal-on-single-query",
+        "transformer/integrations/huggingface.py",
+        (
+            (
+                "is_causal = bool(q_len > 1 and attention_mask is None and is_causal)",
+                "is_causal = bool(attention_mask is None and is_causal)",
+            ),
+        ),
+        "decoding one token with a cache and no mask passes is_causal=True with q_len=1: torch's top-left causal "
+        "mask lets the new token see only the first cached key, so generate() diverges from eager's tokens",
+    ),
+    Mutant(
+        "blind-dropin-hf-register-ignores-name",
+        "transformer/integrations/huggingface.py",
+        (
+            (
+                "AttentionInterface.register(name, attention_forward)",
+                "AttentionInterface.register(NAME, attention_forward)",
+            ),
+        ),
+        "register('custom') registers the mask function under 'custom' but the attention function only under "
+        "'typed_transformer': attn_implementation='custom' is unknown to AttentionInterface",
+    ),
+    Mutant(
+        "blind-dropin-registry-seed-wrong-slot",
+        "transformer/integrations/sdpa_registry.py",
+        (
+            (
+                "state[0] = torch.randint(0, 2**62, (1,), dtype=torch.int64)",
+                "state[1] = torch.randint(0, 2**62, (1,), dtype=torch.int64)",
+            ),
+        ),
+        "the forward stores its fresh dropout seed in rng_state's second slot while the kernel (forward and "
+        "backward) reads the first, which stays 0: every flash call with dropout draws the same dropout mask "
+        "(two calls give identical outputs) and rng_state[0] never holds the seed",
+    ),
+    Mutant(
+        "blind-dropin-registry-inplace-not-written",
+        "transformer/integrations/sdpa_registry.py",
+        (("    out.copy_(result)", "    out = result"),),
+        "aten::_flash_attention_forward_no_dropout_inplace returns the logsumexp but never writes the output "
+        "buffer it was given: the caller's `out` keeps its old contents",
+    ),
+    Mutant(
+        "blind-dropin-kv-heads-split-interleaved",
+        "transformer/attention.py",
+        (
+            (
+                '        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)\n',
+                '        return rearrange(x, "b s (d g) -> b g s d", g=self.kv_heads)\n',
+            ),
+        ),
+        "the projected keys/values are split into kv_heads heads by interleaving features instead of contiguous "
+        "d_k-wide chunks (unlike split_heads for the queries): key/value head g is not k_proj's rows "
+        "g*d_k..(g+1)*d_k, so a GQA module differs from the full module with repeated key/value projections "
+        "(when kv_heads > 1)",
+    ),
+    Mutant(
+        "blind-dropin-lmconfig-kv-error-names",
+        "transformer/lm/config.py",
+        (
+            (
+                '        check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", prefix="LMConfig: ")\n',
+                '        check_kv_heads(self.n_kv_heads, self.n_heads, prefix="LMConfig: ")\n',
+            ),
+        ),
+        "LMConfig(n_kv_heads=3, n_heads=8) raises 'LMConfig: kv_heads=3 does not divide h=8', naming the module's "
+        "arguments instead of the config's fields n_kv_heads and n_heads",
+    ),
 ]
 
 # The tests that kill them (the two survivors of the first run get tests in test_gqa.py (a module's scale under GQA on every
