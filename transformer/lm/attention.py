@@ -19,6 +19,10 @@ queries and keys repeated), the eager and torch backends take the (d_model + 1)-
 same work on the values; the kernel recomputes each head's scores once per chunk (see docs/lm.md, "Per-head
 values on the fused kernel"). Dropout on the probabilities is drawn per problem by the kernel, which would give
 each chunk its own mask: ``triton`` refuses the per-head form with attention dropout, ``auto`` picks ``torch``.
+
+Both are :class:`LMSelfAttention` (``forward(x, mask, cache=...)``, tau), whose machinery (projections, key/value
+cache, the mask per head, the attend step on a backend) is :class:`~transformer.attention.AttentionHeads`', the
+same as :class:`~transformer.attention.MultiHeadedAttention`'s.
 """
 
 from __future__ import annotations
