@@ -37,7 +37,117 @@ __all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_
            "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
 
 
-class MultiHeadedAttention(nn.Module):
+class AttentionHeads(nn.Module):
+    """What every multi-head attention module shares (section 3.2.2): h heads of width d_k = d_model / h.
+
+    Queries are projected by ``q_proj`` into h heads, keys by ``k_proj`` into ``kv_heads`` heads (default ``h``;
+    fewer is grouped-query attention), values by the maps :meth:`build_value_maps` makes (``v_proj`` into
+    ``kv_heads`` heads, and ``out_proj`` = W^O over the concatenated heads). The step every form runs is
+    :meth:`attend_heads`: ``softmax(scale * Q K^T, masked) V`` per head on the chosen backend, or on the eager reference
+    with the probabilities kept in ``self.attn`` (``record_attention``). ``scale`` None is the paper's 1/sqrt(d_k).
+    Subclasses give the call signature: :class:`MultiHeadedAttention` (query, key, value) and the language model's
+    self-attentions (:mod:`transformer.lm.attention`); a subclass with other value maps overrides
+    :meth:`build_value_maps` and :meth:`value_heads`.
+    """
+
+    def __init__(
+        self,
+        h: int,
+        d_model: int,
+        dropout: float = 0.1,
+        *,
+        scale: float | None = None,
+        backend: AttentionBackend = "auto",
+        kv_heads: int | None = None,
+    ) -> None:
+        super().__init__()
+        if d_model % h != 0:
+            raise ValueError(f"h={h} does not divide d_model={d_model}")
+        self.h, self.d_model, self.d_k = h, d_model, d_model // h
+        self.kv_heads = check_kv_heads(kv_heads, h)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
+        self.build_value_maps()
+        self.dropout_p = dropout
+        self.scale = self.default_scale() if scale is None else float(scale)
+        self.backend: str = check_backend_name(backend)
+        self.record_attention = False
+        self.attn: Tensor | None = None
+
+    def default_scale(self) -> float | None:
+        """The score scale when none is given: None, the paper's 1/sqrt(d_k) as each backend computes it."""
+        return None
+
+    def build_value_maps(self) -> None:
+        """W^V (``v_proj``: d_model -> kv_heads * d_k) and W^O (``out_proj``: d_model -> d_model)."""
+        self.v_proj = nn.Linear(self.d_model, self.kv_heads * self.d_k)
+        self.out_proj = nn.Linear(self.d_model, self.d_model)
+
+    def split_heads(
+        self, x: Float[Tensor, "batch seq {self.d_model}"]
+    ) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
+        """(batch, seq, d_model) -> (batch, h, seq, d_k): each head sees its own d_k slice.
+
+        Not checked itself: its results go straight into ``attend``, whose contract checks them.
+        """
+        return rearrange(x, "b s (h d) -> b h s d", h=self.h)
+
+    def split_kv_heads(self, x: Tensor) -> Float[Tensor, "batch {self.kv_heads} seq {self.d_k}"]:
+        """(batch, seq, kv_heads * d_k) -> (batch, kv_heads, seq, d_k): the projected keys or values (checked, as
+        :meth:`split_heads`' results, by ``attend``)."""
+        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)
+
+    def value_heads(self, value: Tensor) -> Tensor:
+        """The values as heads: ``value`` (batch, k_len, d_model) through W^V, split into ``kv_heads`` heads."""
+        return self.split_kv_heads(self.v_proj(value))
+
+    def project(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values as heads. With ``cache`` the new keys and values are appended to it (or, for a
+        static cache already filled, the cached ones are used: cross-attention's memory) and all it holds returned."""
+        q = self.split_heads(self.q_proj(query))
+        if cache is not None and cache.filled:
+            return q, cache.keys, cache.values
+        k, v = self.split_kv_heads(self.k_proj(key)), self.value_heads(value)
+        if cache is not None:
+            k, v = cache.extend(k, v)
+        return q, k, v
+
+    @staticmethod
+    def heads_mask(mask: Tensor | AttentionMask | None, q: Tensor, k: Tensor) -> Tensor | AttentionMask | None:
+        """The mask as the backends take it for (batch, heads, len, d) ``q`` and ``k``: an AttentionMask checked
+        against them, or a dense (#batch, #q_len, k_len) mask given a heads axis (the same mask for every head)."""
+        if isinstance(mask, AttentionMask):
+            mask.check_fits(q.size(0), q.size(2), k.size(2))
+            return mask
+        return None if mask is None else mask.unsqueeze(1)
+
+    def attend_heads(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, backend: str | None = None
+    ) -> Tensor:
+        """``softmax(scale * q k^T, masked) v`` for every head: (batch, h, q_len, d_v), key/value heads shared by their
+        query group. ``mask`` as :meth:`heads_mask` gives it. On ``backend`` when given (already resolved), else on
+        the innermost ``use_backend`` block's or the module's; with ``record_attention``, on the eager reference,
+        keeping the probabilities in ``self.attn``. Dropout on the probabilities in training mode only."""
+        dropout_p = self.dropout_p if self.training else 0.0
+        if self.record_attention:
+            dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
+            k, v = repeat_kv_heads(k, v, self.h)
+            x, self.attn = attention.unchecked(
+                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale
+            )
+            return x
+        if backend is None:
+            backend = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p, self.scale)
+        return run_heads(backend, q, k, v, mask, dropout_p, self.scale)
+
+    def combine_heads(self, x: Tensor) -> Tensor:
+        """W^O over the concatenated heads: (batch, h, q_len, d_k) -> (batch, q_len, d_model)."""
+        return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))
+
+
+class MultiHeadedAttention(AttentionHeads):
     """Multi-Head Attention (section 3.2.2): h parallel heads of width d_k = d_model / h.
 
     ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
@@ -53,39 +163,12 @@ class MultiHeadedAttention(nn.Module):
     ``backend`` is this module's default attention backend (``TransformerConfig.attention_backend``); a
     :func:`use_backend` block overrides it. Set ``record_attention = True`` to keep the last probabilities
     in ``self.attn`` (computed by the eager reference, as the Annotated Transformer does for its pictures).
+    ``scale`` (default None: 1/sqrt(d_k)) multiplies the scores. The machinery is :class:`AttentionHeads`'.
 
     With ``cache`` (a :class:`~transformer.cache.KVCache`), ``key``/``value`` hold only the new positions:
     their projections are appended to the cache (self-attention) or, for a static cache, computed once from
     the memory and reused (cross-attention), and the queries attend to every position the cache holds.
     """
-
-    def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, backend: AttentionBackend = "auto",
-                 kv_heads: int | None = None) -> None:
-        super().__init__()
-        if d_model % h != 0:
-            raise ValueError(f"h={h} does not divide d_model={d_model}")
-        self.h, self.d_model, self.d_k = h, d_model, d_model // h
-        self.kv_heads = check_kv_heads(kv_heads, h)
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
-        self.v_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
-        self.out_proj = nn.Linear(d_model, d_model)
-        self.dropout_p = dropout
-        self.backend: str = check_backend_name(backend)
-        self.record_attention = False
-        self.attn: Tensor | None = None
-
-    def split_heads(self, x: Float[Tensor, "batch seq {self.d_model}"]) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
-        """(batch, seq, d_model) -> (batch, h, seq, d_k): each head sees its own d_k slice.
-
-        Not checked itself: its results go straight into :meth:`attend`, whose contract checks them.
-        """
-        return rearrange(x, "b s (h d) -> b h s d", h=self.h)
-
-    def split_kv_heads(self, x: Tensor) -> Float[Tensor, "batch {self.kv_heads} seq {self.d_k}"]:
-        """(batch, seq, kv_heads * d_k) -> (batch, kv_heads, seq, d_k): the projected keys or values (checked, as
-        :meth:`split_heads`' results, by :meth:`attend`)."""
-        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)
 
     @checked
     def forward(
@@ -93,23 +176,23 @@ class MultiHeadedAttention(nn.Module):
         query: Float[Tensor, "batch q_len {self.d_model}"],
         key: Float[Tensor, "batch k_len {self.d_model}"],
         value: Float[Tensor, "batch k_len {self.d_model}"],
-        mask: Bool[Tensor, "..."] | AttentionMask | None = None,
+        mask: Bool[Tensor, "..."] | AttentionMask | None = None,  # noqa: UP037 (a jaxtyping shape: any)
         *,
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """``mask`` covers the keys attended (the ``k_len`` new positions, or with a cache every cached one), so
         :meth:`attend` checks its shape against them: (#batch, #q_len, keys attended). Inputs and mask must be on the
         module's device, and the inputs of its dtype (ValueError naming the argument)."""
-        validate_dtype_device("MultiHeadedAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
-                              query=query, key=key, value=value, mask=mask)
-        q = self.split_heads(self.q_proj(query))
-        if cache is not None and cache.filled:
-            k, v = cache.keys, cache.values
-        else:
-            k, v = self.split_kv_heads(self.k_proj(key)), self.split_kv_heads(self.v_proj(value))
-            if cache is not None:
-                k, v = cache.extend(k, v)
-        return self.attend(q, k, v, mask)
+        validate_dtype_device(
+            "MultiHeadedAttention.forward",
+            lambda: self.q_proj.weight,
+            "the module's parameters",
+            query=query,
+            key=key,
+            value=value,
+            mask=mask,
+        )
+        return self.attend(*self.project(query, key, value, cache), mask)
 
     @checked
     def attend(
@@ -120,19 +203,7 @@ class MultiHeadedAttention(nn.Module):
         mask: Bool[Tensor, "#batch #q_len k_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """Attention over projected heads (the same mask for every head), then W^O."""
-        if isinstance(mask, AttentionMask):
-            mask.check_fits(q.size(0), q.size(2), k.size(2))
-        elif mask is not None:
-            mask = mask.unsqueeze(1)  # the same mask for every head
-        dropout_p = self.dropout_p if self.training else 0.0
-        if self.record_attention:
-            dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
-            k, v = repeat_kv_heads(k, v, self.h)
-            x, self.attn = attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout)
-        else:
-            name = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p)
-            x = run_heads(name, q, k, v, mask, dropout_p)
-        return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))
+        return self.combine_heads(self.attend_heads(q, k, v, self.heads_mask(mask, q, k)))
 
 
 class _CallableModule(types.ModuleType):

@@ -2,8 +2,10 @@
 
 Decoding one token at a time, a decoder layer's self-attention needs the keys and values of every earlier
 position, and its cross-attention the projected encoder memory. :class:`KVCache` holds them for one attention
-(``MultiHeadedAttention(..., cache=...)`` fills and reads it); :class:`DecoderCache` holds one pair per decoder
-layer and is what ``EncoderDecoder.decode(..., cache=...)`` and the language model take. Both can be reordered
+(``MultiHeadedAttention(..., cache=...)`` fills and reads it). :class:`StackCache` holds one layer's caches per layer
+of a stack and says how new positions attend (:meth:`StackCache.self_attention_mask`); :class:`DecoderCache` (one
+:class:`LayerCache` per decoder layer) is what ``EncoderDecoder.decode(..., cache=...)`` takes, and the language
+model's ``LMCache`` (one :class:`KVCache` per layer) is the same with one attention per layer. All can be reordered
 along the batch for beam search. Outputs computed with a cache equal those recomputed from scratch
 (``tests/test_decoding.py``).
 """
@@ -13,8 +15,9 @@ from __future__ import annotations
 import torch
 
 from .contracts import Float, Tensor, checked, validate_dtype_device
+from .masks import AttentionMask
 
-__all__ = ["KVCache", "LayerCache", "DecoderCache"]
+__all__ = ["KVCache", "LayerCache", "StackCache", "DecoderCache"]
 
 
 class KVCache:
@@ -51,8 +54,10 @@ class KVCache:
         if self.keys is not None:
             validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)
             if self.keys.shape[:2] != k.shape[:2] or self.keys.size(3) != k.size(3):
-                raise ValueError(f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
-                                 f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)")
+                raise ValueError(
+                    f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
+                    f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)"
+                )
             k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
         self.keys, self.values = k, v
         return k, v
@@ -71,25 +76,58 @@ class LayerCache:
         self.self_attn = KVCache()
         self.src_attn = KVCache(static=True)
 
+    @property
+    def length(self) -> int:
+        """Target positions held by the self-attention."""
+        return self.self_attn.length
+
     def reorder(self, index: Tensor) -> None:
         self.self_attn.reorder(index)
         self.src_attn.reorder(index)
 
 
-class DecoderCache:
-    """The caches of a whole decoder stack: one :class:`LayerCache` per layer; ``length`` positions decoded so far."""
+class StackCache:
+    """The caches of a whole stack of layers: one ``layer_type()`` per layer; ``length`` positions decoded so far.
+
+    Subclasses name what one layer holds (``layer_type``: anything with ``length`` and ``reorder``)."""
+
+    layer_type: type = KVCache
 
     def __init__(self, n_layers: int) -> None:
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"DecoderCache: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = [LayerCache() for _ in range(n_layers)]
+            raise ValueError(f"{type(self).__name__}: n_layers must be a positive int, got {n_layers!r}")
+        self.layers = [self.layer_type() for _ in range(n_layers)]
 
     @property
     def length(self) -> int:
-        """Target positions decoded so far (the offset of the next position)."""
-        return self.layers[0].self_attn.length
+        """Positions decoded so far (the offset of the next position)."""
+        return self.layers[0].length
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every layer (rows may repeat)."""
+        """Keep batch rows ``index`` in every layer (rows may repeat: beam search)."""
         for layer in self.layers:
             layer.reorder(index)
+
+    def self_attention_mask(
+        self, new: int, mask: object, *, layers: int, who: str, stack: str, mask_name: str
+    ) -> AttentionMask | None:
+        """The self-attention mask of ``new`` positions after the cached ones, for a stack (``who``, ``stack``) of
+        ``layers`` layers that was given ``mask_name`` = ``mask``: they attend to every cached position and causally
+        among themselves (no mask for one position). More than one new position is taken only into an empty cache
+        (a prompt), where causal is the whole rule; a mask, or a cache of another depth, raises ValueError."""
+        if len(self.layers) != layers:
+            raise ValueError(f"{who}: the cache has {len(self.layers)} layers, {stack} {layers}")
+        if mask is not None:
+            raise ValueError(f"{who}: with a cache, pass {mask_name}=None (new positions attend to every cached one)")
+        if new > 1 and self.length > 0:
+            raise ValueError(
+                f"{who}: {new} new positions after {self.length} cached ones; after the first call a "
+                "cache takes one position at a time"
+            )
+        return AttentionMask(causal=True) if new > 1 else None
+
+
+class DecoderCache(StackCache):
+    """The caches of a whole decoder stack: one :class:`LayerCache` per layer; ``length`` positions decoded so far."""
+
+    layer_type = LayerCache

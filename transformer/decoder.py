@@ -1,4 +1,7 @@
-"""The decoder: a stack of N identical layers with a third, cross-attention sub-layer (section 3.1)."""
+"""The decoder: a stack of N identical layers with a third, cross-attention sub-layer (section 3.1).
+
+The module that decodes; searching for a sequence with it (greedy, sampling, beam) is :mod:`transformer.decoding`.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ class DecoderLayer(nn.Module):
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
-        self.size = size
+        self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.src_attn = src_attn
         self.feed_forward = feed_forward
@@ -48,8 +51,15 @@ class DecoderLayer(nn.Module):
         tgt_mask: Bool[Tensor, "#batch #tgt_len tgt_len"] | AttentionMask | None,
         cache: LayerCache | None = None,
     ) -> Float[Tensor, "batch tgt_len {self.size}"]:
-        validate_dtype_device("DecoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters",
-                              x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        validate_dtype_device(
+            "DecoderLayer.forward",
+            lambda: self.sublayer[0].norm.weight,
+            "the module's parameters",
+            x=x,
+            memory=memory,
+            src_mask=src_mask,
+            tgt_mask=tgt_mask,
+        )
         m = memory
         self_cache, src_cache = (None, None) if cache is None else (cache.self_attn, cache.src_attn)
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, cache=self_cache))
@@ -63,7 +73,7 @@ class Decoder(nn.Module):
     def __init__(self, layer: DecoderLayer, N: int) -> None:
         super().__init__()
         self.layers = clones(layer, N)
-        self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)
+        self.norm = LayerNorm(layer.size, layer.eps)
         self.size = layer.size
 
     def new_cache(self) -> DecoderCache:
@@ -82,20 +92,19 @@ class Decoder(nn.Module):
         """With ``cache``, ``x`` holds the positions after the cached ones and ``tgt_mask`` must be None: they
         attend to every cached position and causally among themselves. More than one new position at a time is
         taken only into an empty cache (a prompt), where causal is the whole rule."""
-        validate_dtype_device("Decoder.forward", lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
-                              "the module's parameters", x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        validate_dtype_device(
+            "Decoder.forward",
+            lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
+            "the module's parameters",
+            x=x,
+            memory=memory,
+            src_mask=src_mask,
+            tgt_mask=tgt_mask,
+        )
         if cache is not None:
-            tgt_mask = self._cached_mask(x.size(1), cache, tgt_mask)
+            tgt_mask = cache.self_attention_mask(
+                x.size(1), tgt_mask, layers=len(self.layers), who="Decoder", stack="the decoder", mask_name="tgt_mask"
+            )
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i])
         return self.norm(x)
-
-    def _cached_mask(self, new: int, cache: DecoderCache, tgt_mask: object) -> AttentionMask | None:
-        if len(cache.layers) != len(self.layers):
-            raise ValueError(f"Decoder: the cache has {len(cache.layers)} layers, the decoder {len(self.layers)}")
-        if tgt_mask is not None:
-            raise ValueError("Decoder: with a cache, pass tgt_mask=None (new positions attend to every cached one)")
-        if new > 1 and cache.length > 0:
-            raise ValueError(f"Decoder: {new} new positions after {cache.length} cached ones; after the first call "
-                             "a cache takes one position at a time")
-        return AttentionMask(causal=True) if new > 1 else None

@@ -88,6 +88,14 @@ class EmbeddingStack(nn.Sequential):
     positions). Indexing, parameter names and checkpoints are those of the plain ``nn.Sequential``.
     """
 
+    @property
+    def max_len(self) -> int:
+        """The longest sequence the positional encoding covers (ValueError when the stack has none)."""
+        for module in self:
+            if isinstance(module, _PositionTable):
+                return module.max_len
+        raise ValueError("EmbeddingStack: no positional encoding, so no max_len")
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:  # the parts' own contracts check the shapes
         for module in self:
             x = module(x, offset=offset) if isinstance(module, _PositionTable) else module(x)

@@ -26,17 +26,20 @@ class EncoderLayer(nn.Module):
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
-        self.size = size
+        self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.feed_forward = feed_forward
         self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps), 2)
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
+        self,
+        x: Float[Tensor, "batch src_len {self.size}"],
+        mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch src_len {self.size}"]:
-        validate_dtype_device("EncoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters",
-                              x=x, mask=mask)
+        validate_dtype_device(
+            "EncoderLayer.forward", lambda: self.sublayer[0].norm.weight, "the module's parameters", x=x, mask=mask
+        )
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayer[1](x, self.feed_forward)
 
@@ -47,15 +50,22 @@ class Encoder(nn.Module):
     def __init__(self, layer: EncoderLayer, N: int) -> None:
         super().__init__()
         self.layers = clones(layer, N)
-        self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)
+        self.norm = LayerNorm(layer.size, layer.eps)
         self.size = layer.size
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch src_len {self.size}"], mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
+        self,
+        x: Float[Tensor, "batch src_len {self.size}"],
+        mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch src_len {self.size}"]:
-        validate_dtype_device("Encoder.forward", lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
-                              "the module's parameters", x=x, mask=mask)
+        validate_dtype_device(
+            "Encoder.forward",
+            lambda: self.layers[0].sublayer[0].norm.weight,  # what x meets first
+            "the module's parameters",
+            x=x,
+            mask=mask,
+        )
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

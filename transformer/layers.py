@@ -47,7 +47,9 @@ class LayerNorm(nn.Module):
 
 
 @checked
-def residual(x: Float[Tensor, "*batch d_model"], sublayer_out: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch d_model"]:
+def residual(
+    x: Float[Tensor, "*batch d_model"], sublayer_out: Float[Tensor, "*batch d_model"]
+) -> Float[Tensor, "*batch d_model"]:
     """The residual connection x + Sublayer(x): both operands must have the same shape."""
     return x + sublayer_out
 
@@ -56,15 +58,24 @@ class SublayerConnection(nn.Module):
     """A residual connection around a sub-layer, with dropout and LayerNorm (section 3.1, 5.4).
 
     ``norm_placement="post"`` is the paper's ``LayerNorm(x + Dropout(Sublayer(x)))``;
-    ``"pre"`` is the Annotated Transformer's ``x + Dropout(Sublayer(LayerNorm(x)))``.
+    ``"pre"`` is the Annotated Transformer's ``x + Dropout(Sublayer(LayerNorm(x)))``. ``norm`` replaces the
+    ``LayerNorm(size, eps)`` with another normalisation of ``size`` features (the language model's ``"std"``).
     """
 
-    def __init__(self, size: int, dropout: float, norm_placement: NormPlacement = "pre", eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        size: int,
+        dropout: float,
+        norm_placement: NormPlacement = "pre",
+        eps: float = 1e-6,
+        *,
+        norm: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         if norm_placement not in ("pre", "post"):
             raise ValueError(f"norm_placement must be 'pre' or 'post', got {norm_placement!r}")
         self.size, self.norm_placement = size, norm_placement
-        self.norm = LayerNorm(size, eps)
+        self.norm = LayerNorm(size, eps) if norm is None else norm
         self.dropout = nn.Dropout(dropout)
 
     @checked

@@ -13,7 +13,7 @@ from .cache import DecoderCache
 from .config import TransformerConfig
 from .contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_nonempty
 from .decoder import Decoder, DecoderLayer
-from .embeddings import EmbeddingStack, Embeddings, LearnedPositionalEncoding, PositionalEncoding
+from .embeddings import Embeddings, EmbeddingStack, LearnedPositionalEncoding, PositionalEncoding
 from .encoder import Encoder, EncoderLayer
 from .layers import PositionwiseFeedForward
 from .masks import AttentionMask, subsequent_mask
@@ -80,11 +80,18 @@ class EncoderDecoder(nn.Module):
 
     @checked
     def encode(
-        self, src: Int[Tensor, "batch src_len"], src_mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None
+        self,
+        src: Int[Tensor, "batch src_len"],
+        src_mask: Bool[Tensor, "#batch #src_len src_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch src_len {self.d_model}"]:
         validate_nonempty(src, "EncoderDecoder.encode: argument 'src'", "batch src_len")
-        validate_dtype_device("EncoderDecoder.encode", lambda: self.encoder.layers[0].sublayer[0].norm.weight,
-                              "the model's parameters", src=src, src_mask=src_mask)
+        validate_dtype_device(
+            "EncoderDecoder.encode",
+            lambda: self.encoder.layers[0].sublayer[0].norm.weight,
+            "the model's parameters",
+            src=src,
+            src_mask=src_mask,
+        )
         return self.encoder(self.src_embed(src), src_mask)
 
     @checked
@@ -101,8 +108,15 @@ class EncoderDecoder(nn.Module):
         positions after the ``cache.length`` already decoded, and ``tgt_mask`` is None (see :class:`Decoder`)."""
         validate_nonempty(tgt, "EncoderDecoder.decode: argument 'tgt'", "batch tgt_len")
         validate_nonempty(memory, "EncoderDecoder.decode: argument 'memory'", "batch src_len d_model", axis=1)
-        validate_dtype_device("EncoderDecoder.decode", lambda: self.decoder.layers[0].sublayer[0].norm.weight,
-                              "the model's parameters", memory=memory, tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)
+        validate_dtype_device(
+            "EncoderDecoder.decode",
+            lambda: self.decoder.layers[0].sublayer[0].norm.weight,
+            "the model's parameters",
+            memory=memory,
+            tgt=tgt,
+            src_mask=src_mask,
+            tgt_mask=tgt_mask,
+        )
         offset = 0 if cache is None else cache.length
         return self.decoder(self.tgt_embed(tgt, offset=offset), memory, src_mask, tgt_mask, cache)
 
@@ -128,8 +142,9 @@ class EncoderDecoder(nn.Module):
             out = self.decode(memory, src_mask, ys, subsequent_mask(ys.size(1), device=ys.device))
         else:
             if cache.length != ys.size(1) - 1:
-                raise ValueError(f"DecoderCache holds {cache.length} positions but ys has {ys.size(1)}; "
-                                 f"expected {ys.size(1) - 1}")
+                raise ValueError(
+                    f"DecoderCache holds {cache.length} positions but ys has {ys.size(1)}; expected {ys.size(1) - 1}"
+                )
             out = self.decode(memory, src_mask, ys[:, -1:], None, cache=cache)
         return self.generator(out[:, -1])
 
@@ -147,8 +162,9 @@ class NextTokens:
     :meth:`reorder` follows beam search's surviving hypotheses.
     """
 
-    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | AttentionMask | None,
-                 *, use_cache: bool = True) -> None:
+    def __init__(
+        self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | AttentionMask | None, *, use_cache: bool = True
+    ) -> None:
         self.model, self.memory, self.src_mask = model, memory, src_mask
         self.cache = model.new_cache() if use_cache else None
 
@@ -175,11 +191,16 @@ def build_model(config: TransformerConfig) -> EncoderDecoder:
     """Construct a model from a validated config (Glorot-initialised, weights tied as configured)."""
     c = copy.deepcopy
     eps, placement = config.layer_norm_eps, config.norm_placement
-    attn = MultiHeadedAttention(config.n_heads, config.d_model, config.attention_dropout, backend=config.attention_backend)
+    attn = MultiHeadedAttention(
+        config.n_heads, config.d_model, config.attention_dropout, backend=config.attention_backend
+    )
     ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation)
     model = EncoderDecoder(
         Encoder(EncoderLayer(config.d_model, c(attn), c(ff), config.dropout, placement, eps), config.n_encoder_layers),
-        Decoder(DecoderLayer(config.d_model, c(attn), c(attn), c(ff), config.dropout, placement, eps), config.n_decoder_layers),
+        Decoder(
+            DecoderLayer(config.d_model, c(attn), c(attn), c(ff), config.dropout, placement, eps),
+            config.n_decoder_layers,
+        ),
         EmbeddingStack(Embeddings(config.d_model, config.src_vocab), _positional(config)),
         EmbeddingStack(Embeddings(config.d_model, config.tgt_vocab), _positional(config)),
         Generator(config.d_model, config.tgt_vocab),

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import transformer as T
 from transformer import decoding
+from transformer.decoding import greedy as greedy_module  # where append_token looks torch up
 
 SETTINGS = settings(max_examples=15, deadline=None)
 MODEL_MAX_LEN = 9
@@ -28,8 +29,13 @@ def model():
 
 
 @SETTINGS
-@given(batch=st.integers(1, 3), src_len=st.integers(1, 5), max_len=st.integers(1, MODEL_MAX_LEN),
-       use_cache=st.booleans(), end_step=st.one_of(st.none(), st.integers(1, MODEL_MAX_LEN - 1)))
+@given(
+    batch=st.integers(1, 3),
+    src_len=st.integers(1, 5),
+    max_len=st.integers(1, MODEL_MAX_LEN),
+    use_cache=st.booleans(),
+    end_step=st.one_of(st.none(), st.integers(1, MODEL_MAX_LEN - 1)),
+)
 def test_greedy_decode_yields_exactly_the_requested_length(model, batch, src_len, max_len, use_cache, end_step):
     """Exactly max_len tokens, and the right ones: the first max_len tokens of the longest decode (the start
     symbol counts as the first); with an end symbol, that decode up to its first end symbol, then padding.
@@ -41,8 +47,8 @@ def test_greedy_decode_yields_exactly_the_requested_length(model, batch, src_len
     end = None if end_step is None else longest[0][end_step]
     ys = decoding.greedy_decode(model, src, mask, max_len, 1, end, use_cache=use_cache)
     assert ys.shape == (batch, max_len) and ys.dtype == src.dtype
-    for row, full in zip(ys.tolist(), longest):
-        first = full.index(end, 1) if end is not None and end in full[1 : max_len] else max_len - 1
+    for row, full in zip(ys.tolist(), longest, strict=True):
+        first = full.index(end, 1) if end is not None and end in full[1:max_len] else max_len - 1
         assert row == full[: first + 1] + [0] * (max_len - 1 - first)  # pad id 0 (the config's) after the end
     if end_step is not None and end_step < max_len:
         assert end in ys[0, 1:].tolist()
@@ -78,7 +84,7 @@ def test_greedy_decode_refuses_lengths_beyond_the_positional_encoding(model):
 
 
 class _TorchAppendingTwice:
-    """``torch`` as seen by transformer.decoding, except that concatenating token ids along the
+    """``torch`` as seen by transformer.decoding.greedy, except that concatenating token ids along the
     sequence axis appends the last token twice: a step that extends by two."""
 
     def __getattr__(self, name):
@@ -98,7 +104,7 @@ def test_a_step_that_adds_two_tokens_is_refused(model, monkeypatch, checks_on):
     src_mask = T.padding_mask(src, 0)
     memory = model.encode(src, src_mask)
     ys = torch.ones(2, 3, dtype=torch.long)
-    monkeypatch.setattr(decoding, "torch", _TorchAppendingTwice())
+    monkeypatch.setattr(greedy_module, "torch", _TorchAppendingTwice())
     with T.checks(checks_on), pytest.raises(ValueError, match="greedy_step must add exactly one token: 3 -> 5"):
         decoding.greedy_step(model, memory, src_mask, ys)
 
@@ -106,7 +112,7 @@ def test_a_step_that_adds_two_tokens_is_refused(model, monkeypatch, checks_on):
 @pytest.mark.parametrize("checks_on", [True, False])
 def test_greedy_decode_that_overshoots_is_refused(model, monkeypatch, checks_on):
     src = torch.randint(1, 7, (2, 4))
-    monkeypatch.setattr(decoding, "torch", _TorchAppendingTwice())
+    monkeypatch.setattr(greedy_module, "torch", _TorchAppendingTwice())
     with T.checks(checks_on), pytest.raises(ValueError, match="greedy_step must add exactly one token"):
         decoding.greedy_decode(model, src, T.padding_mask(src, 0), 4, 1, use_cache=False)
 

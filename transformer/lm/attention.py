@@ -19,6 +19,10 @@ queries and keys repeated), the eager and torch backends take the (d_model + 1)-
 same work on the values; the kernel recomputes each head's scores once per chunk (see docs/lm.md, "Per-head
 values on the fused kernel"). Dropout on the probabilities is drawn per problem by the kernel, which would give
 each chunk its own mask: ``triton`` refuses the per-head form with attention dropout, ``auto`` picks ``torch``.
+
+Both are :class:`LMSelfAttention` (``forward(x, mask, cache=...)``, tau), whose machinery (projections, key/value
+cache, the mask per head, the attend step on a backend) is :class:`~transformer.attention.AttentionHeads`', the
+same as :class:`~transformer.attention.MultiHeadedAttention`'s.
 """
 
 from __future__ import annotations
@@ -29,59 +33,29 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..backends import (attention, check_backend_name, current_backend, dense_heads_mask, refuse, repeat_kv_heads,
-                        resolve_backend, run_backend, run_heads)
+from ..attention import AttentionHeads
+from ..backends import current_backend, refuse, repeat_kv_heads, resolve_backend, run_backend
 from ..cache import KVCache
 from ..config import AttentionBackend
 from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from ..masks import AttentionMask
-from ..attention import MultiHeadedAttention
 
-__all__ = ["CausalSelfAttention", "PerHeadValueAttention"]
-
-
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
-          scale: float, default_backend: str, *, record: bool = False) -> tuple[Tensor, Tensor | None]:
-    """softmax(scale * q k^T, masked) v over heads on the chosen backend (``use_backend`` > the module's default);
-    with ``record`` the eager reference runs and the probabilities come back too. Shapes are checked by the caller.
-    """
-    if record:
-        dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
-        k, v = repeat_kv_heads(k, v, q.size(1))
-        return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, scale)
-    name = resolve_backend(current_backend() or default_backend, q, k, v, mask, dropout_p, scale)
-    return run_heads(name, q, k, v, mask, dropout_p, scale), None
+__all__ = ["CausalSelfAttention", "PerHeadValueAttention", "LMSelfAttention"]
 
 
-def _heads_mask(mask: Tensor | AttentionMask | None, batch: int, q_len: int, k_len: int):
-    """The mask as the backends take it: an AttentionMask checked against the attention, or a dense one per head."""
-    if isinstance(mask, AttentionMask):
-        mask.check_fits(batch, q_len, k_len)
-        return mask
-    return None if mask is None else mask.unsqueeze(1)
-
-
-def _repeat_heads(t: Tensor, n: int) -> Tensor:
-    """(batch, h, len, d) -> (batch, h * n, len, d): each head ``n`` times in a row (head i, chunk c at i * n + c)."""
-    batch, h, length, d = t.shape
-    return t.unsqueeze(2).expand(batch, h, n, length, d).reshape(batch, h * n, length, d)
-
-
-class CausalSelfAttention(MultiHeadedAttention):
-    """Masked multi-head self-attention (sections 3.2.2 and 3.2.3) with W^O and a score temperature.
-
-    ``MultiHead(X) = Concat(head_1, ..., head_h) W^O``, ``head_i = softmax(tau * Q_i K_i^T + M) V_i``, where ``M``
-    hides later positions and ``tau`` is ``scale`` (default 1/sqrt(d_k), the paper's). The projections, the
-    key/value cache and grouped-query attention (``kv_heads``) are :class:`~transformer.attention.MultiHeadedAttention`'s.
+class LMSelfAttention(AttentionHeads):
+    """Self-attention of the decoder-only model: one input ``x`` gives queries, keys and values, and the scores are
+    multiplied by a temperature ``scale`` (tau; default the paper's 1/sqrt(d_k)). Its subclasses are the two value
+    forms, each with its checked ``attend(q, k, values, mask)``; the causal mask comes from the model. The heads'
+    machinery is :class:`~transformer.attention.AttentionHeads`.
     """
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.1, *, scale: float | None = None,
-                 backend: AttentionBackend = "auto", kv_heads: int | None = None) -> None:
-        super().__init__(h, d_model, dropout, backend=backend, kv_heads=kv_heads)
-        self.scale = 1.0 / math.sqrt(self.d_k) if scale is None else float(scale)
+    def default_scale(self) -> float:
+        """tau as a number, the paper's 1/sqrt(d_k): the language model always multiplies its scores by it."""
+        return 1.0 / math.sqrt(self.d_k)
 
     @checked
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: Float[Tensor, "batch seq {self.d_model}"],
         mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
@@ -89,9 +63,20 @@ class CausalSelfAttention(MultiHeadedAttention):
         cache: KVCache | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
         """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all)."""
-        validate_dtype_device("CausalSelfAttention.forward", lambda: self.q_proj.weight, "the module's parameters", x=x,
-                              mask=mask)
-        return super().forward(x, x, x, mask, cache=cache)
+        validate_dtype_device(
+            f"{type(self).__name__}.forward", lambda: self.q_proj.weight, "the module's parameters", x=x, mask=mask
+        )
+        return self.attend(*self.project(x, x, x, cache), mask)
+
+
+class CausalSelfAttention(LMSelfAttention):
+    """Masked multi-head self-attention (sections 3.2.2 and 3.2.3) with W^O and a score temperature.
+
+    ``MultiHead(X) = Concat(head_1, ..., head_h) W^O``, ``head_i = softmax(tau * Q_i K_i^T + M) V_i``, where ``M``
+    hides later positions and ``tau`` is ``scale`` (default 1/sqrt(d_k), the paper's). The projections, the
+    key/value cache and grouped-query attention (``kv_heads``) are those of
+    :class:`~transformer.attention.MultiHeadedAttention` (both are :class:`~transformer.attention.AttentionHeads`).
+    """
 
     @checked
     def attend(
@@ -102,13 +87,10 @@ class CausalSelfAttention(MultiHeadedAttention):
         mask: Bool[Tensor, "#batch #q_len k_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """Attention over projected heads with the score scale tau, then W^O."""
-        mask = _heads_mask(mask, q.size(0), q.size(2), k.size(2))
-        dropout_p = self.dropout_p if self.training else 0.0
-        x, self.attn = _attend(q, k, v, mask, dropout_p, self.scale, self.backend, record=self.record_attention)
-        return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))
+        return self.combine_heads(self.attend_heads(q, k, v, self.heads_mask(mask, q, k)))
 
 
-class PerHeadValueAttention(nn.Module):
+class PerHeadValueAttention(LMSelfAttention):
     """Masked multi-head self-attention whose heads map values straight to d_model and are summed (no W^O), the
     functional transformer's: ``sum_i softmax(tau * Q_i K_i^T + M) (X W_i + b_i)`` (see the module docstring).
 
@@ -117,42 +99,27 @@ class PerHeadValueAttention(nn.Module):
     and b_i. The cache holds the keys and the shared input X, in ``heads`` chunks of width d_k.
     """
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.0, *, scale: float | None = None,
-                 backend: AttentionBackend = "auto") -> None:
-        super().__init__()
-        if d_model % h != 0:
-            raise ValueError(f"h={h} does not divide d_model={d_model}")
-        self.h, self.d_model, self.d_k = h, d_model, d_model // h
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.value_weight = nn.Parameter(torch.empty(h, d_model, d_model))
-        self.value_bias = nn.Parameter(torch.zeros(h, d_model))
+    def __init__(
+        self,
+        h: int,
+        d_model: int,
+        dropout: float = 0.0,
+        *,
+        scale: float | None = None,
+        backend: AttentionBackend = "auto",
+    ) -> None:
+        super().__init__(h, d_model, dropout, scale=scale, backend=backend)
         for w in self.value_weight:
             nn.init.xavier_uniform_(w)
-        self.dropout_p = dropout
-        self.scale = 1.0 / math.sqrt(self.d_k) if scale is None else float(scale)
-        self.backend: str = check_backend_name(backend)
-        self.record_attention = False
-        self.attn: Tensor | None = None
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        """(batch, seq, d_model) -> (batch, h, seq, d_k): head i's slice (queries, keys), or X's chunk i."""
-        return rearrange(x, "b s (h d) -> b h s d", h=self.h)
+    def build_value_maps(self) -> None:
+        """Each head's W_i (d_model x d_model) and b_i, in place of W^V and W^O."""
+        self.value_weight = nn.Parameter(torch.empty(self.h, self.d_model, self.d_model))
+        self.value_bias = nn.Parameter(torch.zeros(self.h, self.d_model))
 
-    @checked
-    def forward(
-        self,
-        x: Float[Tensor, "batch seq {self.d_model}"],
-        mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
-        *,
-        cache: KVCache | None = None,
-    ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        validate_dtype_device("PerHeadValueAttention.forward", lambda: self.q_proj.weight, "the module's parameters",
-                              x=x, mask=mask)
-        q, k, shared = self.split_heads(self.q_proj(x)), self.split_heads(self.k_proj(x)), self.split_heads(x)
-        if cache is not None:
-            k, shared = cache.extend(k, shared)
-        return self.attend(q, k, shared, mask)
+    def value_heads(self, value: Tensor) -> Tensor:
+        """The shared input X itself, split into ``heads`` chunks of width d_k (the shape of the keys)."""
+        return self.split_heads(value)
 
     @checked
     def attend(
@@ -163,7 +130,7 @@ class PerHeadValueAttention(nn.Module):
         mask: Bool[Tensor, "#batch #q_len k_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
         """``U_i = A_i [X, 1]`` for every head, then ``sum_i U_i[:, :d_model] W_i + U_i[:, d_model] b_i``."""
-        mask = _heads_mask(mask, q.size(0), q.size(2), k.size(2))
+        mask = self.heads_mask(mask, q, k)
         dropout_p = self.dropout_p if self.training else 0.0
         batch, h, k_len, d_k = shared.shape
         ones = torch.ones(batch, 1, k_len, 1, dtype=shared.dtype, device=shared.device)
@@ -174,25 +141,22 @@ class PerHeadValueAttention(nn.Module):
         if name == "triton":
             if dropout_p > 0:
                 if (current_backend() or self.backend) != "auto":
-                    name = refuse("attention backend 'triton' cannot run these inputs: the per-head value form "
-                                  "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
-                                  "value chunk); use the torch or eager backend, or attention_dropout=0")
+                    name = refuse(
+                        "attention backend 'triton' cannot run these inputs: the per-head value form "
+                        "with attention dropout (the kernel would draw one dropout mask per d_k-wide "
+                        "value chunk); use the torch or eager backend, or attention_dropout=0"
+                    )
                 else:
                     name = "torch"
         if name == "triton":  # h x (h + 1) problems of width d_k: chunk c of [X, 1, 0...] for every head i
             extra = torch.cat([ones, ones.new_zeros(batch, 1, k_len, d_k - 1)], dim=-1)
             chunks = torch.cat([shared, extra], dim=1)  # (batch, h + 1, k_len, d_k)
             values = chunks.unsqueeze(1).expand(-1, h, -1, -1, -1).reshape(batch, h * (h + 1), k_len, d_k)
-            u = run_backend("triton", _repeat_heads(q, h + 1), _repeat_heads(k, h + 1), values, mask, dropout_p,
-                            self.scale)
+            q, k = repeat_kv_heads(q, k, h * (h + 1))  # each head h + 1 times in a row: head i, chunk c at i(h+1)+c
+            u = run_backend("triton", q, k, values, mask, dropout_p, self.scale)
             u = rearrange(u, "b (i c) s d -> b i s (c d)", i=h)[..., : self.d_model + 1]
         else:
             values = torch.cat([rearrange(shared, "b c s d -> b 1 s (c d)"), ones], dim=-1).expand(-1, h, -1, -1)
-            if self.record_attention:
-                dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
-                u, self.attn = attention.unchecked(q, k, values, dense_heads_mask(mask, q.size(2), k_len), dropout,
-                                                   self.scale)
-            else:
-                u = run_backend(name, q, k, values, mask, dropout_p, self.scale)
+            u = self.attend_heads(q, k, values, mask, name)
         out = torch.einsum("bisd,ide->bse", u[..., : self.d_model], self.value_weight)
         return out + torch.einsum("bis,ie->bse", u[..., self.d_model], self.value_bias)

@@ -20,7 +20,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..config import Activation, AttentionBackend, ConfigRecord, NormPlacement, PositionalKind, _divisors, check_kv_heads
+from ..config import (
+    Activation,
+    AttentionBackend,
+    ConfigRecord,
+    NormPlacement,
+    PositionalKind,
+    _divisors,
+    check_kv_heads,
+)
 
 __all__ = ["LMConfig"]
 
@@ -80,7 +88,8 @@ class LMConfig(ConfigRecord):
             output, as GPT-2's MLP does (section 5.4 names only sub-layer outputs and the embedding sums).
         tie_weights: share the token embedding with the output projection (section 3.4).
         init: ``"xavier"`` (Glorot-uniform matrices, as :func:`~transformer.model.build_model`) or
-            ``"functional"`` (the functional transformer's: N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero biases).
+            ``"functional"`` (the functional transformer's: N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero
+            biases).
         pad_id: the padding token id (masked out of losses and attention), or None.
         attention_backend: the default attention backend; a run-time field (``RUNTIME_FIELDS``).
     """
@@ -126,21 +135,30 @@ class LMConfig(ConfigRecord):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LMConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "
-                             f"(d_k = d_model / n_heads must be an integer); head counts that would: "
-                             f"{_divisors(self.d_model)}")
+            raise ValueError(
+                f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "
+                f"(d_k = d_model / n_heads must be an integer); head counts that would: "
+                f"{_divisors(self.d_model)}"
+            )
         check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", prefix="LMConfig: ")
         if self.n_kv_heads not in (None, self.n_heads) and self.value_projection != "output":
-            raise ValueError(f"LMConfig: n_kv_heads={self.n_kv_heads} (grouped-query attention) needs "
-                             f"value_projection='output', got value_projection={self.value_projection!r}")
+            raise ValueError(
+                f"LMConfig: n_kv_heads={self.n_kv_heads} (grouped-query attention) needs "
+                f"value_projection='output', got value_projection={self.value_projection!r}"
+            )
         if self.positional_encoding == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"LMConfig: d_model={self.d_model} is odd: sinusoidal positional encoding needs an even "
-                             "d_model (or use positional_encoding='learned')")
+            raise ValueError(
+                f"LMConfig: d_model={self.d_model} is odd: sinusoidal positional encoding needs an even "
+                "d_model (or use positional_encoding='learned')"
+            )
         if self.positional_init == "zeros" and self.positional_encoding != "learned":
-            raise ValueError("LMConfig: positional_init='zeros' needs positional_encoding='learned' "
-                             f"(sinusoids are fixed), got positional_encoding={self.positional_encoding!r}")
-        if self.pad_id is not None and (isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
-                                        or not 0 <= self.pad_id < self.vocab):
+            raise ValueError(
+                "LMConfig: positional_init='zeros' needs positional_encoding='learned' "
+                f"(sinusoids are fixed), got positional_encoding={self.positional_encoding!r}"
+            )
+        if self.pad_id is not None and (
+            isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab
+        ):
             raise ValueError(f"LMConfig: pad_id={self.pad_id!r} must be a token id in [0, {self.vocab}) or None")
 
     # ------------------------------------------------------------------ the two formulations
@@ -151,9 +169,20 @@ class LMConfig(ConfigRecord):
         learned positions, per-head values to d_model, no dropout, pre-norm, ReLU, its initialisation.
         ``fields`` change any of these or set the sizes."""
         d_model = fields.get("d_model", cls.d_model)
-        base = dict(norm="std", layer_norm_eps=1e-5, positional_encoding="learned", positional_init="zeros",
-                    embedding_scale=d_model ** -0.5, positional_scale=1.0, value_projection="per_head",
-                    dropout=0.0, attention_dropout=0.0, norm_placement="pre", activation="relu", init="functional")
+        base = dict(
+            norm="std",
+            layer_norm_eps=1e-5,
+            positional_encoding="learned",
+            positional_init="zeros",
+            embedding_scale=d_model**-0.5,
+            positional_scale=1.0,
+            value_projection="per_head",
+            dropout=0.0,
+            attention_dropout=0.0,
+            norm_placement="pre",
+            activation="relu",
+            init="functional",
+        )
         base.update(fields)
         return cls(vocab=vocab, **base)
 

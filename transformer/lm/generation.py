@@ -3,7 +3,8 @@ continuing a prompt, with an end token, stop sequences and an enforced maximum l
 
 Search is :mod:`transformer.decoding`'s (``search``, ``sampler``, ``beam_search_steps``) over the model's step
 function (:meth:`TransformerLM.next_tokens`, with the modules' key/value cache). What this module adds is the
-language model's side: validating the request, and stop sequences, which a step wrapper turns into the end token.
+language model's side: stop sequences, which a step wrapper turns into the end token. Its request is validated by
+:func:`transformer.decoding.validate_generation`, with the same token-id and padding rules as the searches'.
 
 Every result has exactly ``prompt length + max_new_tokens`` columns, the prompt first: after a row's end token
 (or the end token that follows a stop sequence), its positions hold ``pad_symbol``. A request longer than the
@@ -16,64 +17,23 @@ model's ``max_len`` raises ValueError naming the prompt length, ``max_new_tokens
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..contracts import Int, Tensor, checked, validate_nonempty, validate_token_ids
-from ..decoding import (CheckedSteps, beam_search_steps, sampler, search, seeded_generator, validate_beam,
-                       validate_sampling)
+from ..contracts import Int, Tensor, checked
+from ..decoding import (
+    CheckedSteps,
+    beam_search_steps,
+    sampler,
+    search,
+    seeded_generator,
+    validate_beam,
+    validate_generation,
+    validate_sampling,
+)
 
 __all__ = ["generate", "beam_generate"]
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """The validated arguments of a generation: total length, end and pad tokens, stop sequences."""
-
-    max_len: int
-    end: int | None
-    pad: int
-    stops: tuple[tuple[int, ...], ...]
-
-
-def _token_id(name: str, value: object, vocab: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab:
-        raise ValueError(f"{name}={value!r} must be a token id in [0, {vocab}) (the model's vocabulary)")
-
-
-def validate_request(model: nn.Module, who: str, prompt: Tensor, max_new_tokens: object, end_symbol: int | None,
-                     pad_symbol: int | None, stop_sequences: Sequence[Sequence[int]]) -> GenerationRequest:
-    """Check a generation request whether contracts are on or off (guards), naming what is wrong."""
-    config = model.config
-    validate_nonempty(prompt, f"{who}: argument 'prompt'", "batch steps")
-    validate_token_ids(prompt, config.vocab, f"{who}: argument 'prompt'")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"{who}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    total = prompt.size(1) + max_new_tokens
-    if total > config.max_len:
-        raise ValueError(f"{who}: the prompt ({prompt.size(1)} tokens) plus max_new_tokens={max_new_tokens} is {total} "
-                         f"positions, more than the model's max_len={config.max_len}; ask for at most "
-                         f"{max(config.max_len - prompt.size(1), 0)} new tokens or shorten the prompt")
-    _token_id("end_symbol", end_symbol, config.vocab)
-    if pad_symbol is None:
-        pad_symbol = config.pad_id if config.pad_id is not None else (end_symbol if end_symbol is not None else 0)
-    _token_id("pad_symbol", pad_symbol, config.vocab)
-    stops = []
-    for i, stop in enumerate(stop_sequences):
-        stop = tuple(stop)
-        if not stop:
-            raise ValueError(f"{who}: stop_sequences[{i}] is empty; every stop sequence needs at least one token")
-        for token in stop:
-            _token_id(f"stop_sequences[{i}] token", token, config.vocab)
-        stops.append(stop)
-    if stops and end_symbol is None:
-        raise ValueError(f"{who}: stop_sequences need an end_symbol (the token that ends a row once a stop sequence "
-                         "has been generated)")
-    return GenerationRequest(total, end_symbol, pad_symbol, tuple(stops))
 
 
 class StopSequences:
@@ -129,17 +89,26 @@ def generate(
     ``checks``: which steps run with the contracts checked (``"first"``, ``"always"``, ``"never"``; see
     :class:`transformer.decoding.CheckedSteps`).
     """
-    request = validate_request(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
+    request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     validate_sampling("generate", temperature, top_k, top_p)
     steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "generate")
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
-        given = [f"{name}={value!r}" for name, value, default in
-                 (("temperature", temperature, 1.0), ("top_k", top_k, None), ("top_p", top_p, None)) if value != default]
+        given = [
+            f"{name}={value!r}"
+            for name, value, default in (
+                ("temperature", temperature, 1.0),
+                ("top_k", top_k, None),
+                ("top_p", top_p, None),
+            )
+            if value != default
+        ]
         if given:
-            raise ValueError(f"generate: {', '.join(given)} only applies to sampling; pass sample=True (or leave it "
-                             "out for greedy decoding)")
+            raise ValueError(
+                f"generate: {', '.join(given)} only applies to sampling; pass sample=True (or leave it "
+                "out for greedy decoding)"
+            )
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
     with torch.no_grad():
         if request.stops:
@@ -163,7 +132,7 @@ def beam_generate(
     """Beam search continuing one prompt (:func:`transformer.decoding.beam_search_steps`, GNMT length penalty over
     the generated tokens): the best continuation, padded like :func:`generate`, and its normalised score.
     ``checks`` as :func:`generate`."""
-    request = validate_request(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
+    request = validate_generation(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
     validate_beam("beam_generate", beam_size, length_penalty)
     steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "beam_generate")
     with torch.no_grad():

@@ -18,11 +18,17 @@ from ..cache import KVCache
 from ..config import NormPlacement
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_token_ids
 from ..embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
-from ..layers import PositionwiseFeedForward, SublayerConnection, clones
+from ..layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
 from ..masks import AttentionMask
 
-__all__ = ["StandardizedNorm", "ScaledEmbeddings", "ScaledPositionalEncoding", "ScaledLearnedPositionalEncoding",
-           "DecoderOnlyLayer", "make_norm"]
+__all__ = [
+    "StandardizedNorm",
+    "ScaledEmbeddings",
+    "ScaledPositionalEncoding",
+    "ScaledLearnedPositionalEncoding",
+    "DecoderOnlyLayer",
+    "make_norm",
+]
 
 
 class StandardizedNorm(nn.Module):
@@ -46,8 +52,6 @@ class StandardizedNorm(nn.Module):
 
 def make_norm(kind: str, features: int, eps: float) -> nn.Module:
     """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`."""
-    from ..layers import LayerNorm
-
     if kind not in ("layer", "std"):
         raise ValueError(f"norm must be 'layer' or 'std', got {kind!r}")
     return LayerNorm(features, eps) if kind == "layer" else StandardizedNorm(features, eps)
@@ -84,8 +88,9 @@ class ScaledLearnedPositionalEncoding(LearnedPositionalEncoding):
     at zero (the functional transformer's), ``"normal"`` at N(0, 0.02^2). The factor stays outside the parameter,
     so the gradients are those of ``x + lambda_pe * P``."""
 
-    def __init__(self, d_model: int, dropout: float, max_len: int = 5000, scale: float = 1.0,
-                 init: str = "normal") -> None:
+    def __init__(
+        self, d_model: int, dropout: float, max_len: int = 5000, scale: float = 1.0, init: str = "normal"
+    ) -> None:
         super().__init__(d_model, dropout, max_len)
         if init not in ("normal", "zeros"):
             raise ValueError(f"positional init must be 'normal' or 'zeros', got {init!r}")
@@ -108,15 +113,23 @@ class DecoderOnlyLayer(nn.Module):
     With ``cache``, ``x`` holds the new positions only and the attention appends their keys and values.
     """
 
-    def __init__(self, size: int, self_attn: nn.Module, feed_forward: PositionwiseFeedForward, dropout: float,
-                 norm_placement: NormPlacement = "pre", eps: float = 1e-6, norm: str = "layer") -> None:
+    def __init__(
+        self,
+        size: int,
+        self_attn: nn.Module,
+        feed_forward: PositionwiseFeedForward,
+        dropout: float,
+        norm_placement: NormPlacement = "pre",
+        eps: float = 1e-6,
+        norm: str = "layer",
+    ) -> None:
         super().__init__()
-        self.size = size
+        self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.feed_forward = feed_forward
-        self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps), 2)
-        for connection in self.sublayer:
-            connection.norm = make_norm(norm, size, eps)
+        self.sublayer = clones(
+            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), 2
+        )
 
     @checked
     def forward(

@@ -19,10 +19,12 @@ import math
 
 from torch import nn
 
-from ..cache import KVCache
+from ..cache import KVCache, StackCache
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
 from ..embeddings import EmbeddingStack
 from ..layers import PositionwiseFeedForward, clones
+from ..masks import AttentionMask, subsequent_mask
+from ..model import Generator
 from .attention import CausalSelfAttention, PerHeadValueAttention
 from .config import LMConfig
 from .layers import (
@@ -32,29 +34,14 @@ from .layers import (
     ScaledPositionalEncoding,
     make_norm,
 )
-from ..masks import AttentionMask, subsequent_mask
-from ..model import Generator
 
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
 
 
-class LMCache:
+class LMCache(StackCache):
     """The key/value caches of the whole stack: one :class:`~transformer.cache.KVCache` per layer."""
 
-    def __init__(self, n_layers: int) -> None:
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"LMCache: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = [KVCache() for _ in range(n_layers)]
-
-    @property
-    def length(self) -> int:
-        """Positions held (the offset of the next position)."""
-        return self.layers[0].length
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every layer (rows may repeat: beam search)."""
-        for layer in self.layers:
-            layer.reorder(index)
+    layer_type = KVCache
 
 
 class TransformerLM(nn.Module):
@@ -64,16 +51,23 @@ class TransformerLM(nn.Module):
     log-probabilities, as for :class:`~transformer.model.EncoderDecoder`. Position ``t`` sees tokens ``0..t`` only.
     """
 
-    def __init__(self, embed: EmbeddingStack, layer: DecoderOnlyLayer, n_layers: int, generator: Generator,
-                 config: LMConfig | None = None, norm: str = "layer") -> None:
+    def __init__(
+        self,
+        embed: EmbeddingStack,
+        layer: DecoderOnlyLayer,
+        n_layers: int,
+        generator: Generator,
+        config: LMConfig | None = None,
+        norm: str = "layer",
+    ) -> None:
         super().__init__()
         self.embed = embed
         self.layers = clones(layer, n_layers)
-        self.norm = make_norm(norm, layer.size, layer.sublayer[0].norm.eps)
+        self.norm = make_norm(norm, layer.size, layer.eps)
         self.generator = generator
         self.config = config
         self.d_model = layer.size
-        self.max_len = embed[1].max_len
+        self.max_len = embed.max_len
 
     @checked
     def forward(
@@ -87,11 +81,21 @@ class TransformerLM(nn.Module):
         :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones and ``mask`` is
         None: a prompt of several positions goes into an empty cache, then one position at a time."""
         validate_nonempty(tokens, "TransformerLM.forward: argument 'tokens'", "batch seq")
-        validate_dtype_device("TransformerLM.forward", lambda: self.generator.proj.weight, "the model's parameters",
-                              tokens=tokens, mask=mask)
+        validate_dtype_device(
+            "TransformerLM.forward",
+            lambda: self.generator.proj.weight,
+            "the model's parameters",
+            tokens=tokens,
+            mask=mask,
+        )
         offset = 0 if cache is None else cache.length
         validate_length(offset + tokens.size(1), self.max_len, "TransformerLM input")
-        mask = self._causal(mask, tokens.size(1)) if cache is None else self._cached_mask(tokens.size(1), cache, mask)
+        if cache is None:
+            mask = self._causal(mask, tokens.size(1))
+        else:
+            mask = cache.self_attention_mask(
+                tokens.size(1), mask, layers=len(self.layers), who="TransformerLM", stack="the model", mask_name="mask"
+            )
         x = self.embed(tokens, offset=offset)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.layers[i])
@@ -104,16 +108,6 @@ class TransformerLM(nn.Module):
         if isinstance(mask, AttentionMask):
             return mask.replace(causal=True)
         return mask & subsequent_mask(seq, device=mask.device)
-
-    def _cached_mask(self, new: int, cache: LMCache, mask: object) -> AttentionMask | None:
-        if len(cache.layers) != len(self.layers):
-            raise ValueError(f"TransformerLM: the cache has {len(cache.layers)} layers, the model {len(self.layers)}")
-        if mask is not None:
-            raise ValueError("TransformerLM: with a cache, pass mask=None (new positions attend to every cached one)")
-        if new > 1 and cache.length > 0:
-            raise ValueError(f"TransformerLM: {new} new positions after {cache.length} cached ones; after the first "
-                             "call a cache takes one position at a time")
-        return AttentionMask(causal=True) if new > 1 else None
 
     def new_cache(self) -> LMCache:
         """An empty key/value cache for :meth:`forward` one position at a time."""
@@ -132,8 +126,10 @@ class TransformerLM(nn.Module):
             out = self(ys, cache=cache)
         else:
             if cache.length != ys.size(1) - 1:
-                raise ValueError(f"LMCache holds {cache.length} positions but ys has {ys.size(1)}; expected 0 (a "
-                                 f"prompt) or {ys.size(1) - 1}")
+                raise ValueError(
+                    f"LMCache holds {cache.length} positions but ys has {ys.size(1)}; expected 0 (a "
+                    f"prompt) or {ys.size(1) - 1}"
+                )
             out = self(ys[:, -1:], cache=cache)
         return self.generator(out[:, -1])
 
@@ -163,16 +159,23 @@ class LMNextTokens:
 # ---------------------------------------------------------------------------- construction
 def _positions(config: LMConfig) -> nn.Module:
     if config.positional_encoding == "learned":
-        return ScaledLearnedPositionalEncoding(config.d_model, config.dropout, config.max_len,
-                                               config.positional_scale, config.positional_init)
+        return ScaledLearnedPositionalEncoding(
+            config.d_model, config.dropout, config.max_len, config.positional_scale, config.positional_init
+        )
     return ScaledPositionalEncoding(config.d_model, config.dropout, config.max_len, config.positional_scale)
 
 
 def _attention(config: LMConfig) -> nn.Module:
     kind = PerHeadValueAttention if config.value_projection == "per_head" else CausalSelfAttention
     grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}  # GQA: the W^O form only
-    return kind(config.n_heads, config.d_model, config.attention_dropout, scale=config.tau,
-                backend=config.attention_backend, **grouped)
+    return kind(
+        config.n_heads,
+        config.d_model,
+        config.attention_dropout,
+        scale=config.tau,
+        backend=config.attention_backend,
+        **grouped,
+    )
 
 
 def _initialise(model: TransformerLM, config: LMConfig) -> None:
@@ -199,10 +202,12 @@ def build_lm(config: LMConfig) -> TransformerLM:
     """Construct a language model from a validated config (initialised as ``config.init`` says, tied as
     configured)."""
     attention = _attention(config)
-    ff = PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout if config.ffn_hidden_dropout else 0.0,
-                                 config.activation)
-    layer = DecoderOnlyLayer(config.d_model, attention, ff, config.dropout, config.norm_placement,
-                             config.layer_norm_eps, config.norm)
+    ff = PositionwiseFeedForward(
+        config.d_model, config.d_ff, config.dropout if config.ffn_hidden_dropout else 0.0, config.activation
+    )
+    layer = DecoderOnlyLayer(
+        config.d_model, attention, ff, config.dropout, config.norm_placement, config.layer_norm_eps, config.norm
+    )
     embed = EmbeddingStack(ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e), _positions(config))
     model = TransformerLM(embed, layer, config.n_layers, Generator(config.d_model, config.vocab), config, config.norm)
     _initialise(model, config)

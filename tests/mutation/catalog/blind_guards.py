@@ -27,7 +27,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-guards-sampler-float32-logits",
-        "transformer/decoding/__init__.py",
+        "transformer/decoding/sampling.py",
         (("        logits = log_probs.detach().to(torch.float64)\n", "        logits = log_probs.detach().float()\n"),),
         "the tempered logits are computed in float32: a temperature below float32's range (e.g. 1e-50, 1e-300) "
         "turns the best token's 0/temperature into NaN and sampling raises 'log-probabilities ... are NaN' "
@@ -35,18 +35,23 @@ MUTANTS = [
     ),
     Mutant(
         "blind-guards-top-p-slack-sign",
-        "transformer/decoding/__init__.py",
-        (("drop_sorted = before >= top_p - TOP_P_SLACK", "drop_sorted = before >= top_p + TOP_P_SLACK"),),
+        "transformer/decoding/sampling.py",
+        (
+            (
+                "            drop_sorted = before >= top_p - TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p\n",
+                "            drop_sorted = before >= top_p + TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p\n",
+            ),
+        ),
         "the top-p slack is applied the wrong way: a prefix whose mass reaches top_p up to float32 rounding "
         "(0.5, 0.25, ... with top_p=0.75) keeps one token too many",
     ),
     Mutant(
         "blind-guards-length-penalty-inf",
-        "transformer/decoding/__init__.py",
+        "transformer/decoding/requests.py",
         (
             (
-                "    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):",
-                "    if not (_is_real(length_penalty) and length_penalty >= 0):",
+                "    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):\n",
+                "    if not (_is_real(length_penalty) and length_penalty >= 0):\n",
             ),
         ),
         "beam_search/beam_generate accept length_penalty=inf: every score becomes -0.0 and the first "
@@ -57,8 +62,14 @@ MUTANTS = [
         "transformer/lm/generation.py",
         (
             (
-                '("temperature", temperature, 1.0), ("top_k", top_k, None), ("top_p", top_p, None))',
-                '("temperature", temperature, 1.0), ("top_k", top_k, None))',
+                (
+                    "            for name, value, default in (\n"
+                    '                ("temperature", temperature, 1.0),\n'
+                    '                ("top_k", top_k, None),\n'
+                    '                ("top_p", top_p, None),\n'
+                    "            )\n"
+                ),
+                '            for name, value, default in (("temperature", temperature, 1.0), ("top_k", top_k, None))\n',
             ),
         ),
         "generate(..., top_p=0.9) without sample=True silently decodes greedily (top_p ignored) instead of "

@@ -34,18 +34,18 @@ MUTANTS = [
     Mutant(
         "blind-model-encoder-final-norm-eps",
         "transformer/encoder.py",
-        (("self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)", "self.norm = LayerNorm(layer.size)"),),
+        (("        self.norm = LayerNorm(layer.size, layer.eps)\n", "        self.norm = LayerNorm(layer.size)\n"),),
         "the encoder's final LayerNorm ignores TransformerConfig.layer_norm_eps (always 1e-6), while every "
         "sub-layer norm and the decoder's final norm honour it: encoder outputs change whenever a non-default eps "
         "is configured (e.g. 1e-5 to match torch.nn.Transformer)",
     ),
     Mutant(
         "blind-model-decoder-cache-bound",
-        "transformer/decoder.py",
+        "transformer/cache.py",
         (
             (
-                '        if new > 1 and cache.length > 0:\n            raise ValueError(f"Decoder:',
-                '        if new > 1 and cache.length > 1:\n            raise ValueError(f"Decoder:',
+                "        if new > 1 and self.length > 0:\n",
+                "        if new > 1 and self.length > 1:\n",
             ),
         ),
         "Decoder accepts several new positions after exactly one cached position instead of raising ValueError; "
@@ -77,8 +77,19 @@ MUTANTS = [
         "transformer/lm/layers.py",
         (
             (
-                "        for connection in self.sublayer:\n            connection.norm = make_norm(norm, size, eps)",
-                "        self.sublayer[0].norm = make_norm(norm, size, eps)",
+                (
+                    "        self.sublayer = clones(\n"
+                    "            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), 2\n"
+                    "        )\n"
+                ),
+                (
+                    "        self.sublayer = nn.ModuleList(\n"
+                    "            [\n"
+                    "                SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)),\n"
+                    "                SublayerConnection(size, dropout, norm_placement, eps),\n"
+                    "            ]\n"
+                    "        )\n"
+                ),
             ),
         ),
         "DecoderOnlyLayer applies norm='std' (the functional transformer's standardize) only in the attention "
@@ -114,7 +125,7 @@ MUTANTS = [
     Mutant(
         "blind-model-functional-lambda-default-dmodel",
         "transformer/lm/config.py",
-        (("embedding_scale=d_model ** -0.5,", "embedding_scale=cls.d_model ** -0.5,"),),
+        (("            embedding_scale=d_model**-0.5,\n", "            embedding_scale=cls.d_model**-0.5,\n"),),
         "LMConfig.functional(vocab, d_model=D) sets lambda_e from the default d_model 512 instead of D "
         "(d_model=128 gives 512^-0.5 instead of 128^-0.5): token embeddings are scaled wrongly for every "
         "non-default width",

@@ -7,22 +7,24 @@ from .base import Mutant
 MUTANTS = [
     Mutant(
         "blind-stepchecks-first-checks-one-step",
-        "transformer/decoding/__init__.py",
-        (("(self.calls < 2 or ys.size(0) != self.batch)", "(self.calls < 1 or ys.size(0) != self.batch)"),),
+        "transformer/decoding/steps.py",
+        (
+            (
+                '        check = self.policy == "always" or (self.policy == "first" and (self.calls < 2 or ys.size(0) != self.batch))\n',
+                '        check = self.policy == "always" or (self.policy == "first" and (self.calls < 1 or ys.size(0) != self.batch))\n',
+            ),
+        ),
         "checks='first' (the default) checks only the prompt step: the first one-token step (the second call) runs "
         "unchecked whenever the batch is unchanged, so a contract that only breaks on a one-token cached step "
         "(greedy, sampling, generate) is never named",
     ),
     Mutant(
         "blind-stepchecks-policy-switches-checks-on",
-        "transformer/decoding/__init__.py",
+        "transformer/decoding/steps.py",
         (
             (
-                "        if check:\n"
-                "            return self.steps(ys)\n"
-                "        with checks_switch(False):\n"
-                "            return self.steps(ys)\n",
-                "        with checks_switch(check):\n            return self.steps(ys)\n",
+                ("        if check:\n            return self.steps(ys)\n        with checks_switch(False):\n"),
+                "        with checks_switch(check):\n",
             ),
         ),
         "the policy now switches checks ON for the steps it checks: under set_checks(False) or "
@@ -30,13 +32,15 @@ MUTANTS = [
     ),
     Mutant(
         "blind-stepchecks-reorder-records-batch",
-        "transformer/decoding/__init__.py",
+        "transformer/decoding/steps.py",
         (
             (
-                "    def reorder(self, index: Tensor) -> None:\n        self.steps.reorder(index)\n",
-                "    def reorder(self, index: Tensor) -> None:\n"
-                "        self.batch = index.numel()  # the rows the next call holds\n"
-                "        self.steps.reorder(index)\n",
+                ("    def reorder(self, index: Tensor) -> None:\n        self.steps.reorder(index)\n"),
+                (
+                    "    def reorder(self, index: Tensor) -> None:\n"
+                    "        self.batch = index.numel()  # the rows the next call holds\n"
+                    "        self.steps.reorder(index)\n"
+                ),
             ),
         ),
         "CheckedSteps.reorder records the new batch, so under checks='first' the step after beam search's batch "
@@ -44,11 +48,11 @@ MUTANTS = [
     ),
     Mutant(
         "blind-stepchecks-validate-accepts-non-str",
-        "transformer/decoding/__init__.py",
+        "transformer/decoding/steps.py",
         (
             (
-                "    if not isinstance(policy, str) or policy not in STEP_CHECKS:",
-                "    if isinstance(policy, str) and policy not in STEP_CHECKS:",
+                "    if not isinstance(policy, str) or policy not in STEP_CHECKS:\n",
+                "    if isinstance(policy, str) and policy not in STEP_CHECKS:\n",
             ),
         ),
         "validate_step_checks only refuses unknown strings: checks=None, True, 0 ... are accepted (with checks "
@@ -57,11 +61,11 @@ MUTANTS = [
     ),
     Mutant(
         "blind-stepchecks-beam-default-always",
-        "transformer/decoding/__init__.py",
+        "transformer/decoding/beam.py",
         (
             (
-                '    use_cache: bool = True,\n    checks: str = "first",\n) -> BeamResult:',
-                '    use_cache: bool = True,\n    checks: str = "always",\n) -> BeamResult:',
+                '    checks: str = "first",\n',
+                '    checks: str = "always",\n',
             ),
         ),
         "beam_search's default policy is 'always' instead of the documented 'first': every step of every "
@@ -105,15 +109,24 @@ MUTANTS = [
         "transformer/lm/model.py",
         (
             (
-                "from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, "
-                "validate_nonempty",
-                "from ..contracts import (Bool, Float, Int, Tensor, checked, checks_enabled, validate_dtype_device, "
-                "validate_length,\n                        validate_nonempty)",
+                "from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty\n",
+                (
+                    "from ..contracts import (\n"
+                    "    Bool,\n"
+                    "    Float,\n"
+                    "    Int,\n"
+                    "    Tensor,\n"
+                    "    checked,\n"
+                    "    checks_enabled,\n"
+                    "    validate_dtype_device,\n"
+                    "    validate_length,\n"
+                    "    validate_nonempty,\n"
+                    ")\n"
+                ),
             ),
             (
-                '            if cache.length != ys.size(1) - 1:\n                raise ValueError(f"LMCache holds',
-                "            if checks_enabled() and cache.length != ys.size(1) - 1:\n"
-                '                raise ValueError(f"LMCache holds',
+                "            if cache.length != ys.size(1) - 1:\n",
+                "            if checks_enabled() and cache.length != ys.size(1) - 1:\n",
             ),
         ),
         "the LM cache's bookkeeping guard (cache length vs ys) only runs while checks are on: in the steps the "

@@ -18,15 +18,15 @@ MUTANTS += [
     P(
         "plumb-encoder-final-norm-default-eps",
         "transformer/encoder.py",
-        "self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)",
-        "self.norm = LayerNorm(layer.size)",
+        "        self.norm = LayerNorm(layer.size, layer.eps)\n",
+        "        self.norm = LayerNorm(layer.size)\n",
         "the encoder stack's final LayerNorm is built with the default eps",
     ),
     P(
         "plumb-decoder-final-norm-default-eps",
         "transformer/decoder.py",
-        "self.norm = LayerNorm(layer.size, layer.sublayer[0].norm.eps)",
-        "self.norm = LayerNorm(layer.size)",
+        "        self.norm = LayerNorm(layer.size, layer.eps)\n",
+        "        self.norm = LayerNorm(layer.size)\n",
         "the decoder stack's final LayerNorm is built with the default eps",
     ),
     P(
@@ -74,15 +74,15 @@ MUTANTS += [
     P(
         "plumb-decoder-layers-from-encoder-count",
         "transformer/model.py",
-        "config.n_decoder_layers)",
-        "config.n_encoder_layers)",
+        "            config.n_decoder_layers,\n",
+        "            config.n_encoder_layers,\n",
         "the decoder stack gets n_encoder_layers layers",
     ),
     P(
         "plumb-decoding-pad-ignores-config",
-        "transformer/decoding/__init__.py",
-        'pad_symbol = getattr(getattr(model, "config", None), "pad_id", None)',
-        "pad_symbol = None",
+        "transformer/decoding/requests.py",
+        '        pad_symbol = getattr(config, "pad_id", None)\n',
+        "        pad_symbol = None\n",
         "decoding pads after the end symbol with the end symbol even when the config has a pad id",
     ),
     P(

@@ -137,8 +137,12 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-record-path-never-drops",
         "transformer/attention.py",
-        "dense_heads_mask(mask, q.size(2), k.size(2)), dropout)",
-        "dense_heads_mask(mask, q.size(2), k.size(2)), None)",
+        (
+            "            x, self.attn = attention.unchecked(\n"
+            "                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale\n"
+            "            )\n"
+        ),
+        "            x, self.attn = attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), None, self.scale)\n",
         "record_attention=True never drops the attention probabilities",
     ),
     D(
@@ -151,8 +155,8 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-backends-in-eval",
         "transformer/attention.py",
-        "x = run_heads(name, q, k, v, mask, dropout_p)",
-        "x = run_heads(name, q, k, v, mask, self.dropout_p)",
+        "        return run_heads(backend, q, k, v, mask, dropout_p, self.scale)\n",
+        "        return run_heads(backend, q, k, v, mask, self.dropout_p, self.scale)\n",
         "eager/torch/triton attention get the module's dropout_p in evaluation too",
     ),
     # --- each backend (transformer/backends/__init__.py)
@@ -222,8 +226,12 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-attention-p-from-dropout",
         "transformer/model.py",
-        "MultiHeadedAttention(config.n_heads, config.d_model, config.attention_dropout,",
-        "MultiHeadedAttention(config.n_heads, config.d_model, config.dropout,",
+        (
+            "    attn = MultiHeadedAttention(\n"
+            "        config.n_heads, config.d_model, config.attention_dropout, backend=config.attention_backend\n"
+            "    )\n"
+        ),
+        "    attn = MultiHeadedAttention(config.n_heads, config.d_model, config.dropout, backend=config.attention_backend)\n",
         "build_model gives the attention probabilities config.dropout instead of attention_dropout",
     ),
     D(

@@ -62,9 +62,9 @@ MUTANTS: list[Mutant] = [
     ),
     M(
         "guard-search-empty-src-unchecked",
-        "transformer/decoding/__init__.py",
-        'validate_nonempty(src, f"{who}: argument \'src\'", "batch src_len")',
-        "pass",
+        "transformer/decoding/requests.py",
+        '    validate_nonempty(src, f"{who}: argument \'src\'", "batch src_len")\n',
+        "    pass\n",
         "greedy_decode, sample_decode and beam_search do not name their empty source",
     ),
     # the token-id guard on CUDA (checked on the device, answered later; tests/test_guards.py fakes the device)
