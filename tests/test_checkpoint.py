@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import transformer as T
-from transformer import checkpoint as ckpt_mod
+import transformer.checkpoint.save as checkpoint_save
 from transformer.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from transformer.tasks import CopyTask
-from transformer.cli.run import make_trainer
+from transformer.tasks import make_trainer
 
 
 def _model(**changes):
@@ -99,7 +99,7 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("power cut while writing the weights")
 
-    monkeypatch.setattr(ckpt_mod, "save_model", crash)
+    monkeypatch.setattr(checkpoint_save, "save_model", crash)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(target, second, metadata={"version": 2})
     monkeypatch.undo()
@@ -120,8 +120,8 @@ def test_crash_between_the_renames_still_loads_the_previous_checkpoint(tmp_path,
             raise SystemExit("killed")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(ckpt_mod.os, "rename", rename)
-    monkeypatch.setattr(ckpt_mod.shutil, "rmtree", lambda *a, **k: None)  # a dead process cleans nothing up
+    monkeypatch.setattr(checkpoint_save.os, "rename", rename)
+    monkeypatch.setattr(checkpoint_save.shutil, "rmtree", lambda *a, **k: None)  # a dead process cleans nothing up
     with pytest.raises(SystemExit):
         save_checkpoint(target, _model(), metadata={"version": 2})
     monkeypatch.undo()

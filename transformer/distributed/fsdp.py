@@ -18,10 +18,13 @@ from torch import nn
 from ..checkpoint import (
     CheckpointError,
     NonFiniteWeightsError,
+    check_model_matches,
     describe_nonfinite,
     encode_state,
     kept_message,
     nonfinite_tensors,
+    read_config,
+    swap_into_place,
 )
 from ..common.output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 from .sharded_checkpoint import (
@@ -29,7 +32,6 @@ from .sharded_checkpoint import (
     dcp_directory,
     read_sharded_state,
     resolve_sharded,
-    swap_into_place,
     verify_sharded,
     write_sharded_files,
 )
@@ -167,8 +169,6 @@ class FSDPStrategy(CollectiveStrategy):
             set_state_dict,
         )
 
-        from ..checkpoint import ConfigMismatchError, model_kind, read_config
-
         path = os.path.abspath(os.fspath(path))
         problem = None
         if self.is_main:  # one rank verifies the files (hashes), every rank hears the verdict
@@ -181,12 +181,7 @@ class FSDPStrategy(CollectiveStrategy):
         if problem is not None:
             raise CheckpointError(problem)
         kind, saved_config = read_config(path, with_kind=True)
-        if kind != model_kind(model.config):
-            raise CheckpointError(f"checkpoint {path} holds a model of kind {kind!r}; the model given is of kind "
-                                  f"{model_kind(model.config)!r}")
-        diff = model.config.differences(saved_config, architecture_only=True)
-        if diff:
-            raise ConfigMismatchError(diff, path)
+        check_model_matches(model, kind, saved_config, path, "FSDPStrategy.load")
         model_state, optim_state = get_state_dict(model, optimizer)  # templates: this world's shards
         tensors, _ = _split_optimizer_state(optim_state["state"])
         dcp.load({"model": model_state, "optim": tensors}, storage_reader=dcp.FileSystemReader(dcp_directory(path)))
