@@ -27,8 +27,7 @@ from ..data.token_store import TokenStore
 from ..data.tokenizers import TextTokenizer, train_tokenizer
 from ..lm.model import TransformerLM, build_lm
 from ..lm.config import LMConfig
-from ..training.trainer import Trainer, TrainerConfig
-from ..training.losses import LabelSmoothing, NoamSchedule
+from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
 from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
 
 __all__ = ["LMData", "prepare_lm_data", "lm_config", "make_lm_trainer", "unigram_cross_entropy", "lm_results",

@@ -24,8 +24,7 @@ from ..data.tokenizers import TextTokenizer, train_tokenizer
 from ..decoding import beam_search, greedy_decode
 from ..masks import AttentionMask
 from ..model import make_model
-from ..training.trainer import Trainer, TrainerConfig
-from ..training.losses import LabelSmoothing, NoamSchedule
+from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
 from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
 
 __all__ = ["TranslationData", "prepare_translation_data", "translation_config", "make_translation_trainer",
