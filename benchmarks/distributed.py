@@ -38,7 +38,7 @@ GLOBAL_BATCH = 80
 
 def _worker(strategy_name: str, steps: int, warmup: int, out: Path) -> None:
     from transformer.tasks import CopyTask
-    from transformer.cli.run import make_trainer
+    from transformer.tasks import make_trainer
 
     torch.set_num_threads(1)
     strategy = None

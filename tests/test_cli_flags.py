@@ -11,7 +11,7 @@ import torch
 
 from transformer.cli import build_parser, main
 from transformer.tasks import CopyTask, DatesTask
-from transformer.training.trainer import Trainer
+from transformer.training import Trainer
 from transformer.training import NoamSchedule, noam_factor
 
 LINES = ["def add(a, b):", "    return a + b", "class Box:", "    def __init__(self, value):",
@@ -192,7 +192,7 @@ def test_the_synthetic_tasks_flags_reach_the_trainer(tmp_path, capture, monkeypa
     assert (cfg.steps, cfg.eval_every, cfg.checkpoint_every, cfg.out_dir, cfg.progress) == (7, 3, 3, str(out), False)
     assert len(next(trainer.make_batches(torch.Generator()))) == 6
     assert trainer.data_generator.initial_seed() == 3
-    from transformer.cli.run import make_trainer
+    from transformer.tasks import make_trainer
 
     reference = make_trainer(CopyTask(), seed=3)
     assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), reference.model.parameters()))
@@ -274,13 +274,14 @@ def test_the_file_tasks_defaults_are_the_documented_ones(tmp_path, capture, monk
 
 
 def test_the_language_models_flags_reach_the_data_the_model_and_the_trainer(tmp_path, capture, monkeypatch):
+    import transformer.cli.train_files as train_files  # where the CLI looks prepare_lm_data up
     import transformer.tasks.text_lm as text_lm
 
     seen = capture(stop=True)
     calls = {}
-    for name in ("train_tokenizer", "prepare_lm_data"):
-        real = getattr(text_lm, name)
-        monkeypatch.setattr(text_lm, name, lambda *a, _real=real, _name=name, **k: calls.setdefault(_name, k) and
+    for module, name in ((text_lm, "train_tokenizer"), (train_files, "prepare_lm_data")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.setdefault(_name, k) and
                             _real(*a, **k))
     corpus = _corpus(tmp_path)
     out, data_dir = tmp_path / "lm", tmp_path / "cache"
@@ -312,13 +313,13 @@ def test_the_language_models_flags_reach_the_data_the_model_and_the_trainer(tmp_
 
 
 def test_the_translation_flags_reach_the_data_the_model_the_trainer_and_the_report(tmp_path, capture, monkeypatch):
-    import transformer.tasks.translation_files as translation_files
+    import transformer.cli.train_files as train_files  # where the CLI looks these up
 
     seen = capture(stop=False)
     calls = {}
     for name in ("prepare_translation_data", "translation_results"):
-        real = getattr(translation_files, name)
-        monkeypatch.setattr(translation_files, name, lambda *a, _real=real, _name=name, **k: calls.setdefault(
+        real = getattr(train_files, name)
+        monkeypatch.setattr(train_files, name, lambda *a, _real=real, _name=name, **k: calls.setdefault(
             _name, k) and _real(*a, **k))
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("".join(f"{w} {v}\t{v} {w}\n" for w in ("one", "two", "three") for v in ("four", "five", "six")) * 4)

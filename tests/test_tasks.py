@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer.tasks import CopyTask, DatesTask, UnknownTokenError, get_task, task_from_metadata
-from transformer.cli.run import make_trainer
+from transformer.tasks import make_trainer
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from torch import nn
 import transformer as T
 from transformer.tasks import CopyTask, data_gen
 from transformer.training.batch import Batch
-from transformer.training.trainer import Trainer, TrainerConfig, TrainState, run_epoch
+from transformer.training import Trainer, TrainerConfig, TrainState, run_epoch
 from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, label_smoothing_entropy, rate
 
 

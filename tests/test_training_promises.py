@@ -15,8 +15,8 @@ from transformer.training.batch import Batch
 from transformer.checkpoint import decode_state, encode_state, save_checkpoint
 from transformer.distributed import SingleProcess
 from transformer.tasks import CopyTask, DatesTask, data_gen
-from transformer.cli.run import make_trainer
-from transformer.training.trainer import TrainerConfig, TrainState, autocast_context, run_epoch
+from transformer.tasks import make_trainer
+from transformer.training import TrainerConfig, TrainState, autocast_context, run_epoch
 from transformer.training import (
     LabelSmoothing,
     NoamSchedule,
@@ -246,7 +246,7 @@ def test_make_trainer_passes_every_setting_through_zero_included():
     """make_trainer: each argument given reaches the Trainer; None means the task's default. 0 is a value
     (eval_every=0: evaluate only at the end), not "unset"."""
     from transformer.tasks import CopyTask
-    from transformer.cli.run import make_trainer
+    from transformer.tasks import make_trainer
 
     task = CopyTask()
     defaults = task.default_training()

@@ -1,4 +1,7 @@
-"""Wiring a task to a model, an optimizer with the Noam schedule and a Trainer (used by the CLI)."""
+"""The synthetic tasks' training recipe: a task wired to its model, Adam on the Noam schedule, label smoothing and a
+:class:`~transformer.training.Trainer` (what ``typed-transformer train copy|dates`` trains; the file tasks' recipes
+are :func:`~transformer.tasks.text_lm.make_lm_trainer` and
+:func:`~transformer.tasks.translation_files.make_translation_trainer`)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,8 @@ import torch
 
 from ..config import TransformerConfig
 from ..model import make_model
-from ..training.trainer import Trainer, TrainerConfig
-from ..training.losses import LabelSmoothing, NoamSchedule
-from ..tasks.base import Task
+from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
+from .base import Task
 
 __all__ = ["make_trainer"]
 
