@@ -33,7 +33,7 @@ MUTANTS = [
            "ones: the learning rate of the first step after the resume is the schedule's initial one, so the resume "
            "is no longer bit-exact"),
     Mutant("blind-dist-state-not-hashed", "transformer/distributed/sharded_checkpoint.py",
-           (("files = [_CONFIG, _STATE_T, _STATE_J, *sorted(assets)]", "files = [_CONFIG, _STATE_J, *sorted(assets)]"),),
+           (("files = [CONFIG_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, *sorted(assets)]", "files = [CONFIG_FILE, STATE_JSON_FILE, *sorted(assets)]"),),
            "a sharded checkpoint's meta.json has no SHA-256 for state.safetensors (RNG states, optimizer tensors of "
            "the trainer state): a corrupted state.safetensors is resumed from instead of being refused by name"),
     Mutant("blind-dist-restart-count-zero", "transformer/distributed/launch.py",
@@ -44,7 +44,7 @@ MUTANTS = [
     Mutant("blind-dist-bar-every-rank", "transformer/training/trainer.py",
            (("cfg.progress and self.strategy.is_main, initial", "cfg.progress, initial"),),
            "under torchrun every rank draws its own progress bar on stderr, not rank 0 alone"),
-    Mutant("blind-dist-batch-size-message", "transformer/cli/__init__.py",
+    Mutant("blind-dist-batch-size-message", "transformer/cli/train.py",
            (('"--batch-size" if given else', '"--batch-size" if not given else'),),  # re-targeted after run safety
            "an indivisible --batch-size under torchrun is reported as \"the copy task's batch size 16 is not "
            "divisible...\" and an indivisible task default as \"--batch-size 80 ...\": the error names the wrong "
@@ -52,7 +52,7 @@ MUTANTS = [
 ]
 
 # The files run for this review (its first run and after).
-SUITE = ('tests/test_distributed.py',
+SUITE = ('tests/test_distributed_setup.py', 'tests/test_distributed_laws.py', 'tests/test_distributed_cli.py',
          'tests/test_training.py',
          'tests/test_cli.py',
          'tests/test_checkpoint.py')

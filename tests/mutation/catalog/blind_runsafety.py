@@ -17,27 +17,27 @@ MUTANTS = [
            "a disk that fills up (or goes read-only) while a token store's ids are written raises the bare OSError "
            "(ENOSPC) instead of OutputWriteError ('cannot write the token store ...; nothing was left behind'): "
            "the CLI shows a traceback and exits 1 instead of one line and exit 3"),
-    Mutant("blind-runsafety-overwrite-nonempty-dir", "transformer/cli/__init__.py",
+    Mutant("blind-runsafety-overwrite-nonempty-dir", "transformer/cli/train_setup.py",
            (("if found is None and os.path.isdir(out) and os.listdir(out):",
              "if found is None and os.path.isdir(out) and os.listdir(out) and not args.overwrite:"),),
            "train --overwrite into a non-empty directory that holds no checkpoint is accepted: the run trains and its "
            "first save renames the user's directory aside and deletes it (documented: never replaced, --overwrite or "
            "not)"),
-    Mutant("blind-runsafety-warmup-default-resume", "transformer/cli/__init__.py",
-           (("""lr.add_argument("--warmup", type=_positive_int, default=None, help=f"warm-up steps (default: {d['warmup']})")""",
-             """lr.add_argument("--warmup", type=_positive_int, default=d["warmup"], help="warm-up steps (default: %(default)s)")"""),),
+    Mutant("blind-runsafety-warmup-default-resume", "transformer/cli/arguments.py",
+           (("""lr.add_argument("--warmup", type=positive_int, default=None, help=f"warm-up steps (default: {d['warmup']})")""",
+             """lr.add_argument("--warmup", type=positive_int, default=d["warmup"], help="warm-up steps (default: %(default)s)")"""),),
            "--warmup always has a value (the task's 200), so every --resume counts as 'the command line sets the "
            "schedule': a run started with --warmup 50 and resumed without flags silently switches to warm-up 200 "
            "(and says 'learning rate changed on resume') instead of keeping its checkpoint's schedule"),
-    Mutant("blind-runsafety-translate-task-defaults", "transformer/cli/__init__.py",
-           (("    if task == \"translate\":\n        from ..tasks.translation_files import TRANSLATE_DEFAULTS as d\n",
-             "    if task == \"translate\":\n        from ..tasks.text_lm import LM_DEFAULTS as d\n"),),
+    Mutant("blind-runsafety-translate-task-defaults", "transformer/cli/arguments.py",
+           (('        d = LM_DEFAULTS if task == "lm" else TRANSLATE_DEFAULTS\n',
+             '        d = LM_DEFAULTS if task == "lm" else LM_DEFAULTS\n'),),
            "train translate --help (and its parser) takes the LM's defaults: --steps defaults to 900 instead of 1000, "
            "the help shows --lr-factor 1.0 instead of 2.0 and a --lr peak computed for d_model 128 instead of 64"),
     Mutant("blind-runsafety-diverged-after-step", "transformer/training/trainer.py",
            (("        if not math.isfinite(loss_sum):\n            self._diverged(group, loss_sum / max(ntokens, 1))\n"
-             "        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n",
-             "        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n"
+             "        optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n",
+             "        optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)\n"
              "        if not math.isfinite(loss_sum):\n            self._diverged(group, loss_sum / max(ntokens, 1))\n"),),
            "a NaN/inf training loss raises TrainingDiverged only after the optimizer stepped on the NaN gradients: "
            "the trainer's weights (and Adam moments, scheduler) are NaN afterwards, not those of the previous step "
@@ -48,7 +48,7 @@ MUTANTS = [
            "Ctrl-C after a periodic checkpoint was written does not save at the step boundary: "
            "TrainingInterrupted says 'the checkpoint in OUT holds step 13' while OUT holds the older step 10, and a "
            "--resume repeats the steps in between"),
-    Mutant("blind-runsafety-inf-weights-pass", "transformer/checkpoint/__init__.py",
+    Mutant("blind-runsafety-inf-weights-pass", "transformer/checkpoint/nonfinite.py",
            (("counts.append((~torch.isfinite(local.detach())).sum())",
              "counts.append(torch.isnan(local.detach()).sum())"),),
            "only NaN counts as non-finite: save_checkpoint and Trainer.save write weights holding +/-inf, and "
@@ -67,7 +67,7 @@ MUTANTS = [
 ]
 
 # The files run for this review (its first run and after).
-SUITE = ('tests/test_run_safety.py',
+SUITE = ('tests/test_run_safety_divergence.py', 'tests/test_run_safety_disk.py', 'tests/test_run_safety_resume.py',
          'tests/test_cli_flags.py',
          'tests/test_training_promises.py',
          'tests/test_training.py',
@@ -75,5 +75,5 @@ SUITE = ('tests/test_run_safety.py',
          'tests/test_cli.py',
          'tests/test_data_promises.py',
          'tests/test_cli_lm.py',
-         'tests/test_distributed.py')
+         'tests/test_distributed_setup.py', 'tests/test_distributed_laws.py', 'tests/test_distributed_cli.py')
 MUTANTS = [dataclasses.replace(m, tests=SUITE) for m in MUTANTS]

@@ -4,7 +4,7 @@ import dataclasses
 from .base import Mutant
 
 MUTANTS = [
-    Mutant("blind-training-run-epoch-train-log", "transformer/training/trainer.py",
+    Mutant("blind-training-run-epoch-train-log", "transformer/training/loop.py",
            (('training = mode.startswith("train")', 'training = mode == "train"'),),
            "run_epoch(mode='train+log') silently evaluates instead of training: no backward, no optimizer or "
            "scheduler step, train_state not advanced, weights unchanged"),
@@ -25,19 +25,19 @@ MUTANTS = [
            (("int((self.tgt_y != pad).sum())", "int((self.tgt != pad).sum())"),),
            "Batch.ntokens counts the non-padding decoder inputs tgt[:, :-1] instead of the labels tgt[:, 1:]: "
            "one too many per row with end padding, so the per-token loss is normalised wrongly"),
-    Mutant("blind-training-ckpt-runtime-mismatch", "transformer/checkpoint/__init__.py",
+    Mutant("blind-training-ckpt-runtime-mismatch", "transformer/checkpoint/load.py",
            (("architecture_only=True", "architecture_only=False"),),
            "load_checkpoint into a model whose config differs only in a run-time field (attention_backend) raises "
            "ConfigMismatchError, so a run can no longer resume or decode on another backend"),
-    Mutant("blind-training-ckpt-asset-sha", "transformer/checkpoint/__init__.py",
-           (("if _sha256(file) != digest:", "if name in _RESERVED and _sha256(file) != digest:"),),
+    Mutant("blind-training-ckpt-asset-sha", "transformer/checkpoint/format.py",
+           (("if sha256_file(file) != digest:", "if name in RESERVED_FILES and sha256_file(file) != digest:"),),
            "a changed byte in a checkpoint asset (e.g. tokenizer.json) is no longer detected: load_checkpoint "
            "loads it without CheckpointError although the asset's SHA-256 in meta.json does not match"),
-    Mutant("blind-training-cli-nonneg-bound", "transformer/cli/__init__.py",
-           (('_int_at_least(0, "a non-negative integer")', '_int_at_least(1, "a non-negative integer")'),),
+    Mutant("blind-training-cli-nonneg-bound", "transformer/cli/arguments.py",
+           (('"a non-negative integer", lambda value: value >= 0)', '"a non-negative integer", lambda value: value >= 1)'),),
            "`typed-transformer train copy --eval-every 0` (documented: only at the end) and `--seed 0` are refused "
            "with exit status 2: 'expected a non-negative integer, got 0'"),
-    Mutant("blind-training-run-eval-every-zero", "transformer/cli/run.py",
+    Mutant("blind-training-run-eval-every-zero", "transformer/tasks/recipe.py",
            (("eval_every=defaults.eval_every if eval_every is None else eval_every",
              "eval_every=eval_every or defaults.eval_every"),),
            "make_trainer(eval_every=0) / `train --eval-every 0` evaluates (and, in the CLI, checkpoints) every "

@@ -1,6 +1,6 @@
 """Mutants of distributed training (DDP, FSDP2, sharded data, distributed checkpoints, the CLI under torchrun).
 
-Each runs tests/test_distributed.py only (it launches torchrun with gloo on the CPU; about 1.5 minutes unmutated).
+Each runs tests/test_distributed_*.py only (it launches torchrun with gloo on the CPU; about 1.5 minutes unmutated).
 """
 
 from .base import M, Mutant  # noqa: F401
@@ -10,9 +10,7 @@ _FSDP = "transformer/distributed/fsdp.py"
 _SHARDED = "transformer/distributed/sharded_checkpoint.py"
 _LAUNCH = "transformer/distributed/launch.py"
 _T = "transformer/training/trainer.py"
-_C = "transformer/cli/__init__.py"
-_F = "transformer/cli/file_commands.py"
-_TESTS = ("tests/test_distributed.py",)
+_TESTS = ("tests/test_distributed_setup.py", "tests/test_distributed_laws.py", "tests/test_distributed_cli.py")
 
 
 def D(id: str, file: str, old: str, new: str, what: str) -> Mutant:
@@ -77,7 +75,7 @@ MUTANTS: list[Mutant] = [
       "    return world is not None and world.restart_count > 0 and find_checkpoint(out) is not None",
       "    return False",
       "after torchrun restarts a failed job, train starts again from step 0 instead of the last checkpoint"),
-    D("dist-every-rank-prints", _C,
+    D("dist-every-rank-prints", "transformer/cli/runtime.py",
       "            with (distributed(args.strategy or \"ddp\", str(device)) as strategy, main_process_output(world),",
       "            with (distributed(args.strategy or \"ddp\", str(device)) as strategy, main_process_output(None),",
       "every rank prints the run's report, not only rank 0"),
@@ -101,15 +99,15 @@ MUTANTS += [
 
 MUTANTS += [
     # --- train lm / train translate under torchrun (transformer/cli/file_commands.py and the CLI's wiring)
-    D("dist-file-task-single-process", _C,
+    D("dist-file-task-single-process", "transformer/cli/train.py",
       "        return train_file_task(args, strategy.device, strategy)",
       "        return train_file_task(args, strategy.device)",
       "under torchrun the file tasks train one whole model per rank: no strategy, no shares, every rank saves"),
-    D("dist-file-not-distributed", _F,
+    D("dist-file-not-distributed", "transformer/cli/train_files.py",
       "        trainer.distribute(self.strategy)",
       "        pass",
       "the file tasks' trainer is never spread over the ranks: each rank trains alone on the whole plan"),
-    D("dist-file-every-rank-prepares", _F,
+    D("dist-file-every-rank-prepares", "transformer/cli/train_files.py",
       "        data = prepare(tokenizer) if self.strategy.is_main else None",
       "        data = prepare(tokenizer)",
       "every rank trains a tokenizer and writes the token cache at once, instead of reading rank 0's"),
@@ -117,26 +115,27 @@ MUTANTS += [
       "        dist.broadcast_object_list(box, src=0)\n",
       "",
       "broadcast returns each rank's own value: rank 1 gets no tokenizer (and no temporary directory to save into)"),
-    D("dist-file-restart-not-resumed", _F,
+    D("dist-file-restart-not-resumed", "transformer/cli/train_files.py",
       "        self.resumes = args.resume or self.restarted",
       "        self.resumes = args.resume",
       "after a torchrun restart, train lm/translate start again from step 0 (and train a new tokenizer)"),
-    D("dist-file-sharded-tokenizer-unread", _F,
+    D("dist-file-sharded-tokenizer-unread", "transformer/cli/train_files.py",
       "    ckpt = read_sharded_checkpoint(out) if sharded else load_checkpoint(out, load_trainer_state=False)",
       "    ckpt = load_checkpoint(out, load_trainer_state=False)",
       "--resume of an FSDP language model looks for its tokenizer in a single-file checkpoint that is not there"),
-    D("dist-file-sample-on-every-rank", _F,
+    D("dist-file-sample-on-every-rank", "transformer/cli/train_files.py",
       "    sample = _sample_text(model, data) if run.strategy.is_main else None",
       "    sample = _sample_text(model, data)",
       "every rank samples from 'the gathered model', which under FSDP only rank 0 has"),
-    D("dist-file-decodes-the-sharded-model", _F,
+    D("dist-file-decodes-the-sharded-model", "transformer/cli/train_files.py",
       "        results, examples = translation_results(model, trainer, eval_loss, data, train_seconds,",
       "        results, examples = translation_results(trainer.model, trainer, eval_loss, data, train_seconds,",
       "rank 0 decodes the held-out sources with its FSDP shard of the model while the others are saving"),
-    D("dist-generate-reads-a-sharded-checkpoint", _C,
-      "    _refuse_sharded(args.checkpoint)\n    with _backend(args.attention_backend):\n        return generate_command",
-      "    with _backend(args.attention_backend):\n        return generate_command",
-      "generate on a sharded checkpoint fails on a missing weights file instead of saying to consolidate it"),
+    D("dist-generate-reads-a-sharded-checkpoint", "transformer/cli/runtime.py",
+      "    refuse_sharded(args.checkpoint)\n    return device",
+      "    return device",
+      "generate (and decode: they share the check) on a sharded checkpoint fails on a missing weights file instead "
+      "of saying to consolidate it"),
 ]
 
 MUTANTS += [

@@ -81,7 +81,7 @@ MUTANTS = [
       "a line with two tabs is read as a pair", DATA_TESTS),
     L("tok-fingerprint-unchecked", "transformer/tasks/tokenizer_assets.py", "if recorded != tokenizer.fingerprint:",
       "if False:", "a checkpoint's tokenizer is used even when it is not the recorded one", DATA_TESTS),
-    L("ckpt-assets-outside-manifest", "transformer/checkpoint/__init__.py",
+    L("ckpt-assets-outside-manifest", "transformer/checkpoint/save.py",
       "                f.write(content.encode(\"utf-8\") if isinstance(content, str) else content)\n"
       "            files.append(name)",
       "                f.write(content.encode(\"utf-8\") if isinstance(content, str) else content)",
