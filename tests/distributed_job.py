@@ -1,6 +1,7 @@
 """The tiny distributed job the distributed tests share, its torchrun workers, and launching them.
 
-The tests launch ``python -m torch.distributed.run --standalone --nproc_per_node=N`` on this very file (``WORKER``),
+The tests launch (tests/torchrun_launch.py) ``python -m torch.distributed.run --standalone --nproc_per_node=N`` on this
+very file (``WORKER``),
 whose ``__main__`` block is the worker: it trains tiny models under DDP and FSDP2 and writes what it saw (losses, the
 inputs each rank ran, parameters, checkpoints) into a directory; the tests compare that with one process.
 
@@ -18,13 +19,9 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -34,7 +31,6 @@ from transformer.training.batch import Batch
 
 WORKER = Path(__file__).resolve()  # the script torchrun runs: this module
 GLOBAL_BATCH, STEPS, ACCUM = 8, 4, 2
-LAUNCH_TIMEOUT = 240
 
 
 # ---------------------------------------------------------------------------- the tiny job (shared with the worker)
@@ -55,23 +51,61 @@ def eval_set() -> list[Batch]:
 
 def build(*, seed=0, dropout=0.0, steps=STEPS, out_dir=None, checkpoint_every=0, strategy=None) -> Trainer:
     torch.manual_seed(seed)
-    config = T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32,
-                                 n_heads=2, dropout=dropout, attention_dropout=dropout, max_len=16)
+    config = T.TransformerConfig(
+        src_vocab=11,
+        tgt_vocab=11,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        dropout=dropout,
+        attention_dropout=dropout,
+        max_len=16,
+    )
     model = T.make_model(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, NoamSchedule(16, 0.5, 4))
     evals = eval_set()
-    return Trainer(model, optimizer, lambda g: padded_batches(g, GLOBAL_BATCH), criterion=LabelSmoothing(11, 0, 0.1),
-                   scheduler=scheduler, eval_batches=lambda: evals, seed=seed, strategy=strategy,
-                   config=TrainerConfig(steps=steps, accum_iter=ACCUM, clip_grad=0.5, out_dir=out_dir,
-                                        checkpoint_every=checkpoint_every))
+    return Trainer(
+        model,
+        optimizer,
+        lambda g: padded_batches(g, GLOBAL_BATCH),
+        criterion=LabelSmoothing(11, 0, 0.1),
+        scheduler=scheduler,
+        eval_batches=lambda: evals,
+        seed=seed,
+        strategy=strategy,
+        config=TrainerConfig(
+            steps=steps, accum_iter=ACCUM, clip_grad=0.5, out_dir=out_dir, checkpoint_every=checkpoint_every
+        ),
+    )
 
 
 def write_corpus(path: Path) -> None:
     import random
 
-    words = ["the", "a", "cat", "dog", "bird", "sat", "ran", "flew", "on", "under", "over", "mat", "tree", "house", "red",
-             "big", "small", "old", "new"]
+    words = [
+        "the",
+        "a",
+        "cat",
+        "dog",
+        "bird",
+        "sat",
+        "ran",
+        "flew",
+        "on",
+        "under",
+        "over",
+        "mat",
+        "tree",
+        "house",
+        "red",
+        "big",
+        "small",
+        "old",
+        "new",
+    ]
     g = random.Random(0)
     path.write_text("\n".join(" ".join(g.choice(words) for _ in range(g.randint(4, 12))) for _ in range(300)) + "\n")
 
@@ -86,11 +120,52 @@ def write_pairs(path: Path, n: int, seed: int) -> None:
     path.write_text("".join(" ".join(row) + "\t" + " ".join(digits[w] for w in row) + "\n" for row in rows))
 
 
-TINY_LM = ["--d-model", "16", "--layers", "2", "--heads", "2", "--d-ff", "32", "--vocab-size", "300", "--block-len", "16",
-           "--max-tokens", "64", "--warmup", "4", "--dropout", "0.1", "--eval-every", "2", "--no-progress"]
-TINY_TRANSLATE = ["--d-model", "16", "--layers", "1", "--heads", "2", "--d-ff", "32", "--tokenizer", "char",
-                  "--max-tokens", "128", "--max-len", "40", "--warmup", "4", "--eval-every", "2", "--eval-examples", "4",
-                  "--no-progress"]
+TINY_LM = [
+    "--d-model",
+    "16",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--vocab-size",
+    "300",
+    "--block-len",
+    "16",
+    "--max-tokens",
+    "64",
+    "--warmup",
+    "4",
+    "--dropout",
+    "0.1",
+    "--eval-every",
+    "2",
+    "--no-progress",
+]
+TINY_TRANSLATE = [
+    "--d-model",
+    "16",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--tokenizer",
+    "char",
+    "--max-tokens",
+    "128",
+    "--max-len",
+    "40",
+    "--warmup",
+    "4",
+    "--eval-every",
+    "2",
+    "--eval-examples",
+    "4",
+    "--no-progress",
+]
 RESTARTED = "translate-ddp-restarted"  # run as after a torchrun restart (TORCHELASTIC_RESTART_COUNT=1)
 UNSHARABLE = "lm-one-batch"  # an epoch of one batch for two ranks: refused (exit status 2) on every rank
 
@@ -100,23 +175,38 @@ def cli_runs(root: Path) -> dict[str, list[str]]:
     and each trained half-way then continued, by ``--resume`` (LM, FSDP) or by a torchrun restart (translate, DDP).
     Dropout is on, so a resume must restore every rank's RNG stream. The last one must fail."""
     lm = ["train", "lm", "--text", str(root / "corpus.txt"), *TINY_LM]
-    translate = ["train", "translate", "--train", str(root / "train.tsv"), "--valid", str(root / "valid.tsv"),
-                 *TINY_TRANSLATE]
+    translate = [
+        "train",
+        "translate",
+        "--train",
+        str(root / "train.tsv"),
+        "--valid",
+        str(root / "valid.tsv"),
+        *TINY_TRANSLATE,
+    ]
 
     def run(task: list[str], strategy: str, out: str, steps: int, *extra: str) -> list[str]:
         return [*task, "--strategy", strategy, "--steps", str(steps), "--out", str(root / out), *extra]
 
-    return {"lm-ddp": run(lm, "ddp", "lm-ddp", 4), "lm-fsdp": run(lm, "fsdp", "lm-fsdp", 4),
-            "lm-fsdp-half": run(lm, "fsdp", "lm-split", 2), "lm-fsdp-resumed": run(lm, "fsdp", "lm-split", 4, "--resume"),
-            "translate-ddp": run(translate, "ddp", "tr-ddp", 4), "translate-fsdp": run(translate, "fsdp", "tr-fsdp", 4),
-            "translate-ddp-half": run(translate, "ddp", "tr-split", 2), RESTARTED: run(translate, "ddp", "tr-split", 4),
-            UNSHARABLE: run(lm, "ddp", "lm-one-batch", 2, "--max-tokens", "100000")}
+    return {
+        "lm-ddp": run(lm, "ddp", "lm-ddp", 4),
+        "lm-fsdp": run(lm, "fsdp", "lm-fsdp", 4),
+        "lm-fsdp-half": run(lm, "fsdp", "lm-split", 2),
+        "lm-fsdp-resumed": run(lm, "fsdp", "lm-split", 4, "--resume"),
+        "translate-ddp": run(translate, "ddp", "tr-ddp", 4),
+        "translate-fsdp": run(translate, "fsdp", "tr-fsdp", 4),
+        "translate-ddp-half": run(translate, "ddp", "tr-split", 2),
+        RESTARTED: run(translate, "ddp", "tr-split", 4),
+        UNSHARABLE: run(lm, "ddp", "lm-one-batch", 2, "--max-tokens", "100000"),
+    }
 
 
 def record_inputs(trainer: Trainer) -> list[torch.Tensor]:
     """The source tensors of every training forward (the model's own forward hook: DDP and FSDP call it)."""
     seen: list[torch.Tensor] = []
-    trainer.model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()) if module.training else None)
+    trainer.model.register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach().clone()) if module.training else None
+    )
     return seen
 
 
@@ -148,7 +238,9 @@ def _worker_laws(out: Path) -> None:
             return allreduce_hook(state, bucket)
 
         trainer.train_model.register_comm_hook(None, counting)
-        trainer.model.register_forward_pre_hook(lambda module, args: counts.append(calls[0]) if module.training else None)
+        trainer.model.register_forward_pre_hook(
+            lambda module, args: counts.append(calls[0]) if module.training else None
+        )
         trainer.train()
         eval_loss = trainer.evaluate()
         save_file(params(trainer.model), out / f"A_rank{rank}.safetensors")
@@ -157,7 +249,9 @@ def _worker_laws(out: Path) -> None:
         # contracts on each rank's local tensors, and the switch
         trainer.model.eval()
         src = seen[0][:2]
-        bad_src_mask = torch.ones(2, 2, src.size(1), dtype=torch.bool)  # (batch, 2, src_len): expected (batch, 1, src_len)
+        bad_src_mask = torch.ones(
+            2, 2, src.size(1), dtype=torch.bool
+        )  # (batch, 2, src_len): expected (batch, 1, src_len)
         errors = {}
         for on in (True, False):
             with T.checks(on), torch.no_grad():
@@ -166,9 +260,18 @@ def _worker_laws(out: Path) -> None:
                     errors[str(on)] = None
                 except Exception as error:  # noqa: BLE001 - which kind is the point
                     errors[str(on)] = type(error).__name__
-        dump(f"A_rank{rank}.json", {"history": trainer.history.train_loss, "eval_loss": eval_loss, "tokens": trainer.tokens,
-                                    "sync_counts": sync_counts, "final_sync_count": calls[0], "errors": errors,
-                                    "checks_enabled": T.checks_enabled()})
+        dump(
+            f"A_rank{rank}.json",
+            {
+                "history": trainer.history.train_loss,
+                "eval_loss": eval_loss,
+                "tokens": trainer.tokens,
+                "sync_counts": sync_counts,
+                "final_sync_count": calls[0],
+                "errors": errors,
+                "checks_enabled": T.checks_enabled(),
+            },
+        )
 
         # C: DDP checkpoint and exact resume (dropout on: every rank's RNG stream matters); who writes checkpoints
         writes = []
@@ -177,7 +280,9 @@ def _worker_laws(out: Path) -> None:
         straight = build(seed=1, dropout=0.3, steps=6, out_dir=str(out / "C_ck"), checkpoint_every=3, strategy=ddp)
         with torch.random.fork_rng(devices=[]):  # each rank's dropout stream, without drawing from it
             masks = torch.nn.functional.dropout(torch.ones(64), 0.5)
-            save_file({"mask": masks, "seed": torch.tensor(torch.initial_seed())}, out / f"C_dropout_rank{rank}.safetensors")
+            save_file(
+                {"mask": masks, "seed": torch.tensor(torch.initial_seed())}, out / f"C_dropout_rank{rank}.safetensors"
+            )
         straight.train(3)
         straight.config.out_dir = None
         straight.train()
@@ -187,8 +292,10 @@ def _worker_laws(out: Path) -> None:
         resumed.train()
         save_file(params(straight.model), out / f"C_straight_rank{rank}.safetensors")
         save_file(params(resumed.model), out / f"C_resumed_rank{rank}.safetensors")
-        dump(f"C_rank{rank}.json", {"straight": straight.history.train_loss, "resumed": resumed.history.train_loss,
-                                    "writes": len(writes)})
+        dump(
+            f"C_rank{rank}.json",
+            {"straight": straight.history.train_loss, "resumed": resumed.history.train_loss, "writes": len(writes)},
+        )
 
         # H: every rank stops together: a NaN loss on rank 1 alone (divergence), then Ctrl-C on rank 1 alone
         from transformer.training import TrainingDiverged, TrainingInterrupted
@@ -273,16 +380,20 @@ def _worker_laws(out: Path) -> None:
         with fsdp.main_first():  # rank 0 tokenizes into the cache; rank 1 then reads it
             data = prepare_lm_data([str(out / "corpus.txt")], str(out / "G_data"), kind="bpe", vocab_size=300, block=16)
         config = lm_config(data.tokenizer, block=16, d_model=16, n_layers=2, n_heads=2, d_ff=32, dropout=0.0)
-        trainer = make_lm_trainer(data, config, max_tokens=64, steps=3, warmup=2, seed=0, eval_every=0,
-                                  out_dir=str(out / "G_ck"))
+        trainer = make_lm_trainer(
+            data, config, max_tokens=64, steps=3, warmup=2, seed=0, eval_every=0, out_dir=str(out / "G_ck")
+        )
         trainer.distribute(fsdp)
         seen = record_inputs(trainer)
         trainer.train()
         full = fsdp.full_model(trainer.model)
         share = trainer.make_batches.plan(Shard(rank, 2)).epoch(0)[:3]
         expected = [data.train.make_batch(indices).inputs()[0] for indices in share]
-        save_file({f"seen{i}": a for i, a in enumerate(seen)} | {f"expected{i}": b.contiguous() for i, b in enumerate(expected)},
-                  out / f"G_rank{rank}.safetensors")
+        save_file(
+            {f"seen{i}": a for i, a in enumerate(seen)}
+            | {f"expected{i}": b.contiguous() for i, b in enumerate(expected)},
+            out / f"G_rank{rank}.safetensors",
+        )
         if rank == 0:
             save_file(params(full), out / "G_full.safetensors")
         dist.barrier()
@@ -300,8 +411,9 @@ def _worker_resize(out: Path) -> None:
         full = fsdp.full_model(trainer.model)
         if fsdp.is_main:
             save_file(params(full), out / "E_full.safetensors")
-            (out / "E.json").write_text(json.dumps({"start": start, "world_size": fsdp.world_size,
-                                                    "history": trainer.history.train_loss}))
+            (out / "E.json").write_text(
+                json.dumps({"start": start, "world_size": fsdp.world_size, "history": trainer.history.train_loss})
+            )
 
 
 def _worker_raise(out: Path) -> None:
@@ -351,6 +463,7 @@ def _worker_cli(out: Path) -> None:
         def call(*args, **kwargs):
             work[what] += 1
             return function(*args, **kwargs)
+
         return call
 
     corpora.TokenStoreWriter.__init__ = counted(corpora.TokenStoreWriter.__init__, "stores")
@@ -373,8 +486,13 @@ def _worker_cli(out: Path) -> None:
     for i, (name, argv) in enumerate(cli_runs(out).items()):
         if i == 1:
             store, _, _ = next(dist.rendezvous("env://"))
-            dist.init_process_group("gloo", store=dist.PrefixStore("tests/cli-runs", store), rank=rank,
-                                    world_size=world_size, timeout=timedelta(seconds=120))
+            dist.init_process_group(
+                "gloo",
+                store=dist.PrefixStore("tests/cli-runs", store),
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(seconds=120),
+            )
         current["name"] = name
         work.update(tokenizers=0, stores=0)
         if name == RESTARTED:  # the first attempt died between the two renames of a save: only the copy aside is left
@@ -396,86 +514,6 @@ def _worker_cli(out: Path) -> None:
             raise SystemExit(f"{name} exited with status {code} on rank {rank}")
     dist.barrier()
     dist.destroy_process_group()
-
-
-# ---------------------------------------------------------------------------- launching
-@pytest.fixture(autouse=True)  # autouse in the test modules that import it
-def restore_threads():
-    previous = torch.get_num_threads()
-    yield
-    torch.set_num_threads(previous)
-
-
-def launch(cmd: list[str], timeout: float, poll=None) -> subprocess.CompletedProcess:
-    """Run ``cmd`` (a torchrun command); ``poll(proc)`` is called every 20 ms while it runs. On timeout torchrun
-    gets SIGTERM (its agent stops the workers, which run in their own sessions), then its workers and it SIGKILL."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # pipes could fill and block
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
-        deadline = time.monotonic() + timeout
-        try:
-            while proc.poll() is None and time.monotonic() < deadline:
-                if poll is not None:
-                    poll(proc)
-                time.sleep(0.02)
-        finally:
-            if proc.poll() is None:  # ran past the deadline (or the poll raised)
-                workers = worker_pids(proc.pid)
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                for pid in workers.values():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                proc.wait()
-                timed_out = True
-            else:
-                timed_out = False
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if timed_out:
-        pytest.fail(f"{' '.join(cmd[3:])} ran past {timeout:.0f} s:\n{stdout[-3000:]}\n{stderr[-6000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
-def torchrun(*args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = LAUNCH_TIMEOUT) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *extra, *args]
-    return launch(cmd, timeout)
-
-
-def check_ok(result: subprocess.CompletedProcess) -> None:
-    assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def worker_pids(parent: int) -> dict[int, int]:
-    """rank -> pid of torchrun's worker processes (children of ``parent``), read from /proc."""
-    found: dict[int, int] = {}
-    if not os.path.isdir("/proc"):
-        return found
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid != parent:
-                continue
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        for item in environ:
-            if item.startswith(b"RANK="):
-                found[int(item[5:])] = int(entry)
-    return found
 
 
 if __name__ == "__main__":  # the worker: python -m torch.distributed.run ... tests/distributed_job.py SCENARIO DIR

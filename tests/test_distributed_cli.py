@@ -13,22 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_job import (
+from distributed_job import RESTARTED, UNSHARABLE, WORKER, cli_runs, write_corpus, write_pairs
+from safetensors.torch import load_file
+from torchrun_launch import (
     LAUNCH_TIMEOUT,
-    RESTARTED,
-    UNSHARABLE,
-    WORKER,
     check_ok,
-    cli_runs,
     launch,
     read_json,
     restore_threads,  # noqa: F401  (an autouse fixture: active where imported)
     torchrun,
     worker_pids,
-    write_corpus,
-    write_pairs,
 )
-from safetensors.torch import load_file
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
@@ -47,9 +42,32 @@ def test_cli_restart_after_a_killed_rank_resumes_from_the_last_checkpoint(tmp_pa
                 os.kill(pids[1], signal.SIGKILL)
                 killed.append(pids[1])
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
-           "--monitor-interval=0.2", "-m", "transformer", "train", "copy", "--steps", "60", "--eval-every", "15",
-           "--batch-size", "16", "--out", str(out), "--no-progress", "--eval-examples", "10", "--seed", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--max-restarts=1",
+        "--monitor-interval=0.2",
+        "-m",
+        "transformer",
+        "train",
+        "copy",
+        "--steps",
+        "60",
+        "--eval-every",
+        "15",
+        "--batch-size",
+        "16",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--eval-examples",
+        "10",
+        "--seed",
+        "1",
+    ]
     result = launch(cmd, LAUNCH_TIMEOUT, poll=kill_rank_1_after_the_first_checkpoint)
     stdout, stderr = result.stdout, result.stderr
     assert killed, f"the job ended before a rank could be killed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
@@ -75,9 +93,26 @@ def test_ctrl_c_to_torchrun_saves_the_same_step_on_every_rank_and_stops(tmp_path
             proc.send_signal(signal.SIGINT)
             sent.append(1)
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "transformer",
-           "train", "copy", "--steps", "100000", "--eval-every", "4", "--batch-size", "8", "--out", str(out),
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "transformer",
+        "train",
+        "copy",
+        "--steps",
+        "100000",
+        "--eval-every",
+        "4",
+        "--batch-size",
+        "8",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     result = launch(cmd, LAUNCH_TIMEOUT, poll=ctrl_c_once_the_first_checkpoint_exists)
     assert sent, f"the job ended before Ctrl-C:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     step = load_checkpoint(out).trainer_state["step"]
@@ -90,8 +125,23 @@ def test_cli_fsdp_trains_dates_then_consolidates_for_decode(tmp_path):
     from transformer.cli import main
 
     out = tmp_path / "dates"
-    result = torchrun("-m", "transformer", "train", "dates", "--strategy", "fsdp", "--steps", "6", "--eval-every", "3",
-                      "--out", str(out), "--no-progress", "--eval-examples", "4")
+    result = torchrun(
+        "-m",
+        "transformer",
+        "train",
+        "dates",
+        "--strategy",
+        "fsdp",
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--eval-examples",
+        "4",
+    )
     check_ok(result)
     assert result.stdout.count("task dates:") == result.stdout.count("RESULTS {") == 1  # rank 0 prints, rank 1 not
     results = json.loads(result.stdout.split("RESULTS ", 1)[1].splitlines()[0])
@@ -151,8 +201,10 @@ def test_rank_0_prepares_the_data_and_the_other_ranks_read_it(file_runs):
             assert work == [{"tokenizers": 0, "stores": 0, "code": 0}] * 2, name
         else:
             stores = 1 if argv[1] == "lm" else 4  # lm: one stream; translate: source and target, train and valid
-            assert work == [{"tokenizers": 1, "stores": stores, "code": 0}, {"tokenizers": 0, "stores": 0, "code": 0}], \
-                name
+            assert work == [
+                {"tokenizers": 1, "stores": stores, "code": 0},
+                {"tokenizers": 0, "stores": 0, "code": 0},
+            ], name
 
 
 def test_each_rank_trains_on_its_own_share_of_the_file_corpus(file_runs):
@@ -166,8 +218,9 @@ def test_each_rank_trains_on_its_own_share_of_the_file_corpus(file_runs):
             steps = int(_flag(argv, "--steps")) - start
             assert len(tensors) == 2 * steps + 1, f"{name}: rank {rank} ran {(len(tensors) - 1) // 2} forwards"
             for i in range(steps):
-                assert torch.equal(tensors[f"seen{i}"], tensors[f"expected{i}"]), \
+                assert torch.equal(tensors[f"seen{i}"], tensors[f"expected{i}"]), (
                     f"{name}: rank {rank}'s batch {start + i} is not batch {start + i} of its share of the plan"
+                )
         assert not any(torch.equal(ranks[0][f"seen{i}"], ranks[1][f"seen{i}"]) for i in range(2)), name
 
 
@@ -176,7 +229,8 @@ def test_an_epoch_the_ranks_cannot_share_is_a_one_line_error_on_every_rank(file_
         assert read_json(file_runs / f"{UNSHARABLE}.rank{rank}.json")["code"] == 2
         assert (file_runs / f"{UNSHARABLE}.rank{rank}.err").read_text() == (
             "typed-transformer train: error: TokenBudgetPlan: 1 batches per epoch cannot be shared by world_size=2 "
-            "ranks; lower max_tokens or use more data\n")
+            "ranks; lower max_tokens or use more data\n"
+        )
 
 
 def test_the_checkpoints_generate_and_decode_the_sharded_ones_after_consolidate(file_runs, tmp_path, capsys):

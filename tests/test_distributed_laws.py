@@ -14,20 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_job import (
-    ACCUM,
-    GLOBAL_BATCH,
-    STEPS,
-    WORKER,
-    build,
+from distributed_job import ACCUM, GLOBAL_BATCH, STEPS, WORKER, build, params, record_inputs
+from safetensors.torch import load_file
+from torchrun_launch import (
     check_ok,
-    params,
     read_json,
-    record_inputs,
     restore_threads,  # noqa: F401  (an autouse fixture: active where imported)
     torchrun,
 )
-from safetensors.torch import load_file
 
 import transformer as T
 
@@ -45,8 +39,13 @@ def reference() -> dict:
     trainer = build()
     seen = record_inputs(trainer)
     trainer.train()
-    return {"history": trainer.history.train_loss, "params": params(trainer.model), "seen": seen,
-            "eval_loss": trainer.evaluate(), "tokens": trainer.tokens}
+    return {
+        "history": trainer.history.train_loss,
+        "params": params(trainer.model),
+        "seen": seen,
+        "eval_loss": trainer.evaluate(),
+        "tokens": trainer.tokens,
+    }
 
 
 def _close_params(a: dict, b: dict, atol: float = 2e-5) -> None:
@@ -73,7 +72,9 @@ def test_each_rank_reads_its_own_half_of_every_global_batch(laws, reference):
         for i, whole in enumerate(reference["seen"]):
             halves = [ranks[r][str(i)] for r in range(2)]
             assert [h.size(0) for h in halves] == [GLOBAL_BATCH // 2] * 2
-            assert torch.equal(torch.cat(halves), whole), f"{strategy}: micro-batch {i} is not the global batch split in two"
+            assert torch.equal(torch.cat(halves), whole), (
+                f"{strategy}: micro-batch {i} is not the global batch split in two"
+            )
 
 
 def test_ddp_two_ranks_of_half_the_batch_match_one_process_of_the_whole_batch(laws, reference):
@@ -146,7 +147,13 @@ def test_ddp_checkpoints_are_written_by_rank_0_only_and_resume_exactly(laws):
         straight, resumed = (load_file(laws / f"C_{kind}_rank{rank}.safetensors") for kind in ("straight", "resumed"))
         for name in straight:
             assert torch.equal(straight[name], resumed[name]), name
-    assert sorted(os.listdir(laws / "C_ck")) == ["config.json", "meta.json", "model.safetensors", "state.json", "state.safetensors"]
+    assert sorted(os.listdir(laws / "C_ck")) == [
+        "config.json",
+        "meta.json",
+        "model.safetensors",
+        "state.json",
+        "state.safetensors",
+    ]
 
 
 def test_each_rank_has_its_own_dropout_stream_from_the_seed_and_the_rank(laws):
@@ -190,9 +197,21 @@ def test_consolidation_round_trip_gives_the_weights_decode_reads(laws, tmp_path)
     assert got.keys() == expected.keys()
     for name, value in expected.items():
         assert torch.equal(got[name].detach(), value), name
-    assert loaded.config.architecture() == T.TransformerConfig(
-        src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2,
-        dropout=0.3, attention_dropout=0.3, max_len=16).architecture()
+    assert (
+        loaded.config.architecture()
+        == T.TransformerConfig(
+            src_vocab=11,
+            tgt_vocab=11,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            d_model=16,
+            d_ff=32,
+            n_heads=2,
+            dropout=0.3,
+            attention_dropout=0.3,
+            max_len=16,
+        ).architecture()
+    )
 
 
 def test_a_corrupt_or_missing_shard_is_refused(laws, tmp_path):

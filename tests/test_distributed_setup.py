@@ -8,10 +8,8 @@ import json
 
 import pytest
 import torch
-from distributed_job import (
-    padded_batches,
-    restore_threads,  # noqa: F401  (an autouse fixture: active where imported)
-    )
+from distributed_job import padded_batches
+from torchrun_launch import restore_threads  # noqa: F401  (an autouse fixture: active where imported)
 
 import transformer as T
 
@@ -21,8 +19,9 @@ def test_torchrun_environment_is_read_and_bad_values_are_named():
     from transformer.distributed import DistributedSetupError, World, torchrun_world
 
     assert torchrun_world({}) is None
-    world = torchrun_world({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                            "TORCHELASTIC_RESTART_COUNT": "2"})
+    world = torchrun_world(
+        {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RESTART_COUNT": "2"}
+    )
     assert world == World(rank=3, world_size=4, local_rank=1, local_world_size=2, restart_count=2) and not world.is_main
     with pytest.raises(DistributedSetupError, match="LOCAL_RANK missing"):
         torchrun_world({"RANK": "0", "WORLD_SIZE": "2"})
@@ -96,7 +95,10 @@ def test_consolidate_and_decode_name_the_wrong_kind_of_checkpoint(capsys, tmp_pa
     (tmp_path / "sharded").mkdir()
     (tmp_path / "sharded" / "meta.json").write_text(json.dumps({"format": SHARDED_FORMAT, "world_size": 2}))
     assert main(["decode", "--checkpoint", str(tmp_path / "sharded"), "1 2 3"]) == 2
-    assert "is sharded (saved by --strategy fsdp); gather it first: typed-transformer consolidate" in capsys.readouterr().err
+    assert (
+        "is sharded (saved by --strategy fsdp); gather it first: typed-transformer consolidate"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -105,8 +107,17 @@ def test_only_rank_0_draws_the_progress_bar(rank, capsys):
     from transformer.distributed.world import World
     from transformer.tasks import CopyTask, make_trainer
 
-    trainer = make_trainer(CopyTask(), steps=2, batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16,
-                           d_ff=32, n_heads=2, eval_every=0)
+    trainer = make_trainer(
+        CopyTask(),
+        steps=2,
+        batch_size=4,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        eval_every=0,
+    )
     trainer.config.progress = True
     trainer.strategy.world = World(rank=rank, world_size=1)  # is_main from the rank; one process, no collectives
     trainer.train()

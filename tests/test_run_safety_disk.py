@@ -48,18 +48,25 @@ def test_a_full_disk_during_a_save_is_one_sentence_and_the_previous_checkpoint_s
     with pytest.raises(OutputWriteError) as info:
         trainer.save(str(tmp_path / "ck"))
     message = str(info.value)
-    assert message.startswith(f"cannot write the checkpoint to {tmp_path / 'ck'}: No space left on device (ENOSPC); "
-                              "it needs about ")
+    assert message.startswith(
+        f"cannot write the checkpoint to {tmp_path / 'ck'}: No space left on device (ENOSPC); it needs about "
+    )
     assert " is free there; the previous checkpoint in " in message and "(step 2) is intact" in message
     needed = sum(p.numel() * 4 for p in trainer.model.state_dict().values())
     assert f"needs about {output_dirs.human_bytes(needed)}" not in message  # the optimizer state counts too
     assert info.value.errno == errno.ENOSPC and "\n" not in message
     assert {name: (tmp_path / "ck" / name).read_bytes() for name in os.listdir(tmp_path / "ck")} == before
     assert sorted(os.listdir(tmp_path)) == ["ck"]
-    monkeypatch.setattr(output_dirs.tempfile, "mkdtemp", lambda *a, **k: (_ for _ in ()).throw(
-        OSError(errno.EROFS, "Read-only file system")))
-    with pytest.raises(OutputWriteError, match=r"cannot write the checkpoint to .*: Read-only file system \(EROFS\); "
-                                               r"the previous checkpoint .* is intact$"):
+    monkeypatch.setattr(
+        output_dirs.tempfile,
+        "mkdtemp",
+        lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")),
+    )
+    with pytest.raises(
+        OutputWriteError,
+        match=r"cannot write the checkpoint to .*: Read-only file system \(EROFS\); "
+        r"the previous checkpoint .* is intact$",
+    ):
         save_checkpoint(tmp_path / "ck", trainer.model)
 
 
@@ -67,8 +74,11 @@ def test_a_full_disk_while_writing_a_token_store_is_one_sentence(tmp_path, monke
     from transformer.data import token_store
 
     monkeypatch.setattr(token_store.np, "save", _enospc)
-    with pytest.raises(OutputWriteError, match=r"^cannot write the token store .*/store: No space left on device "
-                                               r"\(ENOSPC\); nothing was left behind"):
+    with pytest.raises(
+        OutputWriteError,
+        match=r"^cannot write the token store .*/store: No space left on device "
+        r"\(ENOSPC\); nothing was left behind",
+    ):
         token_store.write_token_store(tmp_path / "store", [[1, 2, 3], [4]], vocab_size=10)
     assert os.listdir(tmp_path) == []
 
@@ -92,8 +102,11 @@ class _FillsUp:
 def test_a_disk_that_fills_up_while_the_ids_are_written_is_one_sentence(tmp_path):
     from transformer.data import token_store
 
-    with pytest.raises(OutputWriteError, match=r"^cannot write the token store .*/store: No space left on device "
-                                               r"\(ENOSPC\); nothing was left behind") as info:
+    with pytest.raises(
+        OutputWriteError,
+        match=r"^cannot write the token store .*/store: No space left on device "
+        r"\(ENOSPC\); nothing was left behind",
+    ) as info:
         with token_store.TokenStoreWriter(tmp_path / "store", vocab_size=10) as writer:
             writer.file = _FillsUp(writer.file, room=8)
             writer.add([1, 2, 3])  # 3 bytes (uint8 ids)
@@ -114,8 +127,21 @@ def test_the_cli_says_a_full_disk_in_one_line_exit_3(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(checkpoint_save, "save_file", second_save_fails)
     out = tmp_path / "run"
-    code = main(["train", "copy", "--steps", "4", "--eval-every", "2", "--out", str(out), "--no-progress",
-                 "--eval-examples", "2"])
+    code = main(
+        [
+            "train",
+            "copy",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--eval-examples",
+            "2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"typed-transformer train: error: cannot write the checkpoint to {out}: No space left on device" in err
@@ -131,13 +157,18 @@ def test_an_out_that_cannot_be_written_is_refused_before_training(tmp_path, monk
     (tmp_path / "file").write_text("not a directory")
     assert main(["train", "copy", "--out", str(tmp_path / "file" / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert f"--out {tmp_path / 'file' / 'run'}: cannot write in {tmp_path / 'file'}: {tmp_path / 'file'} is not a " \
-           "directory" in err
+    assert (
+        f"--out {tmp_path / 'file' / 'run'}: cannot write in {tmp_path / 'file'}: {tmp_path / 'file'} is not a "
+        "directory" in err
+    )
     assert main(["train", "copy", "--out", str(tmp_path / "file"), "--no-progress"]) == 2
     assert f"--out {tmp_path / 'file'} exists and is not a directory" in capsys.readouterr().err
     # a read-only directory: root writes through chmod, so the refusal is planted where the write test writes
-    monkeypatch.setattr(output_dirs.tempfile, "mkdtemp", lambda *a, **k: (_ for _ in ()).throw(
-        PermissionError(errno.EACCES, "Permission denied")))
+    monkeypatch.setattr(
+        output_dirs.tempfile,
+        "mkdtemp",
+        lambda *a, **k: (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")),
+    )
     assert main(["train", "copy", "--out", str(tmp_path / "ro" / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"--out {tmp_path / 'ro' / 'run'}: cannot write in {tmp_path / 'ro'}: Permission denied (EACCES)" in err
@@ -258,8 +289,10 @@ def test_a_new_run_into_an_out_that_holds_a_checkpoint_is_refused_unless_asked(t
     saved = (out / "model.safetensors").read_bytes()
     assert main([*base, "--seed", "5"]) == 2
     err = capsys.readouterr().err
-    assert f"--out {out} already holds a checkpoint (step 2 of train copy): continue it with --resume, or start a " \
-           "new run over it with --overwrite" in err
+    assert (
+        f"--out {out} already holds a checkpoint (step 2 of train copy): continue it with --resume, or start a "
+        "new run over it with --overwrite" in err
+    )
     assert (out / "model.safetensors").read_bytes() == saved
     assert main([*base, "--resume", "--overwrite"]) == 2
     assert "give one of them" in capsys.readouterr().err

@@ -78,18 +78,51 @@ def test_the_cli_stops_a_diverging_run_with_exit_3_and_keeps_the_last_good_check
     from transformer.cli import main
 
     out = tmp_path / "run"
-    base = ["train", "copy", "--out", str(out), "--no-progress", "--eval-examples", "2", "--batch-size", "8",
-            "--eval-every", "2"]
+    base = [
+        "train",
+        "copy",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--eval-examples",
+        "2",
+        "--batch-size",
+        "8",
+        "--eval-every",
+        "2",
+    ]
     assert main([*base, "--steps", "4"]) == 0
     saved = (out / "model.safetensors").read_bytes()
     capsys.readouterr()
     assert main([*base, "--steps", "12", "--resume", "--lr-factor", "1e30"]) == 3
     captured = capsys.readouterr()
-    assert "training diverged at step" in captured.err and f"the previous checkpoint in {out} (step 4) is intact" in \
-        captured.err and "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert (
+        "training diverged at step" in captured.err
+        and f"the previous checkpoint in {out} (step 4) is intact" in captured.err
+        and "Traceback" not in captured.err
+        and len(captured.err.strip().splitlines()) == 1
+    )
     assert "RESULTS" not in captured.out and (out / "model.safetensors").read_bytes() == saved
-    assert main(["train", "copy", "--out", str(tmp_path / "fresh"), "--no-progress", "--steps", "4", "--eval-every",
-                 "1", "--lr-factor", "1e30", "--batch-size", "8"]) == 3
+    assert (
+        main(
+            [
+                "train",
+                "copy",
+                "--out",
+                str(tmp_path / "fresh"),
+                "--no-progress",
+                "--steps",
+                "4",
+                "--eval-every",
+                "1",
+                "--lr-factor",
+                "1e30",
+                "--batch-size",
+                "8",
+            ]
+        )
+        == 3
+    )
     captured = capsys.readouterr()
     assert "training diverged at step 1: the held-out loss is nan" in captured.err and "RESULTS" not in captured.out
     assert not (tmp_path / "fresh").exists()
@@ -104,9 +137,12 @@ def test_non_finite_weights_are_never_saved(tmp_path):
     saved = (tmp_path / "ck" / "model.safetensors").read_bytes()
     with torch.no_grad():
         trainer.model.generator.proj.bias[3] = float("inf")
-    with pytest.raises(TrainingDiverged, match=r"after step 2 the weights hold NaN or inf in 1 tensor: "
-                                               r"generator\.proj\.bias \(1 of 11 values\); they were not saved and "
-                                               r"the previous checkpoint in .* \(step 2\) is intact"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"after step 2 the weights hold NaN or inf in 1 tensor: "
+        r"generator\.proj\.bias \(1 of 11 values\); they were not saved and "
+        r"the previous checkpoint in .* \(step 2\) is intact",
+    ):
         trainer.save(str(tmp_path / "ck"))
     with pytest.raises(NonFiniteWeightsError, match=r"refusing to save non-finite weights .* generator\.proj\.bias"):
         save_checkpoint(tmp_path / "ck", trainer.model)
@@ -136,8 +172,13 @@ def test_run_epoch_stops_on_a_nan_loss():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     compute = SimpleLossCompute(model.generator, NaNAfter(LabelSmoothing(11, 0), 2, model))
     with pytest.raises(TrainingDiverged, match=r"run_epoch: the loss of batch 2 is nan: training diverged; lower"):
-        run_epoch((CopyTask().batch(*CopyTask().sample(torch.Generator().manual_seed(i), 3)) for i in range(5)),
-                  model, compute, opt, mode="train")
+        run_epoch(
+            (CopyTask().batch(*CopyTask().sample(torch.Generator().manual_seed(i), 3)) for i in range(5)),
+            model,
+            compute,
+            opt,
+            mode="train",
+        )
 
 
 # ---------------------------------------------------------------------------- loading non-finite weights
@@ -159,8 +200,10 @@ def test_loading_refuses_non_finite_weights_naming_them(tmp_path):
     assert "holds non-finite weights (NaN or inf) in 2 tensors" in message
     assert "encoder.layers.0.feed_forward.w_1.weight (3 of 512 values)" in message
     assert "generator.proj.bias (all 11 values)" in message and "allow_nonfinite=True" in message
-    assert {name for name, _, _ in info.value.tensors} == {"encoder.layers.0.feed_forward.w_1.weight",
-                                                          "generator.proj.bias"}
+    assert {name for name, _, _ in info.value.tensors} == {
+        "encoder.layers.0.feed_forward.w_1.weight",
+        "generator.proj.bias",
+    }
     with pytest.warns(UserWarning, match="holds non-finite weights"):
         loaded = load_checkpoint(tmp_path / "ck", allow_nonfinite=True)
     assert torch.isnan(loaded.model.encoder.layers[0].feed_forward.w_1.weight[0, :3]).all()
@@ -189,8 +232,9 @@ def test_decode_generate_and_resume_refuse_a_non_finite_checkpoint(tmp_path, cap
     attach_tokenizer(lm, tokenizer)
     with torch.no_grad():
         lm.layers[0].feed_forward.w_2.bias[1] = float("nan")
-    save_checkpoint(tmp_path / "lm", lm, metadata={"task": "lm", "tokenizer": tokenizer_metadata(tokenizer)},
-                    allow_nonfinite=True)
+    save_checkpoint(
+        tmp_path / "lm", lm, metadata={"task": "lm", "tokenizer": tokenizer_metadata(tokenizer)}, allow_nonfinite=True
+    )
     assert main(["generate", "--checkpoint", str(tmp_path / "lm"), "ab"]) == 2
     err = capsys.readouterr().err
     assert "non-finite weights (NaN or inf) in 1 tensor: layers.0.feed_forward.w_2.bias (1 of 16 values)" in err
@@ -204,21 +248,28 @@ def test_label_smoothing_names_a_label_outside_the_vocabulary(bad, position):
     target[position] = bad
     with pytest.raises(ValueError) as info:
         LabelSmoothing(11, 0, 0.1)(x, target)
-    assert str(info.value) == (f"LabelSmoothing: target holds label id {bad} at position {position}, outside [0, 11) "
-                               "(vocabulary size 11)")
+    assert str(info.value) == (
+        f"LabelSmoothing: target holds label id {bad} at position {position}, outside [0, 11) (vocabulary size 11)"
+    )
 
 
 def test_simple_loss_compute_names_a_label_outside_the_generator_vocabulary():
     gen = T.Generator(8, 5)
     x = torch.randn(2, 3, 8)
-    with pytest.raises(ValueError, match=r"SimpleLossCompute: y \(the labels\) holds label id 5 at position \(1, 1\), "
-                                         r"outside \[0, 5\) \(vocabulary size 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"SimpleLossCompute: y \(the labels\) holds label id 5 at position \(1, 1\), "
+        r"outside \[0, 5\) \(vocabulary size 5\)",
+    ):
         SimpleLossCompute(gen, LabelSmoothing(5, 0))(x, torch.tensor([[1, 2, 0], [3, 5, 0]]), 4)
     ce = SimpleLossCompute(gen, nn.CrossEntropyLoss(reduction="sum"))  # ignore_index -100 is its padding
     total, _ = ce(x, torch.tensor([[1, 2, -100], [3, 4, -100]]), 4)
     assert math.isfinite(total.item())
-    with pytest.raises(ValueError, match=r"holds label id -5 at position \(0, 2\), outside \[0, 5\) or the ignored id "
-                                         r"-100"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds label id -5 at position \(0, 2\), outside \[0, 5\) or the ignored id "
+        r"-100",
+    ):
         ce(x, torch.tensor([[1, 2, -5], [3, 4, -100]]), 4)
 
 
@@ -234,7 +285,8 @@ def test_on_a_gpu_a_bad_label_is_nan_never_an_index_error_and_the_trainer_names_
     assert torch.isnan(LabelSmoothing(11, 0, 0.1)(x, torch.tensor([[1, 2, 0], [4, 11, 6]])))
     gen = T.Generator(8, 5)
     total, node = SimpleLossCompute(gen, nn.CrossEntropyLoss(reduction="sum"))(
-        torch.randn(2, 3, 8), torch.tensor([[1, 2, 9], [3, 4, -100]]), 4)
+        torch.randn(2, 3, 8), torch.tensor([[1, 2, 9], [3, 4, -100]]), 4
+    )
     assert torch.isnan(total) and torch.isnan(node)
 
     trainer = tiny_trainer(steps=3)
@@ -249,8 +301,11 @@ def test_on_a_gpu_a_bad_label_is_nan_never_an_index_error_and_the_trainer_names_
             yield batch
 
     trainer.make_batches = bad_labels
-    with pytest.raises(ValueError, match=r"Trainer \(step 2\): a batch's labels holds label id 11 at position "
-                                         r"\(2, 8\), outside \[0, 11\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Trainer \(step 2\): a batch's labels holds label id 11 at position "
+        r"\(2, 8\), outside \[0, 11\)",
+    ):
         trainer.train()
     assert trainer.step == 1
 
@@ -261,9 +316,12 @@ def test_batch_checks_every_target_position_against_the_vocabulary():
     Batch(src, tgt, 0, src_vocab=5, tgt_vocab=5)
     last = tgt.clone()
     last[1, 3] = 5
-    with pytest.raises(ValueError, match=r"Batch: tgt holds id 5 at position \(1, 3\) \(the last target position: a "
-                                         r"label only, which the model never reads\), outside the target vocabulary "
-                                         r"\[0, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Batch: tgt holds id 5 at position \(1, 3\) \(the last target position: a "
+        r"label only, which the model never reads\), outside the target vocabulary "
+        r"\[0, 5\)",
+    ):
         Batch(src, last, 0, src_vocab=5, tgt_vocab=5)
     inner = tgt.clone()
     inner[0, 1] = -2

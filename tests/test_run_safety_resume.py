@@ -105,8 +105,10 @@ def test_the_cli_exits_130_after_saving_on_ctrl_c(tmp_path, monkeypatch, capsys,
     out = tmp_path / "run"
     assert main(["train", "copy", "--steps", "50", "--out", str(out), "--no-progress"]) == 130
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == (f"typed-transformer train: interrupted at step 2: the checkpoint in {out} "
-                                            f"holds step 2; continue it with --resume --out {out}")
+    assert err.strip().splitlines()[-1] == (
+        f"typed-transformer train: interrupted at step 2: the checkpoint in {out} "
+        f"holds step 2; continue it with --resume --out {out}"
+    )
     assert "interrupted: saving at the end of this step (Ctrl-C again to stop at once)" in err
     assert load_checkpoint(out).trainer_state["step"] == 2
 
@@ -115,10 +117,28 @@ def test_the_cli_exits_130_after_saving_on_ctrl_c(tmp_path, monkeypatch, capsys,
 def test_ctrl_c_on_the_command_line_saves_then_exits_130(tmp_path):
     """The real thing: a SIGINT to ``typed-transformer train`` once its first checkpoint exists."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "transformer", "train", "copy", "--steps", "100000", "--eval-every",
-                             "3", "--batch-size", "8", "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_python_sigint_in_the_child)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transformer",
+            "train",
+            "copy",
+            "--steps",
+            "100000",
+            "--eval-every",
+            "3",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_python_sigint_in_the_child,
+    )
     deadline = time.monotonic() + 120
     while not (out / "meta.json").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -154,7 +174,7 @@ def assert_same_state(a, b, where="state"):
             assert_same_state(a[key], b[key], f"{where}.{key}")
     elif isinstance(a, (list, tuple)):
         assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same_state(x, y, f"{where}[{i}]")
     elif isinstance(a, float) and math.isnan(a):
         assert isinstance(b, float) and math.isnan(b), where
@@ -174,6 +194,7 @@ def _stateful_trainer(seed, kind):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, NoamSchedule(16, 1.0, 3))
     task = CopyTask()
     if kind == "generator":
+
         def batches(generator):
             while True:
                 src, tgt = task.sample(generator, 4)
@@ -191,8 +212,16 @@ def _stateful_trainer(seed, kind):
 
         batches = ResumableBatches(lengths, 24, make_batch, seed=5)  # the plan: part of the trainer's definition
     evals = [task.batch(*task.sample(torch.Generator().manual_seed(8), 4))]
-    return Trainer(model, optimizer, batches, criterion=LabelSmoothing(11, 0, 0.1), scheduler=scheduler,
-                   eval_batches=lambda: evals, seed=seed, config=TrainerConfig(steps=6, eval_every=2))
+    return Trainer(
+        model,
+        optimizer,
+        batches,
+        criterion=LabelSmoothing(11, 0, 0.1),
+        scheduler=scheduler,
+        eval_batches=lambda: evals,
+        seed=seed,
+        config=TrainerConfig(steps=6, eval_every=2),
+    )
 
 
 @pytest.mark.parametrize("kind", ["generator", "token-budget plan"])

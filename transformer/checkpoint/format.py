@@ -21,9 +21,25 @@ from torch import nn
 
 from .errors import CheckpointError
 
-__all__ = ["FORMAT_VERSION", "CONFIG_FILE", "MODEL_FILE", "STATE_TENSORS_FILE", "STATE_JSON_FILE", "META_FILE",
-           "RESERVED_FILES", "MODEL_KINDS", "DEFAULT_KIND", "Checkpoint", "import_reference", "model_kind",
-           "sha256_file", "fsync_path", "verify_files", "read_meta", "read_metadata"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CONFIG_FILE",
+    "MODEL_FILE",
+    "STATE_TENSORS_FILE",
+    "STATE_JSON_FILE",
+    "META_FILE",
+    "RESERVED_FILES",
+    "MODEL_KINDS",
+    "DEFAULT_KIND",
+    "Checkpoint",
+    "import_reference",
+    "model_kind",
+    "sha256_file",
+    "fsync_path",
+    "verify_files",
+    "read_meta",
+    "read_metadata",
+]
 
 FORMAT_VERSION = 1
 CONFIG_FILE, MODEL_FILE, META_FILE = "config.json", "model.safetensors", "meta.json"
@@ -52,8 +68,10 @@ def model_kind(config: object) -> str:
         if type(config) is import_reference(config_class):
             return kind
     known = ", ".join(f"{kind} ({ref.split(':')[1]})" for kind, (ref, _) in MODEL_KINDS.items())
-    raise ValueError(f"model.config must be the config of a known model kind ({known}), got {type(config).__name__} "
-                     "(build models with make_model or build_lm)")
+    raise ValueError(
+        f"model.config must be the config of a known model kind ({known}), got {type(config).__name__} "
+        "(build models with make_model or build_lm)"
+    )
 
 
 @dataclass
@@ -72,7 +90,9 @@ class Checkpoint:
     def asset(self, name: str) -> str:
         """The path of asset ``name`` (checked against its SHA-256 when the checkpoint was loaded)."""
         if name not in self.assets:
-            raise CheckpointError(f"checkpoint {self.path} holds no {name} (assets: {', '.join(self.assets) or 'none'})")
+            raise CheckpointError(
+                f"checkpoint {self.path} holds no {name} (assets: {', '.join(self.assets) or 'none'})"
+            )
         return os.path.join(self.path, name)
 
 

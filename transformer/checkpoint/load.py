@@ -67,7 +67,9 @@ def check_model_matches(model: nn.Module, kind: str, config: Any, path: str, who
     except ValueError as error:
         raise ValueError(f"{who}: {error}") from None
     if own_kind != kind:
-        raise CheckpointError(f"checkpoint {path} holds a model of kind {kind!r}; the model given is of kind {own_kind!r}")
+        raise CheckpointError(
+            f"checkpoint {path} holds a model of kind {kind!r}; the model given is of kind {own_kind!r}"
+        )
     diff = model.config.differences(config, architecture_only=True)
     if diff:
         raise ConfigMismatchError(diff, path)
@@ -84,8 +86,9 @@ def load_checkpoint(
     """Load checkpoint ``path`` into ``model`` (or into a new model built from the stored config).
 
     Raises :class:`ConfigMismatchError` naming every mismatched field when ``model.config``'s architecture
-    differs from the stored one (run-time fields such as ``attention_backend`` may differ), and :class:`CheckpointError` when files are missing, do not
-    match their recorded SHA-256, or cannot be parsed, or when ``model`` is of another kind than the stored one.
+    differs from the stored one (run-time fields such as ``attention_backend`` may differ), and
+    :class:`CheckpointError` when files are missing, do not match their recorded SHA-256, or cannot be parsed, or
+    when ``model`` is of another kind than the stored one.
     Raises :class:`NonFiniteWeightsError` naming the tensors when a weight is NaN or infinite (a diverged run's);
     with ``allow_nonfinite=True`` such a checkpoint loads with a warning that names them (to inspect it).
     ``path`` is found by :func:`find_checkpoint`'s rule.
@@ -98,8 +101,14 @@ def load_checkpoint(
         raise CheckpointError(f"checkpoint {path} is incomplete: {META_FILE} is missing") from error
     except json.JSONDecodeError as error:
         raise CheckpointError(f"checkpoint {path} has a corrupt {META_FILE}: {error}") from error
-    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION or not isinstance(meta.get("sha256"), dict):
-        raise CheckpointError(f"checkpoint {path}: {META_FILE} is not a typed-transformer checkpoint of format {FORMAT_VERSION}")
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format_version") != FORMAT_VERSION
+        or not isinstance(meta.get("sha256"), dict)
+    ):
+        raise CheckpointError(
+            f"checkpoint {path}: {META_FILE} is not a typed-transformer checkpoint of format {FORMAT_VERSION}"
+        )
     verify_files(path, meta["sha256"])
     kind, config = read_config(path, with_kind=True)
     if model is None:
@@ -113,11 +122,14 @@ def load_checkpoint(
     model.to(map_location)
     bad = nonfinite_tensors(model.state_dict().items())
     if bad:
-        message = (f"checkpoint {path} holds non-finite weights (NaN or inf) in {describe_nonfinite(bad)}: it was saved "
-                   "from a run that diverged")
+        message = (
+            f"checkpoint {path} holds non-finite weights (NaN or inf) in {describe_nonfinite(bad)}: it was saved "
+            "from a run that diverged"
+        )
         if not allow_nonfinite:
-            raise NonFiniteWeightsError(message + " (load_checkpoint(..., allow_nonfinite=True) loads it to inspect)",
-                                        bad)
+            raise NonFiniteWeightsError(
+                message + " (load_checkpoint(..., allow_nonfinite=True) loads it to inspect)", bad
+            )
         warnings.warn(message, stacklevel=2)
     trainer_state = None
     if load_trainer_state and STATE_JSON_FILE in meta["sha256"]:
@@ -128,5 +140,12 @@ def load_checkpoint(
         except (SafetensorError, json.JSONDecodeError, KeyError, OSError) as error:
             raise CheckpointError(f"checkpoint {path}: cannot read the training state: {error}") from error
     assets = sorted(name for name in meta["sha256"] if name not in RESERVED_FILES)
-    return Checkpoint(path=path, config=config, model=model, trainer_state=trainer_state, metadata=meta.get("metadata", {}),
-                      kind=kind, assets=assets)
+    return Checkpoint(
+        path=path,
+        config=config,
+        model=model,
+        trainer_state=trainer_state,
+        metadata=meta.get("metadata", {}),
+        kind=kind,
+        assets=assets,
+    )

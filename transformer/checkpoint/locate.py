@@ -44,8 +44,9 @@ def checkpoint_dir(path: str, stacklevel: int) -> str | None:
     found = find_checkpoint(path)
     if found is not None:
         if found != path:
-            warnings.warn(f"checkpoint {path} is missing; using {found} left by an interrupted save",
-                          stacklevel=stacklevel + 1)
+            warnings.warn(
+                f"checkpoint {path} is missing; using {found} left by an interrupted save", stacklevel=stacklevel + 1
+            )
         return found
     return path if os.path.isdir(path) else None
 
@@ -58,8 +59,9 @@ def resolve_checkpoint(path: str) -> str:
         return found
     if os.path.exists(path):
         raise CheckpointError(f"checkpoint {path} is not a directory")
-    raise CheckpointError(f"no checkpoint at {path} (expected a directory with {META_FILE}, {CONFIG_FILE} and "
-                          f"{MODEL_FILE})")
+    raise CheckpointError(
+        f"no checkpoint at {path} (expected a directory with {META_FILE}, {CONFIG_FILE} and {MODEL_FILE})"
+    )
 
 
 def checkpoint_step(path: str) -> int | None:

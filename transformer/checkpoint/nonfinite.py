@@ -26,7 +26,7 @@ def nonfinite_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[s
     if not names:
         return []
     totals = torch.stack([c.to("cpu") if c.device.type != "cpu" else c for c in counts]).tolist()
-    return [(name, int(n), size) for name, n, size in zip(names, totals, sizes) if n]
+    return [(name, int(n), size) for name, n, size in zip(names, totals, sizes, strict=True) if n]
 
 
 def describe_nonfinite(bad: list[tuple[str, int, int]], shown: int = 3) -> str:

@@ -53,8 +53,8 @@ def save_checkpoint(
     attribute (the same mapping) is saved too, so whatever saves the model (a Trainer, a distributed strategy) keeps
     its tokenizer with it. Returns the path. The previous checkpoint at
     ``path``, if any, survives any interruption, and a full or read-only disk
-    (:class:`~transformer.common.output_dirs.OutputWriteError`, one sentence). Weights that are NaN or infinite are refused (:class:`NonFiniteWeightsError`, naming the tensors;
-    nothing is written) unless ``allow_nonfinite``.
+    (:class:`~transformer.common.output_dirs.OutputWriteError`, one sentence). Weights that are NaN or infinite
+    are refused (:class:`NonFiniteWeightsError`, naming the tensors; nothing is written) unless ``allow_nonfinite``.
     """
     path = os.path.abspath(os.fspath(path))
     config = getattr(model, "config", None)
@@ -65,13 +65,18 @@ def save_checkpoint(
     if not allow_nonfinite:
         bad = nonfinite_tensors(model.state_dict().items())
         if bad:
-            raise NonFiniteWeightsError(f"save_checkpoint: refusing to save non-finite weights (NaN or inf) in "
-                                        f"{describe_nonfinite(bad)} to {path}; {kept_message(path)}", bad)
+            raise NonFiniteWeightsError(
+                f"save_checkpoint: refusing to save non-finite weights (NaN or inf) in "
+                f"{describe_nonfinite(bad)} to {path}; {kept_message(path)}",
+                bad,
+            )
     assets = {**getattr(model, "checkpoint_assets", {}), **(assets or {})}
     for name in assets:
         if name in RESERVED_FILES or os.path.basename(name) != name or name.startswith("."):
-            raise ValueError(f"save_checkpoint: asset name {name!r} must be a plain file name other than "
-                             f"{', '.join(sorted(RESERVED_FILES))}")
+            raise ValueError(
+                f"save_checkpoint: asset name {name!r} must be a plain file name other than "
+                f"{', '.join(sorted(RESERVED_FILES))}"
+            )
     parent = os.path.dirname(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise CheckpointError(f"checkpoint path {path} exists and is not a directory")

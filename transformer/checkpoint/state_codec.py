@@ -20,16 +20,28 @@ def encode_state(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> 
         tensors[key] = obj.detach().cpu().contiguous()
         return {"__tensor__": key}
     if isinstance(obj, dict):
-        if all(isinstance(k, str) for k in obj) and "__tensor__" not in obj and "__tuple__" not in obj and "__items__" not in obj:
+        if (
+            all(isinstance(k, str) for k in obj)
+            and "__tensor__" not in obj
+            and "__tuple__" not in obj
+            and "__items__" not in obj
+        ):
             return {k: encode_state(v, tensors, f"{path}.{k}") for k, v in obj.items()}
-        return {"__items__": [[encode_state(k, tensors, f"{path}.k{i}"), encode_state(v, tensors, f"{path}.{k}")] for i, (k, v) in enumerate(obj.items())]}
+        return {
+            "__items__": [
+                [encode_state(k, tensors, f"{path}.k{i}"), encode_state(v, tensors, f"{path}.{k}")]
+                for i, (k, v) in enumerate(obj.items())
+            ]
+        }
     if isinstance(obj, tuple):
         return {"__tuple__": [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]}
     if isinstance(obj, list):
         return [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
-    raise TypeError(f"cannot store a {type(obj).__name__} at {path or 'root'} in a checkpoint (only tensors and JSON values)")
+    raise TypeError(
+        f"cannot store a {type(obj).__name__} at {path or 'root'} in a checkpoint (only tensors and JSON values)"
+    )
 
 
 def decode_state(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:

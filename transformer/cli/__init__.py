@@ -54,11 +54,27 @@ from .train_files import train_file_task
 from .train_setup import require_finite, resume_schedule, schedule_given, schedule_settings
 
 __all__ = [
-    "main", "build_parser", "EXIT_USAGE", "EXIT_RUN_FAILED", "EXIT_INTERRUPTED", "UsageError", "PROG",
+    "main",
+    "build_parser",
+    "EXIT_USAGE",
+    "EXIT_RUN_FAILED",
+    "EXIT_INTERRUPTED",
+    "UsageError",
+    "PROG",
     # what transformer.tasks.file_commands (now this package) gave
-    "FILE_TASKS", "CommandError", "add_lm_flags", "add_translate_flags", "add_generate_parser", "train_file_task",
-    "generate_command", "decode_translation", "schedule_settings", "schedule_given", "describe_schedule",
-    "resume_schedule", "require_finite",
+    "FILE_TASKS",
+    "CommandError",
+    "add_lm_flags",
+    "add_translate_flags",
+    "add_generate_parser",
+    "train_file_task",
+    "generate_command",
+    "decode_translation",
+    "schedule_settings",
+    "schedule_given",
+    "describe_schedule",
+    "resume_schedule",
+    "require_finite",
 ]
 
 _COMMANDS = {"train": run_train, "decode": run_decode, "generate": run_generate, "consolidate": run_consolidate}

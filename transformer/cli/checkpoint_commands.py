@@ -56,12 +56,12 @@ def run_consolidate(args: argparse.Namespace) -> int:
     """``consolidate``: gather the shards, then name the command that reads the result."""
     path = consolidate_checkpoint(args.src, args.out)
     command = "generate" if read_config(path, with_kind=True)[0] == "lm" else "decode"  # an LM continues text
-    print(f"consolidated {args.src} into {path}  ({PROG} {command} --checkpoint {path} \"...\")")
+    print(f'consolidated {args.src} into {path}  ({PROG} {command} --checkpoint {path} "...")')
     return 0
 
 
 def _print_outputs(texts: list[str], outputs: list[str]) -> None:
-    for text, output in zip(texts, outputs):
+    for text, output in zip(texts, outputs, strict=True):
         print(output if len(texts) == 1 else f"{text} -> {output}")
 
 
@@ -71,8 +71,10 @@ def _load_task_checkpoint(path: str, device: torch.device, task: str, command: s
     found = ckpt.metadata.get("task")
     if found != task:
         hint = {"lm": "generate", "translate": "decode"}.get(found, "decode")
-        raise UsageError(f"checkpoint {path} was trained by `train {found}`; {command} needs a `train {task}` "
-                           f"checkpoint (use `{hint}`)")
+        raise UsageError(
+            f"checkpoint {path} was trained by `train {found}`; {command} needs a `train {task}` "
+            f"checkpoint (use `{hint}`)"
+        )
     try:
         return ckpt, tokenizer_from_checkpoint(ckpt)
     except (TokenizerMismatchError, ValueError) as error:
@@ -81,8 +83,16 @@ def _load_task_checkpoint(path: str, device: torch.device, task: str, command: s
 
 def generate_command(args: argparse.Namespace, device: torch.device) -> int:
     """``generate`` on ``device``: print each prompt followed by its continuation."""
-    sampling = [flag for flag, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
-                                         ("--top-p", args.top_p), ("--seed", args.seed)) if value is not None]
+    sampling = [
+        flag
+        for flag, value in (
+            ("--temperature", args.temperature),
+            ("--top-k", args.top_k),
+            ("--top-p", args.top_p),
+            ("--seed", args.seed),
+        )
+        if value is not None
+    ]
     if sampling and not args.sample:
         raise UsageError(f"{sampling[0]} is a sampling option: add --sample")
     if args.sample and args.beam_size > 1:
@@ -95,16 +105,25 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         prompt = torch.tensor([ids], device=device)
         try:
             if args.beam_size > 1:
-                out, _ = beam_generate(model, prompt, args.max_new_tokens, beam_size=args.beam_size,
-                                       end_symbol=tokenizer.eos_id)
+                out, _ = beam_generate(
+                    model, prompt, args.max_new_tokens, beam_size=args.beam_size, end_symbol=tokenizer.eos_id
+                )
             else:
-                out = generate(model, prompt, args.max_new_tokens, sample=args.sample,
-                               temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
-                               seed=0 if args.seed is None else args.seed, end_symbol=tokenizer.eos_id,
-                               stop_sequences=stops)
+                out = generate(
+                    model,
+                    prompt,
+                    args.max_new_tokens,
+                    sample=args.sample,
+                    temperature=args.temperature or 1.0,
+                    top_k=args.top_k,
+                    top_p=args.top_p,
+                    seed=0 if args.seed is None else args.seed,
+                    end_symbol=tokenizer.eos_id,
+                    stop_sequences=stops,
+                )
         except ValueError as error:
             raise UsageError(str(error)) from None
-        new = out[0, len(ids):].tolist()
+        new = out[0, len(ids) :].tolist()
         if tokenizer.eos_id in new:
             new = new[: new.index(tokenizer.eos_id)]
         print(prompt_text + tokenizer.decode(new))
@@ -115,8 +134,10 @@ def decode_translation(args: argparse.Namespace, ckpt) -> int:
     """``decode`` on a ``train translate`` checkpoint: plain text in, plain text out (a ``train lm`` checkpoint is
     refused: it generates)."""
     if ckpt.metadata.get("task") != "translate":
-        raise UsageError(f"checkpoint {args.checkpoint} was trained by `train {ckpt.metadata.get('task')}`: "
-                           f"continue text with `{PROG} generate --checkpoint {args.checkpoint} \"...\"`")
+        raise UsageError(
+            f"checkpoint {args.checkpoint} was trained by `train {ckpt.metadata.get('task')}`: "
+            f'continue text with `{PROG} generate --checkpoint {args.checkpoint} "..."`'
+        )
     try:
         tokenizer = tokenizer_from_checkpoint(ckpt)
     except (TokenizerMismatchError, ValueError) as error:

@@ -8,10 +8,12 @@ __all__ = ["UsageError", "CommandError", "EXIT_USAGE", "EXIT_RUN_FAILED", "EXIT_
 EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 2, 3, 130
 
 #: The exit statuses, as every command's ``--help`` ends.
-EXIT_STATUSES = ("exit status: 0 done; 2 a problem with the command line or its inputs (one line on stderr); 3 the run "
-                 "stopped without a result: the loss diverged, or the disk is full or read-only (the last good "
-                 "checkpoint is intact); 130 interrupted by Ctrl-C (train saves a checkpoint at the end of the "
-                 "current step first)")
+EXIT_STATUSES = (
+    "exit status: 0 done; 2 a problem with the command line or its inputs (one line on stderr); 3 the run "
+    "stopped without a result: the loss diverged, or the disk is full or read-only (the last good "
+    "checkpoint is intact); 130 interrupted by Ctrl-C (train saves a checkpoint at the end of the "
+    "current step first)"
+)
 
 
 class UsageError(ValueError):

@@ -22,7 +22,7 @@ def saved_message(out: str, command: str) -> str:
     """Where the checkpoint is, and the ``command`` that reads it (after ``consolidate`` when it is sharded)."""
     if is_sharded_checkpoint(out):
         return f"sharded checkpoint saved to {out}  (for {command}: {PROG} consolidate {out} {out}-consolidated)"
-    return f"checkpoint saved to {out}  ({PROG} {command} --checkpoint {out} \"...\")"
+    return f'checkpoint saved to {out}  ({PROG} {command} --checkpoint {out} "...")'
 
 
 def describe_checkpoint(path: str) -> str:
@@ -35,5 +35,7 @@ def describe_checkpoint(path: str) -> str:
 
 def describe_schedule(schedule: Any) -> str:
     """One line on the learning rate a run uses: the Noam schedule's warm-up, peak and factor."""
-    return (f"learning rate: Noam schedule, {schedule.warmup} warm-up steps to a peak of {schedule.peak:.3g} "
-            f"(factor {schedule.factor:.4g})")
+    return (
+        f"learning rate: Noam schedule, {schedule.warmup} warm-up steps to a peak of {schedule.peak:.3g} "
+        f"(factor {schedule.factor:.4g})"
+    )

@@ -23,8 +23,14 @@ from ..distributed import (
 from .errors import UsageError
 from .parser import PROG
 
-__all__ = ["resolve_device", "check_backend_runs_on", "attention_backend", "refuse_sharded", "checkpoint_device",
-           "torchrun_rank"]
+__all__ = [
+    "resolve_device",
+    "check_backend_runs_on",
+    "attention_backend",
+    "refuse_sharded",
+    "checkpoint_device",
+    "torchrun_rank",
+]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -60,8 +66,9 @@ def attention_backend(name: str | None) -> contextlib.AbstractContextManager:
 def refuse_sharded(path: str) -> None:
     """``decode`` and ``generate`` read single-file checkpoints: a sharded one must be consolidated first."""
     if is_sharded_checkpoint(path):
-        raise UsageError(f"checkpoint {path} is sharded (saved by --strategy fsdp); gather it first: "
-                         f"{PROG} consolidate {path} OUT")
+        raise UsageError(
+            f"checkpoint {path} is sharded (saved by --strategy fsdp); gather it first: {PROG} consolidate {path} OUT"
+        )
 
 
 def checkpoint_device(args: argparse.Namespace) -> torch.device:
@@ -80,8 +87,11 @@ def torchrun_rank(args: argparse.Namespace, device: torch.device, world: World) 
     failure summary; a launch that cannot work is a usage error."""
     with recorded_errors():
         try:
-            with (distributed(args.strategy or "ddp", str(device)) as strategy, main_process_output(world),
-                  attention_backend(args.attention_backend)):
+            with (
+                distributed(args.strategy or "ddp", str(device)) as strategy,
+                main_process_output(world),
+                attention_backend(args.attention_backend),
+            ):
                 yield strategy
         except DistributedSetupError as error:
             raise UsageError(str(error)) from None

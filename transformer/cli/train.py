@@ -11,7 +11,14 @@ import time
 
 import torch
 
-from ..distributed import DistributedSetupError, Strategy, World, check_batch_size, restarted_with_checkpoint, torchrun_world
+from ..distributed import (
+    DistributedSetupError,
+    Strategy,
+    World,
+    check_batch_size,
+    restarted_with_checkpoint,
+    torchrun_world,
+)
 from ..tasks import Task, get_task, make_trainer
 from .errors import UsageError
 from .messages import describe_schedule, saved_message
@@ -30,9 +37,11 @@ def run_train(args: argparse.Namespace) -> int:
     except DistributedSetupError as error:
         raise UsageError(str(error)) from None
     if world is None and args.strategy is not None:
-        raise UsageError(f"--strategy {args.strategy} needs processes started by torchrun (RANK, WORLD_SIZE and "
-                         f"LOCAL_RANK are not set): torchrun --nproc_per_node=N -m transformer train {args.task} "
-                         f"--strategy {args.strategy} ...")
+        raise UsageError(
+            f"--strategy {args.strategy} needs processes started by torchrun (RANK, WORLD_SIZE and "
+            f"LOCAL_RANK are not set): torchrun --nproc_per_node=N -m transformer train {args.task} "
+            f"--strategy {args.strategy} ..."
+        )
     device = resolve_device(args.device)
     check_backend_runs_on(args.attention_backend, device)
     check_out(args, world)  # every rank, before any joins the process group: none has saved yet
@@ -61,21 +70,32 @@ def _train_distributed(args: argparse.Namespace, task: Task, out: str, device: t
     batch_size = args.batch_size
     given = batch_size != task.default_training().batch_size
     try:
-        check_batch_size(batch_size, world.world_size, "--batch-size" if given else f"the {task.name} task's batch size")
+        check_batch_size(
+            batch_size, world.world_size, "--batch-size" if given else f"the {task.name} task's batch size"
+        )
     except DistributedSetupError as error:
         raise UsageError(str(error)) from None
     with torchrun_rank(args, device, world) as strategy:
         return _train_task(args, task, out, strategy.device, strategy)
 
 
-def _train_task(args: argparse.Namespace, task: Task, out: str, device: torch.device,
-                strategy: Strategy | None = None) -> int:
+def _train_task(
+    args: argparse.Namespace, task: Task, out: str, device: torch.device, strategy: Strategy | None = None
+) -> int:
     defaults = task.default_training()
-    factor, warmup = schedule_settings(args, task.default_config().d_model,
-                                       {"factor": defaults.factor, "warmup": defaults.warmup})
+    factor, warmup = schedule_settings(
+        args, task.default_config().d_model, {"factor": defaults.factor, "warmup": defaults.warmup}
+    )
     trainer = make_trainer(
-        task, steps=args.steps, batch_size=args.batch_size, seed=args.seed, device=device,
-        progress=not args.no_progress, eval_every=args.eval_every, warmup=warmup, factor=factor,
+        task,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        device=device,
+        progress=not args.no_progress,
+        eval_every=args.eval_every,
+        warmup=warmup,
+        factor=factor,
     )
     if strategy is not None:
         trainer.distribute(strategy)
@@ -84,10 +104,12 @@ def _train_task(args: argparse.Namespace, task: Task, out: str, device: torch.de
     cfg = trainer.model.config
     n_params = sum(p.numel() for p in trainer.model.parameters())
     resume(trainer, args, out, restarted_with_checkpoint(trainer.strategy.world, out))  # torchrun --max-restarts
-    print(f"task {task.name}: {n_params:,} parameters (N={cfg.n_encoder_layers}, d_model={cfg.d_model}, "
-          f"d_ff={cfg.d_ff}, h={cfg.n_heads}), {trainer.config.steps} steps, device {device}, "
-          f"{torch.get_num_threads()} thread(s), torch {torch.__version__}"
-          + (f", {strategy.describe()}" if strategy is not None else ""))
+    print(
+        f"task {task.name}: {n_params:,} parameters (N={cfg.n_encoder_layers}, d_model={cfg.d_model}, "
+        f"d_ff={cfg.d_ff}, h={cfg.n_heads}), {trainer.config.steps} steps, device {device}, "
+        f"{torch.get_num_threads()} thread(s), torch {torch.__version__}"
+        + (f", {strategy.describe()}" if strategy is not None else "")
+    )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train()
@@ -104,9 +126,17 @@ def _train_task(args: argparse.Namespace, task: Task, out: str, device: torch.de
         examples = ["1 2 3 4 5 6 7 8 9 10"] + examples
     decodes = task.translate(model, examples)
     results = {
-        "task": task.name, "steps": trainer.step, "seed": args.seed, "train_seconds": round(train_seconds, 2),
-        "total_seconds": round(total_seconds, 2), "final_train_loss": trainer.last_train_loss, "eval_loss": eval_loss,
-        "exact_match": exact, "eval_examples": args.eval_examples, "device": str(device), "threads": torch.get_num_threads(),
+        "task": task.name,
+        "steps": trainer.step,
+        "seed": args.seed,
+        "train_seconds": round(train_seconds, 2),
+        "total_seconds": round(total_seconds, 2),
+        "final_train_loss": trainer.last_train_loss,
+        "eval_loss": eval_loss,
+        "exact_match": exact,
+        "eval_examples": args.eval_examples,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
     if strategy is not None:
@@ -115,7 +145,7 @@ def _train_task(args: argparse.Namespace, task: Task, out: str, device: torch.de
     trainer.save(out)
     print(f"trained {trainer.step} steps in {train_seconds:.1f} s; final train loss {trainer.last_train_loss:.4f}")
     print(f"held-out eval loss {eval_loss:.4f}")
-    for source, target in zip(examples, decodes):
+    for source, target in zip(examples, decodes, strict=True):
         print(f"  {source!r} -> {target!r}")
     print(f"exact match on {args.eval_examples} held-out inputs: {exact:.1%}")
     print(saved_message(out, "decode"))

@@ -135,9 +135,11 @@ class _FileRun:
         for name, value in settings.items():
             if name in recorded and recorded[name] != value:
                 flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} {value} differs from the checkpoint's {recorded[name]} (in {found}): a "
-                                   f"resumed run continues the checkpoint's plan of batches; give {flag} "
-                                   f"{recorded[name]}")
+                raise UsageError(
+                    f"{flag} {value} differs from the checkpoint's {recorded[name]} (in {found}): a "
+                    f"resumed run continues the checkpoint's plan of batches; give {flag} "
+                    f"{recorded[name]}"
+                )
 
     def start(self, trainer) -> None:
         """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted
@@ -147,45 +149,77 @@ class _FileRun:
 
     def describe(self) -> str:
         return f"device {self.device}, {torch.get_num_threads()} thread(s)" + (
-            f", {self.strategy.describe()}" if self.torchrun else "")
+            f", {self.strategy.describe()}" if self.torchrun else ""
+        )
 
     def results(self, results: dict[str, Any], data) -> dict[str, Any]:
-        results.update(seed=self.args.seed, device=str(self.device), threads=torch.get_num_threads(),
-                       torch=torch.__version__, corpus=data.report.to_json())
+        results.update(
+            seed=self.args.seed,
+            device=str(self.device),
+            threads=torch.get_num_threads(),
+            torch=torch.__version__,
+            corpus=data.report.to_json(),
+        )
         if self.torchrun:
             results.update(strategy=self.strategy.name, world_size=self.strategy.world_size)
         return results
 
 
 def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
-    return dict(d_model=_pick(args, "d_model", defaults), n_layers=_pick(args, "layers", defaults, "n_layers"),
-                n_heads=_pick(args, "heads", defaults, "n_heads"), d_ff=_pick(args, "d_ff", defaults),
-                dropout=_pick(args, "dropout", defaults))
+    return dict(
+        d_model=_pick(args, "d_model", defaults),
+        n_layers=_pick(args, "layers", defaults, "n_layers"),
+        n_heads=_pick(args, "heads", defaults, "n_heads"),
+        d_ff=_pick(args, "d_ff", defaults),
+        dropout=_pick(args, "dropout", defaults),
+    )
 
 
 def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     d, out = LM_DEFAULTS, run.out
     block = _pick(args, "block_len", d)
     run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block})
-    data = run.prepare(lambda tokenizer: prepare_lm_data(
-        args.text, data_dir, tokenizer=tokenizer, kind=args.tokenizer or "bpe", vocab_size=_pick(args, "vocab_size", d),
-        min_frequency=args.min_frequency, block=block, valid_files=args.valid or (),
-        valid_fraction=_pick(args, "valid_fraction", d), encoding_errors=args.encoding_errors or "strict"), tokenizer)
+    data = run.prepare(
+        lambda tokenizer: prepare_lm_data(
+            args.text,
+            data_dir,
+            tokenizer=tokenizer,
+            kind=args.tokenizer or "bpe",
+            vocab_size=_pick(args, "vocab_size", d),
+            min_frequency=args.min_frequency,
+            block=block,
+            valid_files=args.valid or (),
+            valid_fraction=_pick(args, "valid_fraction", d),
+            encoding_errors=args.encoding_errors or "strict",
+        ),
+        tokenizer,
+    )
     fields = _model_fields(args, d)
     fields["attention_dropout"] = fields["dropout"]
     if args.max_len is not None:
         fields["max_len"] = args.max_len
     config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
     factor, warmup = schedule_settings(args, config.d_model, d)
-    trainer = make_lm_trainer(data, config, max_tokens=_pick(args, "max_tokens", d), steps=args.steps or d["steps"],
-                              warmup=warmup, factor=factor,
-                              seed=args.seed, device=run.device, progress=not args.no_progress,
-                              eval_every=d["eval_every"] if args.eval_every is None else args.eval_every, out_dir=out)
+    trainer = make_lm_trainer(
+        data,
+        config,
+        max_tokens=_pick(args, "max_tokens", d),
+        steps=args.steps or d["steps"],
+        warmup=warmup,
+        factor=factor,
+        seed=args.seed,
+        device=run.device,
+        progress=not args.no_progress,
+        eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
+        out_dir=out,
+    )
     run.start(trainer)
     print(f"lm: {data.describe()}; {data.report.summary()}")
-    print(f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({args.formulation or 'paper'} "
-          f"formulation, {config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
-          f"{trainer.config.steps} steps, {run.describe()}")
+    print(
+        f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({args.formulation or 'paper'} "
+        f"formulation, {config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
+        f"{trainer.config.steps} steps, {run.describe()}"
+    )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train()
@@ -197,10 +231,14 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     trainer.save(out)  # every rank: a collective
     if not run.strategy.is_main:
         return 0
-    print(f"trained {trainer.step} steps in {results['train_seconds']:.1f} s ({results['tokens_per_second']:,.0f} "
-          f"tokens/s); final train loss {trainer.last_train_loss:.4f}")
-    print(f"held-out loss {results['eval_loss']:.4f} nats/token, perplexity {results['perplexity']:.2f} "
-          f"(unigram baseline {results['unigram_perplexity']:.2f}) on {results['valid_tokens']:,} tokens")
+    print(
+        f"trained {trainer.step} steps in {results['train_seconds']:.1f} s ({results['tokens_per_second']:,.0f} "
+        f"tokens/s); final train loss {trainer.last_train_loss:.4f}"
+    )
+    print(
+        f"held-out loss {results['eval_loss']:.4f} nats/token, perplexity {results['perplexity']:.2f} "
+        f"(unigram baseline {results['unigram_perplexity']:.2f}) on {results['valid_tokens']:,} tokens"
+    )
     print(f"sample: {sample!r}")
     print(saved_message(out, "generate"))
     print("RESULTS " + json.dumps(results))
@@ -217,30 +255,54 @@ def _sample_text(model, data, new_tokens: int = 40) -> str:
         out = generate(model, prompt, new, end_symbol=data.tokenizer.eos_id)
     finally:
         model.train(was_training)
-    return data.tokenizer.decode(prompt[0].tolist()) + " ||| " + data.tokenizer.decode(out[0, prompt.size(1):].tolist())
+    return (
+        data.tokenizer.decode(prompt[0].tolist()) + " ||| " + data.tokenizer.decode(out[0, prompt.size(1) :].tolist())
+    )
 
 
 def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     d, out = TRANSLATE_DEFAULTS, run.out
     max_len = _pick(args, "max_len", d)
     run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d)})
-    data = run.prepare(lambda tokenizer: prepare_translation_data(
-        args.train, args.valid, data_dir, max_len=max_len, tokenizer=tokenizer, kind=args.tokenizer or "bpe",
-        vocab_size=_pick(args, "vocab_size", d), min_frequency=args.min_frequency, format=args.format,
-        encoding_errors=args.encoding_errors or "strict", too_long=args.too_long or "refuse"), tokenizer)
+    data = run.prepare(
+        lambda tokenizer: prepare_translation_data(
+            args.train,
+            args.valid,
+            data_dir,
+            max_len=max_len,
+            tokenizer=tokenizer,
+            kind=args.tokenizer or "bpe",
+            vocab_size=_pick(args, "vocab_size", d),
+            min_frequency=args.min_frequency,
+            format=args.format,
+            encoding_errors=args.encoding_errors or "strict",
+            too_long=args.too_long or "refuse",
+        ),
+        tokenizer,
+    )
     config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
     factor, warmup = schedule_settings(args, config.d_model, d)
     trainer = make_translation_trainer(
-        data, config, max_tokens=_pick(args, "max_tokens", d), steps=args.steps or d["steps"],
-        warmup=warmup, factor=factor,
-        label_smoothing=_pick(args, "label_smoothing", d), seed=args.seed, device=run.device,
-        progress=not args.no_progress, eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
-        out_dir=out)
+        data,
+        config,
+        max_tokens=_pick(args, "max_tokens", d),
+        steps=args.steps or d["steps"],
+        warmup=warmup,
+        factor=factor,
+        label_smoothing=_pick(args, "label_smoothing", d),
+        seed=args.seed,
+        device=run.device,
+        progress=not args.no_progress,
+        eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
+        out_dir=out,
+    )
     run.start(trainer)
     print(f"translate: {data.describe()}; {data.report.summary()}")
-    print(f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
-          f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
-          f"{run.describe()}")
+    print(
+        f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
+        f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
+        f"{run.describe()}"
+    )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train()
@@ -248,8 +310,9 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     eval_loss = require_finite(trainer.evaluate(), trainer.step)  # every rank: split between the ranks, reduced
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
     if run.strategy.is_main:  # decoding the held-out sources for BLEU: rank 0 alone, with the gathered model
-        results, examples = translation_results(model, trainer, eval_loss, data, train_seconds,
-                                                examples=args.eval_examples, beam_size=args.beam_size or 1)
+        results, examples = translation_results(
+            model, trainer, eval_loss, data, train_seconds, examples=args.eval_examples, beam_size=args.beam_size or 1
+        )
         trainer.metadata["results"] = run.results(results, data)
     trainer.save(out)  # every rank: a collective
     if not run.strategy.is_main:
@@ -257,8 +320,10 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     print(f"trained {trainer.step} steps in {results['train_seconds']:.1f} s; held-out loss {results['eval_loss']:.4f}")
     for source, reference, output in examples:
         print(f"  {source!r} -> {output!r} (reference {reference!r})")
-    print(f"on {results['eval_lines']} held-out lines: BLEU {results['bleu']:.2f}, chrF {results['chrf']:.2f}, "
-          f"exact match {results['exact_match']:.1%}")
+    print(
+        f"on {results['eval_lines']} held-out lines: BLEU {results['bleu']:.2f}, chrF {results['chrf']:.2f}, "
+        f"exact match {results['exact_match']:.1%}"
+    )
     if results["bleu_note"]:
         print(f"note: {results['bleu_note']}")
     print(saved_message(out, "decode"))

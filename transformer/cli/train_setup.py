@@ -26,17 +26,22 @@ def check_out(args: argparse.Namespace, world: World | None) -> None:
     ``--out`` whose process is gone are removed."""
     out = args.out
     if args.resume and args.overwrite:
-        raise UsageError("--resume continues the checkpoint in --out and --overwrite starts a new run over it: "
-                         "give one of them")
+        raise UsageError(
+            "--resume continues the checkpoint in --out and --overwrite starts a new run over it: give one of them"
+        )
     found = find_checkpoint(out)
     resuming = args.resume or restarted_with_checkpoint(world, out)
     if not resuming:
         if found is not None and not args.overwrite:
-            raise UsageError(f"--out {out} already holds a checkpoint{describe_checkpoint(found)}: continue it with "
-                             f"--resume, or start a new run over it with --overwrite (it is replaced at the first save)")
+            raise UsageError(
+                f"--out {out} already holds a checkpoint{describe_checkpoint(found)}: continue it with "
+                f"--resume, or start a new run over it with --overwrite (it is replaced at the first save)"
+            )
         if found is None and os.path.isdir(out) and os.listdir(out):
-            raise UsageError(f"--out {out} is a directory that is not empty and holds no checkpoint; "
-                             f"{PROG} only replaces checkpoints it wrote: choose another --out")
+            raise UsageError(
+                f"--out {out} is a directory that is not empty and holds no checkpoint; "
+                f"{PROG} only replaces checkpoints it wrote: choose another --out"
+            )
     try:
         check_writable(out, "--out")
     except OutputWriteError as error:
@@ -73,11 +78,13 @@ def resume_schedule(trainer: Trainer, args: argparse.Namespace) -> str | None:
         return None
     new = NoamSchedule(saved.model_size, factor, warmup)
     scheduler.lr_lambdas = [new for _ in scheduler.lr_lambdas]
-    for group, base in zip(trainer.optimizer.param_groups, scheduler.base_lrs):
+    for group, base in zip(trainer.optimizer.param_groups, scheduler.base_lrs, strict=True):
         group["lr"] = base * new(scheduler.last_epoch)
     scheduler._last_lr = [group["lr"] for group in trainer.optimizer.param_groups]
-    return (f"learning rate changed on resume: factor {saved.factor:.4g} -> {factor:.4g}, warm-up {saved.warmup} -> "
-            f"{warmup} (peak {saved.peak:.3g} -> {new.peak:.3g})")
+    return (
+        f"learning rate changed on resume: factor {saved.factor:.4g} -> {factor:.4g}, warm-up {saved.warmup} -> "
+        f"{warmup} (peak {saved.peak:.3g} -> {new.peak:.3g})"
+    )
 
 
 def resume(trainer: Trainer, args: argparse.Namespace, out: str, restarted: bool) -> None:
@@ -98,7 +105,11 @@ def require_finite(eval_loss: float, step: int) -> float:
     """``eval_loss``, or :class:`~transformer.training.TrainingDiverged` when it is NaN or infinite: a run never
     reports a non-finite loss (or perplexity, or BLEU of a broken model) as its result."""
     if not math.isfinite(eval_loss):
-        raise TrainingDiverged(f"the held-out loss after step {step} is {eval_loss}: the model is broken (a loss or "
-                               "a weight became NaN or inf); no results are reported; lower the learning rate (--lr "
-                               "or --lr-factor) or lengthen the warm-up (--warmup)", step, eval_loss)
+        raise TrainingDiverged(
+            f"the held-out loss after step {step} is {eval_loss}: the model is broken (a loss or "
+            "a weight became NaN or inf); no results are reported; lower the learning rate (--lr "
+            "or --lr-factor) or lengthen the warm-up (--warmup)",
+            step,
+            eval_loss,
+        )
     return eval_loss

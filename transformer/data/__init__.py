@@ -17,7 +17,25 @@ from .token_batches import ResumableBatches, TokenBudgetPlan
 from .token_store import TokenStore, TokenStoreWriter, write_token_store
 from .tokenizers import TextTokenizer, TokenizerMismatchError, load_tokenizer, train_tokenizer
 
-__all__ = ["CorpusReport", "PairDataset", "TextWindows", "build_pair_stores", "build_text_store", "LMBatch",
-           "ReadReport", "TextFileError", "read_lines", "read_pairs", "read_text", "ResumableBatches",
-           "TokenBudgetPlan", "TokenStore", "TokenStoreWriter", "write_token_store", "TextTokenizer",
-           "TokenizerMismatchError", "load_tokenizer", "train_tokenizer"]
+__all__ = [
+    "CorpusReport",
+    "PairDataset",
+    "TextWindows",
+    "build_pair_stores",
+    "build_text_store",
+    "LMBatch",
+    "ReadReport",
+    "TextFileError",
+    "read_lines",
+    "read_pairs",
+    "read_text",
+    "ResumableBatches",
+    "TokenBudgetPlan",
+    "TokenStore",
+    "TokenStoreWriter",
+    "write_token_store",
+    "TextTokenizer",
+    "TokenizerMismatchError",
+    "load_tokenizer",
+    "train_tokenizer",
+]

@@ -37,9 +37,20 @@ from ..checkpoint import (
     verify_files,
 )
 
-__all__ = ["SHARDED_FORMAT", "SHARDED_FORMAT_VERSION", "build_model", "consolidate_checkpoint", "dcp_directory",
-           "is_sharded_checkpoint", "read_sharded_checkpoint", "read_sharded_state", "resolve_sharded",
-           "sharded_world", "verify_sharded", "write_sharded_files"]
+__all__ = [
+    "SHARDED_FORMAT",
+    "SHARDED_FORMAT_VERSION",
+    "build_model",
+    "consolidate_checkpoint",
+    "dcp_directory",
+    "is_sharded_checkpoint",
+    "read_sharded_checkpoint",
+    "read_sharded_state",
+    "resolve_sharded",
+    "sharded_world",
+    "verify_sharded",
+    "write_sharded_files",
+]
 
 #: ``meta.json``'s ``format`` in a sharded (FSDP) checkpoint.
 SHARDED_FORMAT = "typed-transformer sharded checkpoint"
@@ -59,8 +70,15 @@ def build_model(config: Any) -> nn.Module:
 
 
 # ---------------------------------------------------------------------------- writing
-def write_sharded_files(tmp: str, model: nn.Module, encoded: Any, tensors: dict[str, torch.Tensor],
-                        metadata: dict[str, Any], world_size: int, step: int) -> None:
+def write_sharded_files(
+    tmp: str,
+    model: nn.Module,
+    encoded: Any,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, Any],
+    world_size: int,
+    step: int,
+) -> None:
     """Rank 0's part of a sharded checkpoint: the config (with the model's kind, as ``save_checkpoint`` writes it),
     the model's assets (``checkpoint_assets``, e.g. a tokenizer), the trainer state (``encoded`` and ``tensors``, as
     :func:`~transformer.checkpoint.encode_state` gives them) and ``meta.json``."""
@@ -70,18 +88,29 @@ def write_sharded_files(tmp: str, model: nn.Module, encoded: Any, tensors: dict[
         json.dump({"kind": model_kind(model.config), **model.config.architecture()}, f, indent=2, sort_keys=True)
     assets = dict(getattr(model, "checkpoint_assets", None) or {})
     for name, content in sorted(assets.items()):
-        if name in (CONFIG_FILE, META_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, _DCP_DIR) or os.path.basename(name) != name:
-            raise ValueError(f"checkpoint asset name {name!r} must be a plain file name other than the checkpoint's own")
+        if (
+            name in (CONFIG_FILE, META_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, _DCP_DIR)
+            or os.path.basename(name) != name
+        ):
+            raise ValueError(
+                f"checkpoint asset name {name!r} must be a plain file name other than the checkpoint's own"
+            )
         with open(os.path.join(tmp, name), "wb") as f:
             f.write(content.encode("utf-8") if isinstance(content, str) else content)
     save_file(tensors, os.path.join(tmp, STATE_TENSORS_FILE))
     with open(os.path.join(tmp, STATE_JSON_FILE), "w") as f:
         json.dump(encoded, f)
     files = [CONFIG_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, *sorted(assets)] + sorted(
-        os.path.join(_DCP_DIR, name) for name in os.listdir(os.path.join(tmp, _DCP_DIR)))
+        os.path.join(_DCP_DIR, name) for name in os.listdir(os.path.join(tmp, _DCP_DIR))
+    )
     meta = {
-        "format": SHARDED_FORMAT, "format_version": SHARDED_FORMAT_VERSION, "strategy": "fsdp",
-        "world_size": world_size, "step": step, "metadata": metadata or {}, "assets": sorted(assets),
+        "format": SHARDED_FORMAT,
+        "format_version": SHARDED_FORMAT_VERSION,
+        "strategy": "fsdp",
+        "world_size": world_size,
+        "step": step,
+        "metadata": metadata or {},
+        "assets": sorted(assets),
         "sha256": {name: sha256_file(os.path.join(tmp, name)) for name in files},
     }
     with open(os.path.join(tmp, META_FILE), "w") as f:
@@ -128,15 +157,20 @@ def verify_sharded(path: str, *, weights: bool = True) -> dict[str, Any]:
     if meta is None:
         raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {META_FILE} is missing or unreadable")
     if meta.get("format") != SHARDED_FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not sharded (it is a single-file checkpoint: load it with "
-                              "load_checkpoint, or resume it with --strategy ddp or on one process)")
+        raise CheckpointError(
+            f"checkpoint {path} is not sharded (it is a single-file checkpoint: load it with "
+            "load_checkpoint, or resume it with --strategy ddp or on one process)"
+        )
     if meta.get("format_version") != SHARDED_FORMAT_VERSION or not isinstance(meta.get("sha256"), dict):
         raise CheckpointError(f"checkpoint {path}: unknown sharded format version {meta.get('format_version')!r}")
     if weights:
         verify_files(path, meta["sha256"])
     else:
-        verify_files(path, meta["sha256"], lambda name: name in (STATE_TENSORS_FILE, STATE_JSON_FILE)
-                     or name.startswith(_DCP_DIR + "/"))
+        verify_files(
+            path,
+            meta["sha256"],
+            lambda name: name in (STATE_TENSORS_FILE, STATE_JSON_FILE) or name.startswith(_DCP_DIR + "/"),
+        )
     return meta
 
 
@@ -155,8 +189,15 @@ def read_sharded_checkpoint(path: str | os.PathLike) -> Checkpoint:
     path = resolve_sharded(os.path.abspath(os.fspath(path)))
     meta = verify_sharded(path, weights=False)
     kind, config = read_config(path, with_kind=True)
-    return Checkpoint(path=path, config=config, model=None, trainer_state=None, metadata=meta.get("metadata", {}),
-                      kind=kind, assets=list(meta.get("assets", [])))
+    return Checkpoint(
+        path=path,
+        config=config,
+        model=None,
+        trainer_state=None,
+        metadata=meta.get("metadata", {}),
+        kind=kind,
+        assets=list(meta.get("assets", [])),
+    )
 
 
 def consolidate_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> str:

@@ -22,8 +22,19 @@ from .recipe import make_trainer
 
 TASKS: dict[str, type[Task]] = {"copy": CopyTask, "dates": DatesTask}
 
-__all__ = ["Task", "TrainingDefaults", "UnknownTokenError", "Vocab", "CopyTask", "DatesTask", "data_gen", "TASKS",
-           "get_task", "task_from_metadata", "make_trainer"]
+__all__ = [
+    "Task",
+    "TrainingDefaults",
+    "UnknownTokenError",
+    "Vocab",
+    "CopyTask",
+    "DatesTask",
+    "data_gen",
+    "TASKS",
+    "get_task",
+    "task_from_metadata",
+    "make_trainer",
+]
 
 
 def get_task(name: str, **params: Any) -> Task:

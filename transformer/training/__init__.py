@@ -9,8 +9,8 @@
 """
 
 from .batch import Batch
-from .losses import LabelSmoothing, SimpleLossCompute, check_label_ids, label_smoothing_entropy
 from .loop import TrainState, autocast_context, run_epoch
+from .losses import LabelSmoothing, SimpleLossCompute, check_label_ids, label_smoothing_entropy
 from .schedule import NoamSchedule, noam_factor, rate
 from .stops import InterruptAtStepBoundary, TrainingDiverged, TrainingInterrupted
 from .trainer import Trainer, TrainerConfig

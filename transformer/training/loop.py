@@ -23,8 +23,15 @@ from ..contracts import Tensor
 from .batch import Batch
 from .stops import DIVERGENCE_HINT, TrainingDiverged
 
-__all__ = ["TrainState", "run_epoch", "autocast_context", "make_progress_bar", "batch_loss", "optimizer_step",
-           "progress_postfix"]
+__all__ = [
+    "TrainState",
+    "run_epoch",
+    "autocast_context",
+    "make_progress_bar",
+    "batch_loss",
+    "optimizer_step",
+    "progress_postfix",
+]
 
 
 @dataclass
@@ -68,7 +75,9 @@ def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler
         scheduler.step()
 
 
-def progress_postfix(loss_per_token: float, tokens: int, elapsed: float, optimizer: torch.optim.Optimizer | None) -> dict:
+def progress_postfix(
+    loss_per_token: float, tokens: int, elapsed: float, optimizer: torch.optim.Optimizer | None
+) -> dict:
     """The progress bar's loss, tokens/s and (when training) learning rate."""
     postfix = {"loss": f"{loss_per_token:.3f}", "tok/s": f"{tokens / max(elapsed, 1e-9):.0f}"}
     if optimizer is not None:
@@ -129,12 +138,17 @@ def run_epoch(
             loss_value = float(loss)
             if training and not math.isfinite(loss_value):
                 bar.close()
-                raise TrainingDiverged(f"run_epoch: the loss of batch {i} is {loss_value}: training diverged; "
-                                       + DIVERGENCE_HINT, train_state.accum_step, loss_value)
+                raise TrainingDiverged(
+                    f"run_epoch: the loss of batch {i} is {loss_value}: training diverged; " + DIVERGENCE_HINT,
+                    train_state.accum_step,
+                    loss_value,
+                )
             total_loss += loss_value
             total_tokens += batch.ntokens
             elapsed = time.perf_counter() - start
-            bar.set_postfix(progress_postfix(loss_value / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False)
+            bar.set_postfix(
+                progress_postfix(loss_value / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False
+            )
             bar.update(1)
     if training:
         # gradients of a trailing partial accumulation are discarded, as in the tutorial

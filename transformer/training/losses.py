@@ -1,8 +1,8 @@
 """Training objectives (section 5.4): label smoothing and the loss compute.
 
-The names and signatures follow the Annotated Transformer (``LabelSmoothing``, ``rate``,
-``SimpleLossCompute``; the schedule ``rate`` is in :mod:`transformer.training.schedule`); the differences are fixes: ``LabelSmoothing`` never produces inf or NaN (the
-tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), the loss compute survives
+The names and signatures follow the Annotated Transformer (``LabelSmoothing``, ``SimpleLossCompute``; its schedule
+``rate`` is in :mod:`transformer.training.schedule`); the differences are fixes: ``LabelSmoothing`` never produces inf
+or NaN (the tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), the loss compute survives
 all-padding batches (the tutorial divides by zero), and a label outside the vocabulary is named in a ValueError
 instead of an index error (or, on a GPU, a device-side assert). Batches are in :mod:`transformer.training.batch`, the
 training loops in :mod:`transformer.training.loop` (``run_epoch``) and :mod:`transformer.training.trainer`.
@@ -10,8 +10,8 @@ training loops in :mod:`transformer.training.loop` (``run_epoch``) and :mod:`tra
 Label ids are checked where reading them costs nothing: on the CPU, every call checks them and raises. On a GPU the
 check does not read the labels back to the host (that would add a synchronisation to every step): an out-of-range
 id never indexes anything (the loss reads a clamped id), and the loss becomes NaN; the training loops, which read
-the loss on the host at every step anyway, then name the label (:class:`~transformer.training.trainer.Trainer` checks the
-labels of a step whose loss is not finite, and the CPU-built batches of the tasks check them when they are made).
+the loss on the host at every step anyway, then name the label (:class:`~transformer.training.trainer.Trainer` checks
+the labels of a step whose loss is not finite, and the CPU-built batches of the tasks check them when they are made).
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ def check_label_ids(labels: Tensor, vocab: int, who: str, name: str, *, ignore: 
     if bool(invalid.any()):
         position = tuple(int(i) for i in invalid.nonzero()[0])
         allowed = f"[0, {vocab})" + (f" or the ignored id {ignore}" if ignore is not None else "")
-        raise ValueError(f"{who}: {name} holds label id {int(labels[position])} at position {position}, outside "
-                         f"{allowed} (vocabulary size {vocab})")
+        raise ValueError(
+            f"{who}: {name} holds label id {int(labels[position])} at position {position}, outside "
+            f"{allowed} (vocabulary size {vocab})"
+        )
 
 
 def label_smoothing_entropy(size: int, smoothing: float, style: str = "torch") -> float:
@@ -94,7 +96,9 @@ class LabelSmoothing(nn.Module):
     ``smoothing=0`` and on all-padding batches too (which give exactly 0).
     """
 
-    def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0, *, style: Literal["torch", "annotated"] = "torch") -> None:
+    def __init__(
+        self, size: int, padding_idx: int, smoothing: float = 0.0, *, style: Literal["torch", "annotated"] = "torch"
+    ) -> None:
         super().__init__()
         if style not in ("torch", "annotated"):
             raise ValueError(f"LabelSmoothing: style must be 'torch' or 'annotated', got {style!r}")

@@ -16,9 +16,10 @@ from ..checkpoint import kept_message
 
 __all__ = ["DIVERGENCE_HINT", "TrainingDiverged", "TrainingInterrupted", "InterruptAtStepBoundary", "what_was_kept"]
 
-DIVERGENCE_HINT = ("lower the learning rate (--lr or --lr-factor), lengthen the warm-up (--warmup), or clip the gradients "
-         "harder (TrainerConfig.clip_grad)")
-
+DIVERGENCE_HINT = (
+    "lower the learning rate (--lr or --lr-factor), lengthen the warm-up (--warmup), or clip the gradients "
+    "harder (TrainerConfig.clip_grad)"
+)
 
 
 def what_was_kept(out_dir: str | None) -> str:
@@ -42,7 +43,9 @@ class TrainingInterrupted(KeyboardInterrupt):
     written there (None without ``out_dir``). A ``KeyboardInterrupt``, so code that catches those still does."""
 
     def __init__(self, step: int, saved_to: str | None) -> None:
-        where = f"the checkpoint in {saved_to} holds step {step}" if saved_to else "no checkpoint was written (no out_dir)"
+        where = (
+            f"the checkpoint in {saved_to} holds step {step}" if saved_to else "no checkpoint was written (no out_dir)"
+        )
         super().__init__(f"interrupted at step {step}: {where}")
         self.step, self.saved_to = step, saved_to
 
@@ -55,8 +58,10 @@ class InterruptAtStepBoundary:
         self.requested, self.announce, self._previous = False, announce, None
 
     def __enter__(self) -> InterruptAtStepBoundary:
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
@@ -67,8 +72,11 @@ class InterruptAtStepBoundary:
             raise KeyboardInterrupt
         self.requested = True
         if self.announce:
-            print("\ninterrupted: saving at the end of this step (Ctrl-C again to stop at once)", file=sys.stderr,
-                  flush=True)
+            print(
+                "\ninterrupted: saving at the end of this step (Ctrl-C again to stop at once)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def __exit__(self, *exc) -> None:
         if self._previous is not None:

@@ -26,8 +26,8 @@ from ..checkpoint import describe_nonfinite, kept_message, nonfinite_tensors
 from ..contracts import checks
 from ..distributed import SingleProcess, Strategy
 from .batch import Batch
-from .losses import SimpleLossCompute, check_label_ids
 from .loop import batch_loss, make_progress_bar, optimizer_step, progress_postfix
+from .losses import SimpleLossCompute, check_label_ids
 from .stops import (
     DIVERGENCE_HINT,
     InterruptAtStepBoundary,
@@ -149,7 +149,9 @@ class Trainer:
         if self.step or self._batches is not None:
             raise ValueError("Trainer.distribute: call it before training starts")
         if strategy.device != self.device:
-            raise ValueError(f"Trainer.distribute: the trainer is on {self.device} but the strategy on {strategy.device}")
+            raise ValueError(
+                f"Trainer.distribute: the trainer is on {self.device} but the strategy on {strategy.device}"
+            )
         self.strategy = strategy
         self.train_model = strategy.prepare(self.model, self.optimizer)
 
@@ -202,8 +204,11 @@ class Trainer:
         bad = nonfinite_tensors(self.model.named_parameters())
         if self.strategy.all_reduce_sum([len(bad)])[0]:
             where = describe_nonfinite(bad) if bad else "another rank's shard"
-            raise TrainingDiverged(f"training diverged: after step {self.step} the weights hold NaN or inf in {where}; "
-                                   f"they were not saved and {kept_message(path)}; " + DIVERGENCE_HINT, self.step)
+            raise TrainingDiverged(
+                f"training diverged: after step {self.step} the weights hold NaN or inf in {where}; "
+                f"they were not saved and {kept_message(path)}; " + DIVERGENCE_HINT,
+                self.step,
+            )
         saved = self.strategy.save(path, self.model, self.optimizer, self.state(), self.metadata)
         self.saved_step = self.step
         return saved
@@ -254,7 +259,7 @@ class Trainer:
         # under torchrun each rank's loss per token is weighted by its share of all the ranks' tokens (1.0 alone)
         weights = self.strategy.token_weights([batch.ntokens for batch in group])
         loss_sum, ntokens = 0.0, 0
-        for i, (batch, weight) in enumerate(zip(group, weights)):
+        for i, (batch, weight) in enumerate(zip(group, weights, strict=True)):
             batch = batch.to(self.device)
             with self.strategy.no_sync(self.train_model, last=i == len(group) - 1):  # gradients synced once a step
                 loss, loss_node = batch_loss(batch, self.train_model, self.loss_compute, self.device, self.config.amp)
@@ -281,12 +286,20 @@ class Trainer:
         if isinstance(vocab, int):
             for batch in group:
                 if batch.labels is not None:
-                    check_label_ids(batch.labels.detach().cpu(), vocab, f"Trainer (step {self.step + 1})",
-                                    "a batch's labels")
-        last = "" if not math.isfinite(self.last_train_loss) else f" (it was {self.last_train_loss:.4f} at step {self.step})"
-        raise TrainingDiverged(f"training diverged at step {self.step + 1}: the loss is {loss}{last}; stopped before "
-                               f"the optimizer step, and {what_was_kept(self.config.out_dir)}; " + DIVERGENCE_HINT,
-                               self.step + 1, loss)
+                    check_label_ids(
+                        batch.labels.detach().cpu(), vocab, f"Trainer (step {self.step + 1})", "a batch's labels"
+                    )
+        last = (
+            ""
+            if not math.isfinite(self.last_train_loss)
+            else f" (it was {self.last_train_loss:.4f} at step {self.step})"
+        )
+        raise TrainingDiverged(
+            f"training diverged at step {self.step + 1}: the loss is {loss}{last}; stopped before "
+            f"the optimizer step, and {what_was_kept(self.config.out_dir)}; " + DIVERGENCE_HINT,
+            self.step + 1,
+            loss,
+        )
 
     def train(self, steps: int | None = None, *, on_eval: Callable[[int, float], None] | None = None) -> float:
         """Train until ``steps`` optimizer steps in total (default ``config.steps``); returns the last train loss.
@@ -322,14 +335,19 @@ class Trainer:
                 first = False
                 self.history.train_loss.append((self.step, loss))
                 elapsed = time.perf_counter() - start
-                bar.set_postfix(progress_postfix(loss, self.tokens - start_tokens, elapsed, self.optimizer), refresh=False)
+                bar.set_postfix(
+                    progress_postfix(loss, self.tokens - start_tokens, elapsed, self.optimizer), refresh=False
+                )
                 bar.update(1)
                 if cfg.eval_every and self.eval_batches is not None and self.step % cfg.eval_every == 0:
                     eval_loss = self.evaluate()
                     if not math.isfinite(eval_loss):
-                        raise TrainingDiverged(f"training diverged at step {self.step}: the held-out loss is "
-                                               f"{eval_loss}; {what_was_kept(cfg.out_dir)}; " + DIVERGENCE_HINT,
-                                               self.step, eval_loss)
+                        raise TrainingDiverged(
+                            f"training diverged at step {self.step}: the held-out loss is "
+                            f"{eval_loss}; {what_was_kept(cfg.out_dir)}; " + DIVERGENCE_HINT,
+                            self.step,
+                            eval_loss,
+                        )
                     self.history.eval_loss.append((self.step, eval_loss))
                     if cfg.progress and self.strategy.is_main:
                         bar.write(f"step {self.step}: train loss {loss:.4f}, eval loss {eval_loss:.4f}")
