@@ -10,8 +10,8 @@ import re
 import pytest
 import torch
 from cli_helpers import (
-    corpus,
     restore_threads,  # noqa: F401  (an autouse fixture: active where imported)
+    write_corpus,
 )
 
 from transformer.cli import build_parser, main
@@ -54,7 +54,8 @@ def _prefix(option: str, options: set[str]) -> str | None:
 
 def test_no_option_of_any_command_or_task_may_be_abbreviated(capsys):
     """Every parser refuses every prefix of every one of its options (argparse's allow_abbrev is off on each,
-    sub-parsers included), and the command line says what the prefix abbreviates. ``--lr-fac 2`` is never ``--lr-factor 2``."""
+    sub-parsers included), and the command line says what the prefix abbreviates. ``--lr-fac 2`` is never
+    ``--lr-factor 2``."""
     checked = 0
     for name, parser, required in _parsers():
         assert parser.allow_abbrev is False, name

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 from cli_helpers import (
-    corpus,
     restore_threads,  # noqa: F401  (an autouse fixture: active where imported)
+    write_corpus,
 )
 
 from transformer.cli import main

@@ -175,6 +175,26 @@ def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[st
     )
 
 
+def _trainer_settings(
+    args: argparse.Namespace, run: _FileRun, defaults: dict[str, Any], d_model: int
+) -> dict[str, Any]:
+    """The settings both file tasks' trainers take from the command line (else the task's ``defaults``): batch
+    budget, steps, the learning rate (:func:`~transformer.cli.train_setup.schedule_settings`), seed, device, progress
+    bar, evaluation period and ``--out``."""
+    factor, warmup = schedule_settings(args, d_model, defaults)
+    return dict(
+        max_tokens=_pick(args, "max_tokens", defaults),
+        steps=args.steps or defaults["steps"],
+        warmup=warmup,
+        factor=factor,
+        seed=args.seed,
+        device=run.device,
+        progress=not args.no_progress,
+        eval_every=defaults["eval_every"] if args.eval_every is None else args.eval_every,
+        out_dir=run.out,
+    )
+
+
 def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     d, out = LM_DEFAULTS, run.out
     block = _pick(args, "block_len", d)
@@ -199,20 +219,7 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     if args.max_len is not None:
         fields["max_len"] = args.max_len
     config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
-    factor, warmup = schedule_settings(args, config.d_model, d)
-    trainer = make_lm_trainer(
-        data,
-        config,
-        max_tokens=_pick(args, "max_tokens", d),
-        steps=args.steps or d["steps"],
-        warmup=warmup,
-        factor=factor,
-        seed=args.seed,
-        device=run.device,
-        progress=not args.no_progress,
-        eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
-        out_dir=out,
-    )
+    trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
     run.start(trainer)
     print(f"lm: {data.describe()}; {data.report.summary()}")
     print(
@@ -281,20 +288,11 @@ def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
         tokenizer,
     )
     config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
-    factor, warmup = schedule_settings(args, config.d_model, d)
     trainer = make_translation_trainer(
         data,
         config,
-        max_tokens=_pick(args, "max_tokens", d),
-        steps=args.steps or d["steps"],
-        warmup=warmup,
-        factor=factor,
         label_smoothing=_pick(args, "label_smoothing", d),
-        seed=args.seed,
-        device=run.device,
-        progress=not args.no_progress,
-        eval_every=d["eval_every"] if args.eval_every is None else args.eval_every,
-        out_dir=out,
+        **_trainer_settings(args, run, d, config.d_model),
     )
     run.start(trainer)
     print(f"translate: {data.describe()}; {data.report.summary()}")

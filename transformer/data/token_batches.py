@@ -25,11 +25,12 @@ checkpoints, as the generator's seed, so a resumed run continues with the next b
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["TokenBudgetPlan", "ResumableBatches", "position_of"]
+__all__ = ["TokenBudgetPlan", "ResumableBatches", "position_of", "token_budget_batches"]
 
 #: Generators whose initial seed is at least this hold a position (seed - base); any other is at position 0.
 POSITION_BASE = 1 << 62
@@ -162,3 +163,19 @@ class ResumableBatches:
             position += 1
             generator.manual_seed(POSITION_BASE + position)
             yield self.make_batch(batches[index])
+
+
+def token_budget_batches(
+    train: Any, valid: Any, max_tokens: int, *, seed: int, what: str
+) -> tuple[ResumableBatches, Callable[[], Iterator[Any]]]:
+    """A Trainer's ``batches`` and ``eval_batches`` for datasets with ``lengths`` and ``make_batch(indices)``: the
+    training examples of ``train`` in resumable, shardable token-budget batches (seeded by ``seed``), and each call of
+    the second a fresh pass over ``valid`` in length order (the same batches every time). ``what`` names an example
+    in errors ("window", "pair")."""
+    batches = ResumableBatches(train.lengths, max_tokens, train.make_batch, seed=seed, what=what)
+    valid_plan = TokenBudgetPlan(valid.lengths, max_tokens, shuffle=False, what=what)
+
+    def eval_batches() -> Iterator[Any]:
+        return (valid.make_batch(indices) for indices in valid_plan.epoch(0))
+
+    return batches, eval_batches

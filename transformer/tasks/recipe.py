@@ -11,7 +11,7 @@ import torch
 
 from ..config import TransformerConfig
 from ..model import make_model
-from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
+from ..training import LabelSmoothing, Trainer, TrainerConfig, noam_adam
 from .base import Task
 
 __all__ = ["make_trainer"]
@@ -43,11 +43,12 @@ def make_trainer(
     torch.manual_seed(seed)
     config = config or task.default_config(**config_changes)
     model = make_model(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    schedule = NoamSchedule(
-        config.d_model, defaults.factor if factor is None else factor, defaults.warmup if warmup is None else warmup
+    optimizer, scheduler = noam_adam(
+        model.parameters(),
+        config.d_model,
+        defaults.factor if factor is None else factor,
+        defaults.warmup if warmup is None else warmup,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=schedule)
     bs = batch_size or defaults.batch_size
     eval_set = task.eval_batches(n_batches=eval_batches, batch_size=bs)
     trainer_config = TrainerConfig(

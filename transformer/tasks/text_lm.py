@@ -22,13 +22,13 @@ import torch
 
 from ..data.corpora import CorpusReport, TextWindows, build_text_store
 from ..data.text_files import check_files, read_text
-from ..data.token_batches import ResumableBatches, TokenBudgetPlan
 from ..data.token_store import TokenStore
 from ..data.tokenizers import TextTokenizer, train_tokenizer
 from ..lm.config import LMConfig
 from ..lm.model import TransformerLM, build_lm
-from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
-from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
+from ..training import LabelSmoothing, Trainer
+from .file_trainer import file_task_trainer
+from .tokenizer_assets import tokenizer_metadata
 
 __all__ = [
     "LMData",
@@ -146,41 +146,24 @@ def make_lm_trainer(
     (``LabelSmoothing`` at 0), token-budget batches of training windows (resumable, shardable), the held-out
     windows for evaluation; every checkpoint carries the tokenizer."""
     torch.manual_seed(seed)
-    model = build_lm(config)
-    attach_tokenizer(model, data.tokenizer)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=NoamSchedule(config.d_model, factor, warmup))
-    batches = ResumableBatches(data.train.lengths, max_tokens, data.train.make_batch, seed=seed, what="window")
-    valid_plan = TokenBudgetPlan(data.valid.lengths, max_tokens, shuffle=False, what="window")
-
-    def eval_batches():
-        return (data.valid.make_batch(indices) for indices in valid_plan.epoch(0))
-
-    meta = {
-        "task": "lm",
-        "tokenizer": tokenizer_metadata(data.tokenizer),
-        "data": {"block_len": data.train.block, "max_tokens": max_tokens, "seed": seed},
-    }
-    meta.update(metadata or {})
-    return Trainer(
-        model,
-        optimizer,
-        batches,
-        criterion=LabelSmoothing(config.vocab, config.pad_id or 0, 0.0),
-        scheduler=scheduler,
-        eval_batches=eval_batches,
+    return file_task_trainer(
+        build_lm(config),
+        data,
+        LabelSmoothing(config.vocab, config.pad_id or 0, 0.0),
+        task="lm",
+        what="window",
+        data_settings={"block_len": data.train.block},
+        max_tokens=max_tokens,
+        steps=steps,
+        warmup=warmup,
+        factor=factor,
         seed=seed,
         device=device,
-        metadata=meta,
-        config=TrainerConfig(
-            steps=steps,
-            clip_grad=clip_grad,
-            eval_every=eval_every,
-            checkpoint_every=eval_every,
-            progress=progress,
-            out_dir=out_dir,
-            checks="first",
-        ),
+        progress=progress,
+        eval_every=eval_every,
+        out_dir=out_dir,
+        clip_grad=clip_grad,
+        metadata=metadata,
     )
 
 

@@ -19,13 +19,13 @@ from torch import nn
 from ..config import TransformerConfig
 from ..data.corpora import CorpusReport, PairDataset, build_pair_stores, iter_pairs
 from ..data.text_files import read_pairs
-from ..data.token_batches import ResumableBatches, TokenBudgetPlan
 from ..data.tokenizers import TextTokenizer, train_tokenizer
 from ..decoding import beam_search, greedy_decode
 from ..masks import AttentionMask
 from ..model import make_model
-from ..training import LabelSmoothing, NoamSchedule, Trainer, TrainerConfig
-from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
+from ..training import LabelSmoothing, Trainer
+from .file_trainer import file_task_trainer
+from .tokenizer_assets import tokenizer_metadata
 
 __all__ = [
     "TranslationData",
@@ -152,40 +152,23 @@ def make_translation_trainer(
 ) -> Trainer:
     """A Trainer as the tasks' (Adam on the Noam schedule, label smoothing) over token-budget batches of pairs."""
     torch.manual_seed(seed)
-    model = make_model(config)
-    attach_tokenizer(model, data.tokenizer)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=NoamSchedule(config.d_model, factor, warmup))
-    batches = ResumableBatches(data.train.lengths, max_tokens, data.train.make_batch, seed=seed, what="pair")
-    valid_plan = TokenBudgetPlan(data.valid.lengths, max_tokens, shuffle=False, what="pair")
-
-    def eval_batches():
-        return (data.valid.make_batch(indices) for indices in valid_plan.epoch(0))
-
-    meta = {
-        "task": "translate",
-        "tokenizer": tokenizer_metadata(data.tokenizer),
-        "data": {"max_tokens": max_tokens, "seed": seed},
-    }
-    meta.update(metadata or {})
-    return Trainer(
-        model,
-        optimizer,
-        batches,
-        criterion=LabelSmoothing(config.tgt_vocab, config.pad_id, label_smoothing),
-        scheduler=scheduler,
-        eval_batches=eval_batches,
+    return file_task_trainer(
+        make_model(config),
+        data,
+        LabelSmoothing(config.tgt_vocab, config.pad_id, label_smoothing),
+        task="translate",
+        what="pair",
+        data_settings={},
+        max_tokens=max_tokens,
+        steps=steps,
+        warmup=warmup,
+        factor=factor,
         seed=seed,
         device=device,
-        metadata=meta,
-        config=TrainerConfig(
-            steps=steps,
-            eval_every=eval_every,
-            checkpoint_every=eval_every,
-            progress=progress,
-            out_dir=out_dir,
-            checks="first",
-        ),
+        progress=progress,
+        eval_every=eval_every,
+        out_dir=out_dir,
+        metadata=metadata,
     )
 
 

@@ -2,7 +2,7 @@
 
 * :mod:`~transformer.training.batch`: :class:`Batch`, a source/target batch with its masks.
 * :mod:`~transformer.training.losses`: label smoothing, the label-id check, the loss compute (section 5.4).
-* :mod:`~transformer.training.schedule`: the Noam learning-rate schedule (section 5.3).
+* :mod:`~transformer.training.schedule`: the Noam learning-rate schedule and Adam on it (section 5.3).
 * :mod:`~transformer.training.loop`: ``run_epoch`` (the tutorial's loop) and the step's pieces it shares.
 * :mod:`~transformer.training.trainer`: :class:`Trainer` (step-counted, checkpoints, exact resume, torchrun).
 * :mod:`~transformer.training.stops`: when a run stops without a result: divergence, Ctrl-C.
@@ -11,7 +11,7 @@
 from .batch import Batch
 from .loop import TrainState, autocast_context, run_epoch
 from .losses import LabelSmoothing, SimpleLossCompute, check_label_ids, label_smoothing_entropy
-from .schedule import NoamSchedule, noam_factor, rate
+from .schedule import NoamSchedule, noam_adam, noam_factor, rate
 from .stops import InterruptAtStepBoundary, TrainingDiverged, TrainingInterrupted
 from .trainer import Trainer, TrainerConfig
 
@@ -23,6 +23,7 @@ __all__ = [
     "rate",
     "NoamSchedule",
     "noam_factor",
+    "noam_adam",
     "SimpleLossCompute",
     "TrainState",
     "run_epoch",

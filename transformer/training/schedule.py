@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
-__all__ = ["rate", "NoamSchedule", "noam_factor"]
+import torch
+
+__all__ = ["rate", "NoamSchedule", "noam_factor", "noam_adam"]
 
 
 def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
@@ -51,3 +54,12 @@ class NoamSchedule:
     def peak(self) -> float:
         """The schedule's largest multiplier, reached at step ``warmup``: ``factor * (model_size * warmup)^-0.5``."""
         return rate(self.warmup, self.model_size, self.factor, self.warmup)
+
+
+def noam_adam(
+    parameters: Iterable[torch.nn.Parameter], model_size: int, factor: float, warmup: int
+) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """The paper's optimizer (section 5.3): Adam(betas=(0.9, 0.98), eps=1e-9) with base learning rate 1, scaled at
+    each step by ``NoamSchedule(model_size, factor, warmup)``; returns ``(optimizer, scheduler)``."""
+    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=NoamSchedule(model_size, factor, warmup))

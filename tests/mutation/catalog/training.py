@@ -426,12 +426,8 @@ MUTANTS += [
     S(
         "make-trainer-ignores-factor",
         "transformer/tasks/recipe.py",
-        (
-            "    schedule = NoamSchedule(\n"
-            "        config.d_model, defaults.factor if factor is None else factor, defaults.warmup if warmup is None else warmup\n"
-            "    )\n"
-        ),
-        "    schedule = NoamSchedule(config.d_model, defaults.factor, defaults.warmup if warmup is None else warmup)\n",
+        "        defaults.factor if factor is None else factor,\n",
+        "        defaults.factor,\n",
         "make_trainer (so train copy/dates --lr) ignores the factor it is given",
         _TP,
     ),
