@@ -8,10 +8,9 @@ import pytest
 import torch
 
 import transformer as T
-from transformer import checkpoint as ckpt_mod
+import transformer.checkpoint.save as checkpoint_save
 from transformer.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
-from transformer.tasks import CopyTask
-from transformer.cli.run import make_trainer
+from transformer.tasks import CopyTask, make_trainer
 
 
 def _model(**changes):
@@ -50,7 +49,9 @@ def test_loading_into_another_config_names_the_mismatched_fields(tmp_path):
 
 
 def test_loading_never_unpickles(tmp_path, monkeypatch):
-    trainer = make_trainer(CopyTask(), steps=2, batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2)
+    trainer = make_trainer(
+        CopyTask(), steps=2, batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2
+    )
     trainer.train()
     trainer.save(str(tmp_path / "ck"))
 
@@ -67,8 +68,18 @@ def test_loading_never_unpickles(tmp_path, monkeypatch):
 
 
 def test_exact_resume_2k_steps_equal_1k_plus_resume_plus_1k(tmp_path):
-    tiny = dict(batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=8, d_ff=16, n_heads=2, dropout=0.1,
-                eval_every=0, warmup=100, seed=7)
+    tiny = dict(
+        batch_size=4,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_model=8,
+        d_ff=16,
+        n_heads=2,
+        dropout=0.1,
+        eval_every=0,
+        warmup=100,
+        seed=7,
+    )
     task = CopyTask()
     straight = make_trainer(task, steps=2000, **tiny)
     # a checkpoint at step 1000 of the straight run is what a 1k-step run would have saved: saving draws no randomness
@@ -78,14 +89,16 @@ def test_exact_resume_2k_steps_equal_1k_plus_resume_plus_1k(tmp_path):
     straight.config.out_dir = None
     straight.train()
 
-    resumed = make_trainer(task, steps=2000, **{**tiny, "seed": 123})  # another seed: everything must come from the checkpoint
+    resumed = make_trainer(
+        task, steps=2000, **{**tiny, "seed": 123}
+    )  # another seed: everything must come from the checkpoint
     resumed.resume(str(tmp_path / "ck"))
     assert resumed.step == 1000 and resumed.last_train_loss == halfway
     resumed.train()
     assert resumed.step == 2000
     assert resumed.last_train_loss == straight.last_train_loss
     assert resumed.history.train_loss == straight.history.train_loss
-    for a, b in zip(resumed.model.parameters(), straight.model.parameters()):
+    for a, b in zip(resumed.model.parameters(), straight.model.parameters(), strict=True):
         assert torch.equal(a, b)
     assert resumed.optimizer.param_groups[0]["lr"] == straight.optimizer.param_groups[0]["lr"]
 
@@ -99,7 +112,7 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("power cut while writing the weights")
 
-    monkeypatch.setattr(ckpt_mod, "save_model", crash)
+    monkeypatch.setattr(checkpoint_save, "save_model", crash)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(target, second, metadata={"version": 2})
     monkeypatch.undo()
@@ -120,8 +133,8 @@ def test_crash_between_the_renames_still_loads_the_previous_checkpoint(tmp_path,
             raise SystemExit("killed")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(ckpt_mod.os, "rename", rename)
-    monkeypatch.setattr(ckpt_mod.shutil, "rmtree", lambda *a, **k: None)  # a dead process cleans nothing up
+    monkeypatch.setattr(checkpoint_save.os, "rename", rename)
+    monkeypatch.setattr(checkpoint_save.shutil, "rmtree", lambda *a, **k: None)  # a dead process cleans nothing up
     with pytest.raises(SystemExit):
         save_checkpoint(target, _model(), metadata={"version": 2})
     monkeypatch.undo()

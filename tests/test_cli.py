@@ -22,14 +22,22 @@ def _restore_threads():
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "copy"
     previous = torch.get_num_threads()
-    code = main(["train", "copy", "--steps", "40", "--out", str(out), "--no-progress", "--eval-examples", "20", "--seed", "1"])
+    code = main(
+        ["train", "copy", "--steps", "40", "--out", str(out), "--no-progress", "--eval-examples", "20", "--seed", "1"]
+    )
     torch.set_num_threads(previous)
     assert code == 0
     return out
 
 
 def test_train_saves_a_checkpoint_and_reports(trained, capsys):
-    assert sorted(os.listdir(trained)) == ["config.json", "meta.json", "model.safetensors", "state.json", "state.safetensors"]
+    assert sorted(os.listdir(trained)) == [
+        "config.json",
+        "meta.json",
+        "model.safetensors",
+        "state.json",
+        "state.safetensors",
+    ]
     code = main(["decode", "--checkpoint", str(trained), "1 2 3 4 5 6 7 8 9 10"])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and len(out) == 1 and len(out[0].split()) == 10 and out[0].split()[0] == "1"
@@ -53,7 +61,9 @@ def test_decode_runs_attention_on_the_requested_backend(trained, capsys, monkeyp
 
 
 def test_train_prints_progress_results_and_decodes(tmp_path, capsys):
-    code = main(["train", "copy", "--steps", "3", "--out", str(tmp_path / "run"), "--eval-examples", "5", "--eval-every", "2"])
+    code = main(
+        ["train", "copy", "--steps", "3", "--out", str(tmp_path / "run"), "--eval-examples", "5", "--eval-every", "2"]
+    )
     captured = capsys.readouterr()
     assert code == 0
     assert "exact match on 5 held-out inputs" in captured.out and "'1 2 3 4 5 6 7 8 9 10' -> " in captured.out
@@ -69,8 +79,23 @@ def test_resume_continues_from_the_saved_step(trained, tmp_path, capsys, backend
 
     out = tmp_path / "copy"
     shutil.copytree(trained, out)
-    code = main(["train", "copy", "--steps", "45", "--out", str(out), "--resume", "--no-progress", "--eval-examples", "5",
-                 "--seed", "1", *backend])
+    code = main(
+        [
+            "train",
+            "copy",
+            "--steps",
+            "45",
+            "--out",
+            str(out),
+            "--resume",
+            "--no-progress",
+            "--eval-examples",
+            "5",
+            "--seed",
+            "1",
+            *backend,
+        ]
+    )
     assert code == 0
     out_text = capsys.readouterr().out
     assert f"resumed from {out} at step 40" in out_text and "trained 45 steps" in out_text
@@ -113,9 +138,15 @@ def test_bad_device_missing_and_corrupt_checkpoints_and_unknown_tokens_exit_2(tr
 
 
 def test_console_entry_points_report_errors_without_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "transformer", "decode", "--checkpoint", str(tmp_path / "none"), "1 2"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer", "decode", "--checkpoint", str(tmp_path / "none"), "1 2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "typed-transformer decode: error: no checkpoint at" in result.stderr and "Traceback" not in result.stderr
-    result = subprocess.run([sys.executable, "-m", "transformer.cli", "--help"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer.cli", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0 and "{train,decode,generate,consolidate}" in result.stdout  # every sub-command

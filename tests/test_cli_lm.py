@@ -10,12 +10,54 @@ from safetensors.torch import load_file
 
 from transformer.cli import main
 
-LINES = ["def add(a, b):", "    return a + b", "", "class Box:", "    def __init__(self, value):",
-         "        self.value = value", "for i in range(3):", "    print(add(i, i))"]
-TINY_LM = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "32", "--vocab-size", "300",
-           "--block-len", "16", "--max-tokens", "64", "--warmup", "10", "--no-progress"]
-TINY_TRANSLATE = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "32", "--tokenizer", "char",
-                  "--max-tokens", "256", "--max-len", "40", "--warmup", "20", "--no-progress"]
+LINES = [
+    "def add(a, b):",
+    "    return a + b",
+    "",
+    "class Box:",
+    "    def __init__(self, value):",
+    "        self.value = value",
+    "for i in range(3):",
+    "    print(add(i, i))",
+]
+TINY_LM = [
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--vocab-size",
+    "300",
+    "--block-len",
+    "16",
+    "--max-tokens",
+    "64",
+    "--warmup",
+    "10",
+    "--no-progress",
+]
+TINY_TRANSLATE = [
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--tokenizer",
+    "char",
+    "--max-tokens",
+    "256",
+    "--max-len",
+    "40",
+    "--warmup",
+    "20",
+    "--no-progress",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -48,15 +90,23 @@ def lm_run(corpus, tmp_path_factory):
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        code = main(["train", "lm", "--text", *corpus, "--steps", "6", "--eval-every", "3", "--out", str(out), *TINY_LM])
+        code = main(
+            ["train", "lm", "--text", *corpus, "--steps", "6", "--eval-every", "3", "--out", str(out), *TINY_LM]
+        )
     assert code == 0
     return out, buffer.getvalue()
 
 
 def test_train_lm_saves_the_tokenizer_with_the_model_and_reports_perplexity(lm_run):
     out, printed = lm_run
-    assert sorted(os.listdir(out)) == ["config.json", "meta.json", "model.safetensors", "state.json",
-                                       "state.safetensors", "tokenizer.json"]
+    assert sorted(os.listdir(out)) == [
+        "config.json",
+        "meta.json",
+        "model.safetensors",
+        "state.json",
+        "state.safetensors",
+        "tokenizer.json",
+    ]
     results = _results(printed)
     assert results["steps"] == 6 and results["perplexity"] > 1 and results["unigram_perplexity"] > 1
     assert abs(results["perplexity"] - 2.718281828 ** results["eval_loss"]) < 1e-6 * results["perplexity"]
@@ -71,8 +121,20 @@ def test_generate_continues_a_prompt_greedy_or_sampled_from_a_seed(lm_run, capsy
     assert main(["generate", "--checkpoint", str(out), "--max-new-tokens", "12", "def "]) == 0
     greedy = capsys.readouterr().out
     assert greedy.startswith("def ")
-    args = ["generate", "--checkpoint", str(out), "--max-new-tokens", "12", "--sample", "--seed", "3", "--top-k", "20",
-            "for i", ""]
+    args = [
+        "generate",
+        "--checkpoint",
+        str(out),
+        "--max-new-tokens",
+        "12",
+        "--sample",
+        "--seed",
+        "3",
+        "--top-k",
+        "20",
+        "for i",
+        "",
+    ]
     assert main(args) == 0
     first = capsys.readouterr().out
     assert main(args) == 0 and capsys.readouterr().out == first and first.startswith("for i")
@@ -87,7 +149,7 @@ def test_generate_stops_after_a_stop_text(lm_run, capsys):
     out, _ = lm_run
     tokenizer = tokenizer_from_checkpoint(load_checkpoint(out, load_trainer_state=False))
     assert main(["generate", "--checkpoint", str(out), "--max-new-tokens", "8", "class"]) == 0
-    greedy = capsys.readouterr().out[len("class"):].rstrip("\n")
+    greedy = capsys.readouterr().out[len("class") :].rstrip("\n")
     first = tokenizer.decode(tokenizer.encode(greedy)[:1])  # the first generated token's text
     assert len(tokenizer.encode(first)) == 1 and len(greedy) > len(first)
     assert main(["generate", "--checkpoint", str(out), "--max-new-tokens", "8", "--stop", first, "class"]) == 0
@@ -125,8 +187,22 @@ def test_resume_with_another_tokenizer_is_refused(lm_run, corpus, tmp_path, caps
 
     other = train_tokenizer(["something else entirely " * 30], "char")
     other.save(tmp_path)
-    code = main(["train", "lm", "--text", *corpus, "--steps", "7", "--out", str(out), "--resume",
-                 "--tokenizer-file", str(tmp_path / "tokenizer.json"), *TINY_LM])
+    code = main(
+        [
+            "train",
+            "lm",
+            "--text",
+            *corpus,
+            "--steps",
+            "7",
+            "--out",
+            str(out),
+            "--resume",
+            "--tokenizer-file",
+            str(tmp_path / "tokenizer.json"),
+            *TINY_LM,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "was trained with another tokenizer" in err and "Traceback" not in err
 
@@ -138,8 +214,11 @@ def _dates(tmp_path, n, name, held_out):
 
     task, g = DatesTask(), torch.Generator().manual_seed(len(name))
     lines = []
-    for ordinal, form in zip(torch.randint(_FIRST, _FIRST + 20000, (n,), generator=g).tolist(),
-                             torch.randint(0, 3, (n,), generator=g).tolist()):
+    for ordinal, form in zip(
+        torch.randint(_FIRST, _FIRST + 20000, (n,), generator=g).tolist(),
+        torch.randint(0, 3, (n,), generator=g).tolist(),
+        strict=True,
+    ):
         date = datetime.date.fromordinal(ordinal - ordinal % 10 if held_out else ordinal)
         lines.append(task.source_text(task.src_vocab.encode(task.words(date, form))) + "\t" + "".join(task.iso(date)))
     path = tmp_path / name
@@ -150,8 +229,28 @@ def _dates(tmp_path, n, name, held_out):
 def test_train_translate_then_decode_plain_text(tmp_path, capsys):
     train, valid = _dates(tmp_path, 400, "train.tsv", False), _dates(tmp_path, 30, "valid.tsv", True)
     out = tmp_path / "tr"
-    assert main(["train", "translate", "--train", train, "--valid", valid, "--steps", "8", "--eval-every", "4",
-                 "--eval-examples", "10", "--out", str(out), *TINY_TRANSLATE]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                train,
+                "--valid",
+                valid,
+                "--steps",
+                "8",
+                "--eval-every",
+                "4",
+                "--eval-examples",
+                "10",
+                "--out",
+                str(out),
+                *TINY_TRANSLATE,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     results = _results(printed)
     assert results["eval_lines"] == 10 and 0 <= results["bleu"] <= 100 and 0 <= results["chrf"] <= 100
@@ -164,15 +263,31 @@ def test_train_translate_then_decode_plain_text(tmp_path, capsys):
     assert "generate needs a `train lm` checkpoint (use `decode`)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, message", [
-    ("fifth of june 1912 1912-06-05\n", ":1: expected 'source<TAB>target' (exactly one tab), found no tab"),
-    ("a\tb\n" + "x" * 60 + "\ty\n", ":2: the pair is too long for max_len=40: source 60 tokens"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("fifth of june 1912 1912-06-05\n", ":1: expected 'source<TAB>target' (exactly one tab), found no tab"),
+        ("a\tb\n" + "x" * 60 + "\ty\n", ":2: the pair is too long for max_len=40: source 60 tokens"),
+    ],
+)
 def test_bad_translation_files_exit_2_naming_file_and_line(tmp_path, capsys, content, message):
     train = tmp_path / "train.tsv"
     train.write_text(content)
-    code = main(["train", "translate", "--train", str(train), "--valid", str(train), "--steps", "1",
-                 "--out", str(tmp_path / "o"), *TINY_TRANSLATE])
+    code = main(
+        [
+            "train",
+            "translate",
+            "--train",
+            str(train),
+            "--valid",
+            str(train),
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "o"),
+            *TINY_TRANSLATE,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and f"{train}{message}" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
@@ -195,14 +310,20 @@ def test_bad_text_files_and_misused_flags_exit_2(corpus, tmp_path, capsys):
         (["train", "copy", "--text", corpus[0]], "train copy: error: --text is for train lm, not train copy"),
         (["train", "copy", "--valid", corpus[0]], "--valid is for train lm or train translate, not train copy"),
         (["train", "lm", "--text", corpus[0], "--train", corpus[0]], "--train is for train translate, not train lm"),
-        (["train", "translate", "--train", corpus[0], "--valid", corpus[0], "--block-len", "8"],
-         "--block-len is for train lm, not train translate"),
+        (
+            ["train", "translate", "--train", corpus[0], "--valid", corpus[0], "--block-len", "8"],
+            "--block-len is for train lm, not train translate",
+        ),
         (["train", "lm", "--text", corpus[0], "--batch-size", "8"], "use --max-tokens instead of --batch-size"),
         (["train", "translate", "--train", corpus[0]], "the following arguments are required: --valid"),
-        (["train", "translate", "--train", corpus[0], "--valid", corpus[0], corpus[1]],
-         f"unrecognized arguments: {corpus[1]}"),
-        (["train", "lm", "--text", corpus[0], "--max-tokens", "8", "--block-len", "16"],
-         "window 0 has 16 tokens, more than the batch budget max_tokens=8"),
+        (
+            ["train", "translate", "--train", corpus[0], "--valid", corpus[0], corpus[1]],
+            f"unrecognized arguments: {corpus[1]}",
+        ),
+        (
+            ["train", "lm", "--text", corpus[0], "--max-tokens", "8", "--block-len", "16"],
+            "window 0 has 16 tokens, more than the batch budget max_tokens=8",
+        ),
     ]:
         code = _status([*args, "--out", str(tmp_path / "o"), "--no-progress"])
         err = capsys.readouterr().err
@@ -213,8 +334,26 @@ def test_bad_text_files_and_misused_flags_exit_2(corpus, tmp_path, capsys):
 def test_invalid_utf8_with_the_replace_policy_is_counted(tmp_path, capsys):
     text = tmp_path / "mixed.txt"
     text.write_bytes(("\n".join(LINES * 20) + "\n").encode() + b"caf\xe9\n" + ("\n".join(LINES * 20) + "\n").encode())
-    assert main(["train", "lm", "--text", str(text), "--steps", "1", "--eval-every", "0", "--encoding-errors",
-                 "replace", "--out", str(tmp_path / "o"), *TINY_LM]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "lm",
+                "--text",
+                str(text),
+                "--steps",
+                "1",
+                "--eval-every",
+                "0",
+                "--encoding-errors",
+                "replace",
+                "--out",
+                str(tmp_path / "o"),
+                *TINY_LM,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "invalid UTF-8 replaced by U+FFFD on 1 lines" in printed
     assert _results(printed)["corpus"]["replaced_utf8_lines"] == 1

@@ -28,12 +28,14 @@ def test_no_batch_exceeds_the_budget_and_every_example_appears_once_per_epoch(le
     # greedy: adding the next example of the length order to a batch would have broken the budget
     order = np.concatenate(TokenBudgetPlan(lengths.tolist(), budget, shuffle=False).epoch(0))
     cut = TokenBudgetPlan(lengths.tolist(), budget, shuffle=False).epoch(0)
-    for batch, following in zip(cut, cut[1:]):
+    for batch, following in zip(cut, cut[1:], strict=False):
         grown = np.concatenate([batch, following[:1]])
         assert len(grown) * lengths[grown].max() > budget
     assert np.all(np.diff(lengths[order]) >= 0)  # the length buckets: sorted by length
     spans = sorted((int(lengths[b].min()), int(lengths[b].max())) for b in batches)
-    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # shuffled batches still hold disjoint length ranges
+    assert all(
+        a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)
+    )  # shuffled batches still hold disjoint length ranges
 
 
 def test_a_budget_that_examples_fill_exactly_is_filled():
@@ -45,8 +47,11 @@ def test_a_budget_that_examples_fill_exactly_is_filled():
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(1, 20), min_size=8, max_size=100), world_size=st.integers(1, 4),
-       epoch=st.integers(0, 3))
+@given(
+    lengths=st.lists(st.integers(1, 20), min_size=8, max_size=100),
+    world_size=st.integers(1, 4),
+    epoch=st.integers(0, 3),
+)
 def test_rank_shares_are_disjoint_and_cover_the_epoch(lengths, world_size, epoch):
     budget = 40
     whole = TokenBudgetPlan(lengths, budget, seed=5)
@@ -54,8 +59,9 @@ def test_rank_shares_are_disjoint_and_cover_the_epoch(lengths, world_size, epoch
         with pytest.raises(ValueError, match="cannot be shared by"):
             TokenBudgetPlan(lengths, budget, seed=5, world_size=world_size)
         return
-    shares = [TokenBudgetPlan(lengths, budget, seed=5, rank=r, world_size=world_size).epoch(epoch)
-              for r in range(world_size)]
+    shares = [
+        TokenBudgetPlan(lengths, budget, seed=5, rank=r, world_size=world_size).epoch(epoch) for r in range(world_size)
+    ]
     seen = [i for share in shares for batch in share for i in batch.tolist()]
     assert sorted(seen) == list(range(len(lengths)))  # covering, each exactly once: disjoint
     counts = [len(share) for share in shares]
@@ -100,11 +106,12 @@ def test_the_iterator_resumes_from_the_trainer_generator(tmp_path):
     resumed_generator.set_state(saved)
     stream = factory(resumed_generator)
     rest = [next(stream).tokens for _ in range(14)]
-    assert all(torch.equal(a, b) for a, b in zip(first + rest, straight))
+    assert all(torch.equal(a, b) for a, b in zip(first + rest, straight, strict=True))
     per_epoch = TokenBudgetPlan(windows.lengths, 32, seed=3).batches_per_epoch
     epoch = torch.cat([b.flatten() for b in straight[:per_epoch]])
-    assert sorted(epoch.tolist()) == sorted(torch.cat([torch.from_numpy(windows.window(i))[:-1] for i in
-                                                       range(len(windows))]).tolist())
+    assert sorted(epoch.tolist()) == sorted(
+        torch.cat([torch.from_numpy(windows.window(i))[:-1] for i in range(len(windows))]).tolist()
+    )
 
 
 def test_a_shard_keyword_gives_each_rank_its_share(tmp_path):
@@ -159,8 +166,10 @@ def test_pair_batches_wrap_targets_and_pad(tmp_path):
     assert data.lengths.tolist() == [3, 4]  # max(source, target + 1)
     batch = data.make_batch([0, 1])
     assert batch.src.tolist() == [[5, 6, 7], [8, 0, 0]]
-    assert batch.tgt.tolist() == [[1, 9, 2, 0], [1, 10, 11, 12]] and batch.tgt_y.tolist() == [[9, 2, 0, 0],
-                                                                                             [10, 11, 12, 2]]
+    assert batch.tgt.tolist() == [[1, 9, 2, 0], [1, 10, 11, 12]] and batch.tgt_y.tolist() == [
+        [9, 2, 0, 0],
+        [10, 11, 12, 2],
+    ]
     assert batch.ntokens == 6
 
 

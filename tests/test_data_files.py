@@ -35,8 +35,11 @@ def test_a_missing_a_directory_and_an_empty_file_are_named(tmp_path):
 def test_a_line_without_exactly_one_tab_is_named_with_its_number(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("a b\tc d\n\nno tab here\ne\tf\n")
-    with pytest.raises(TextFileError, match=rf"^{path}:3: expected 'source<TAB>target' \(exactly one tab\), found "
-                                            r"no tab: 'no tab here'$"):
+    with pytest.raises(
+        TextFileError,
+        match=rf"^{path}:3: expected 'source<TAB>target' \(exactly one tab\), found "
+        r"no tab: 'no tab here'$",
+    ):
         read_pairs(path)
     path.write_text("a\tb\nx\ty\tz\n")
     with pytest.raises(TextFileError, match=rf"^{path}:2: .* found 2 tabs"):
@@ -74,9 +77,12 @@ def test_json_lines_need_src_and_tgt_strings(tmp_path):
 
 def test_invalid_utf8_is_refused_naming_line_and_column_or_replaced_and_counted(tmp_path):
     path = tmp_path / "latin1.txt"
-    path.write_bytes("first line\n".encode() + "caf\xe9 au lait\n".encode("latin-1") + b"ok\n")
-    with pytest.raises(TextFileError, match=rf"^{path}:2: invalid UTF-8 \(byte 0xe9 at column 4: invalid "
-                                            r"continuation byte\); .*--encoding-errors replace"):
+    path.write_bytes(b"first line\n" + "caf\xe9 au lait\n".encode("latin-1") + b"ok\n")
+    with pytest.raises(
+        TextFileError,
+        match=rf"^{path}:2: invalid UTF-8 \(byte 0xe9 at column 4: invalid "
+        r"continuation byte\); .*--encoding-errors replace",
+    ):
         read_text(path)
     report = ReadReport()
     text = read_text(path, encoding_errors="replace", report=report)
@@ -92,16 +98,20 @@ def _pairs(tmp_path, lines):
 
 def test_pairs_longer_than_max_len_are_refused_naming_file_line_and_lengths(tmp_path, char_tokenizer):
     path = _pairs(tmp_path, [("abc", "de"), ("abcdefghij", "xy"), ("ab", "abcdefghi")])
-    with pytest.raises(TextFileError, match=rf"^{path}:2: the pair is too long for max_len=8: source 10 tokens \(at "
-                                            r"most 8\), target 2 tokens \(at most 6, with <s> and </s>\)"):
+    with pytest.raises(
+        TextFileError,
+        match=rf"^{path}:2: the pair is too long for max_len=8: source 10 tokens \(at "
+        r"most 8\), target 2 tokens \(at most 6, with <s> and </s>\)",
+    ):
         build_pair_stores(str(tmp_path / "data"), [path], char_tokenizer, 8)
     assert not (tmp_path / "data" / "src").exists()  # nothing half-written is left
 
 
 @pytest.mark.parametrize("policy", ["truncate", "skip"])
 def test_pairs_longer_than_max_len_are_truncated_or_skipped_and_counted(tmp_path, char_tokenizer, policy):
-    path = _pairs(tmp_path, [("abc", "de"), ("abcdefghij", "xy"), ("ab", "abcdefghi"), ("abcdefgh", "abcdef"),
-                             ("a", "abcdefg")])  # the last: 7 + <s> + </s> = 9 > 8 positions
+    path = _pairs(
+        tmp_path, [("abc", "de"), ("abcdefghij", "xy"), ("ab", "abcdefghi"), ("abcdefgh", "abcdef"), ("a", "abcdefg")]
+    )  # the last: 7 + <s> + </s> = 9 > 8 positions
     report = CorpusReport()
     src, tgt = build_pair_stores(str(tmp_path / policy), [path], char_tokenizer, 8, too_long=policy, report=report)
     where = [(path, 2), (path, 3), (path, 5)]

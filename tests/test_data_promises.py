@@ -35,8 +35,13 @@ def test_text_windows_refuse_spans_and_blocks_that_make_no_window(tmp_path):
 
 
 def test_the_pair_format_comes_from_the_file_name_unless_given():
-    assert [pair_format(name, None) for name in ("a.tsv", "a.txt", "a.jsonl", "a.json", "a")] == \
-        ["tsv", "tsv", "jsonl", "jsonl", "tsv"]
+    assert [pair_format(name, None) for name in ("a.tsv", "a.txt", "a.jsonl", "a.json", "a")] == [
+        "tsv",
+        "tsv",
+        "jsonl",
+        "jsonl",
+        "tsv",
+    ]
     assert pair_format("a.jsonl", "tsv") == "tsv"
     with pytest.raises(ValueError, match="format must be one of tsv, jsonl; got 'csv'"):
         pair_format("a.tsv", "csv")
@@ -87,8 +92,11 @@ def test_attach_tokenizer_refuses_a_tokenizer_of_another_size():
     tokenizer = train_tokenizer(["abc"], "char", vocab_size=10)
     model = T.make_model(tokenizer.vocab_size + 1, tokenizer.vocab_size + 1, N=1, d_model=16, d_ff=16, h=2)
     assert model_vocab(model.config) == tokenizer.vocab_size + 1
-    with pytest.raises(TokenizerMismatchError, match=f"the tokenizer has {tokenizer.vocab_size} tokens but the "
-                                                     f"model's vocabulary is {tokenizer.vocab_size + 1}"):
+    with pytest.raises(
+        TokenizerMismatchError,
+        match=f"the tokenizer has {tokenizer.vocab_size} tokens but the "
+        f"model's vocabulary is {tokenizer.vocab_size + 1}",
+    ):
         attach_tokenizer(model, tokenizer)
 
 
@@ -100,8 +108,9 @@ def test_load_tokenizer_reads_a_file_or_its_directory_and_names_a_missing_one(tm
     assert load_tokenizer(path).fingerprint == load_tokenizer(tmp_path).fingerprint == tokenizer.fingerprint
     with pytest.raises(FileNotFoundError, match="nothing/tokenizer.json: no such tokenizer file"):
         load_tokenizer(tmp_path / "nothing" / "tokenizer.json")
-    assert tokenizer.decode([tokenizer.bos_id, *tokenizer.encode("hello"), tokenizer.eos_id, tokenizer.pad_id]) == \
-        "hello"  # special tokens dropped
+    assert (
+        tokenizer.decode([tokenizer.bos_id, *tokenizer.encode("hello"), tokenizer.eos_id, tokenizer.pad_id]) == "hello"
+    )  # special tokens dropped
     assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id) == (0, 1, 2, 3)
     assert np.array_equal(tokenizer.encode_batch(["he", "lo"]), [tokenizer.encode("he"), tokenizer.encode("lo")])
 
@@ -109,6 +118,7 @@ def test_load_tokenizer_reads_a_file_or_its_directory_and_names_a_missing_one(tm
 # ------------------------------------------------------------------ found missing by a blind review
 # Each test below kills a bug that a reviewer who never read the tests planted and the tests missed
 # (tests/mutation/catalog/blind_*.py).
+
 
 def test_a_json_named_pair_file_is_read_as_json_lines(tmp_path):
     """docs/data.md and pair_format: `.jsonl` and `.json` files are JSON lines, anything else TSV."""
@@ -152,8 +162,9 @@ def test_the_unigram_baseline_is_fitted_on_the_training_labels_only(tmp_path):
     vocab = 6
     train = write_token_store(tmp_path / "train", [[1, 1, 1, 1, 1, 1, 1, 2, 1]], vocab_size=vocab)
     valid = write_token_store(tmp_path / "valid", [[3, 4, 4, 4, 4]], vocab_size=vocab)
-    data = SimpleNamespace(tokenizer=SimpleNamespace(vocab_size=vocab), train=TextWindows(train, 4),
-                           valid=TextWindows(valid, 4))
+    data = SimpleNamespace(
+        tokenizer=SimpleNamespace(vocab_size=vocab), train=TextWindows(train, 4), valid=TextWindows(valid, 4)
+    )
     train_labels = data.train.labels().tolist()
     assert train_labels == [1, 1, 1, 1, 1, 1, 2, 1]
     counts = np.ones(vocab) + np.bincount(train_labels, minlength=vocab)
@@ -167,8 +178,9 @@ def test_the_joint_translation_tokenizer_learns_both_sides(tmp_path):
     in the targets are in it, so targets round-trip."""
     (tmp_path / "train.tsv").write_text("one\tun\ntwo\tdeux\nthree\ttrois\n")
     (tmp_path / "valid.tsv").write_text("two\tdeux\n")
-    data = prepare_translation_data(tmp_path / "train.tsv", tmp_path / "valid.tsv", str(tmp_path / "data"), max_len=16,
-                                    kind="char", vocab_size=100)
+    data = prepare_translation_data(
+        tmp_path / "train.tsv", tmp_path / "valid.tsv", str(tmp_path / "data"), max_len=16, kind="char", vocab_size=100
+    )
     for text in ("deux", "trois", "un"):
         assert data.tokenizer.decode(data.tokenizer.encode(text)) == text
     assert set("deuxtrois") - set("onetwothree")  # the data is built so that it matters: x, d, ... are target-only

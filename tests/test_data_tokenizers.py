@@ -77,8 +77,13 @@ def test_save_and_load_give_the_same_tokenizer(tmp_path, bpe, char):
         load_tokenizer(tmp_path / "missing.json")
 
 
-@pytest.mark.parametrize("kind, vocab, message", [("bpe", 100, "vocab_size must be an int >= 260 for a bpe"),
-                                                   ("word", 300, "tokenizer kind must be one of bpe, char")])
+@pytest.mark.parametrize(
+    "kind, vocab, message",
+    [
+        ("bpe", 100, "vocab_size must be an int >= 260 for a bpe"),
+        ("word", 300, "tokenizer kind must be one of bpe, char"),
+    ],
+)
 def test_impossible_tokenizer_settings_are_refused(kind, vocab, message):
     with pytest.raises(ValueError, match=message):
         train_tokenizer(CORPUS, kind, vocab_size=vocab)
@@ -116,15 +121,18 @@ def test_the_tokenizer_is_saved_inside_the_checkpoint_and_loaded_from_it(tmp_pat
 
 
 def test_a_tokenizer_that_does_not_belong_to_the_checkpoint_is_refused(tmp_path, bpe, char):
-    with pytest.raises(TokenizerMismatchError, match=f"the tokenizer has {char.vocab_size} tokens but the model's "
-                                                     f"vocabulary is {bpe.vocab_size}"):
+    with pytest.raises(
+        TokenizerMismatchError,
+        match=f"the tokenizer has {char.vocab_size} tokens but the model's vocabulary is {bpe.vocab_size}",
+    ):
         attach_tokenizer(_lm(bpe), char)
     _save_with(bpe, tmp_path / "ck")
     other = train_tokenizer(CORPUS[:2], "bpe", vocab_size=bpe.vocab_size, min_frequency=1)
     assert other.vocab_size == bpe.vocab_size and other.fingerprint != bpe.fingerprint
     with pytest.raises(TokenizerMismatchError, match="was trained with another tokenizer"):
-        check_same_tokenizer(tokenizer_from_checkpoint(load_checkpoint(tmp_path / "ck")), other, "checkpoint",
-                             "--tokenizer-file")
+        check_same_tokenizer(
+            tokenizer_from_checkpoint(load_checkpoint(tmp_path / "ck")), other, "checkpoint", "--tokenizer-file"
+        )
     # a checkpoint whose metadata records another tokenizer than the one it holds
     model = _lm(bpe)
     attach_tokenizer(model, bpe)
@@ -150,7 +158,9 @@ def test_old_checkpoints_without_a_kind_load_and_kinds_are_not_mixed(tmp_path, b
     (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
     loaded = load_checkpoint(tmp_path / "old")
     assert loaded.kind == "encoder_decoder" and loaded.config == model.config and loaded.assets == []
-    with pytest.raises(CheckpointError, match="holds a model of kind 'encoder_decoder'; the model given is of kind 'lm'"):
+    with pytest.raises(
+        CheckpointError, match="holds a model of kind 'encoder_decoder'; the model given is of kind 'lm'"
+    ):
         load_checkpoint(tmp_path / "old", model=_lm(bpe))
     _save_with(bpe, tmp_path / "lm")
     with pytest.raises(T.ConfigMismatchError, match=r"n_layers \(model 2, checkpoint 1\)"):

@@ -42,8 +42,11 @@ def defined_tests(path: str) -> frozenset[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             names.add(node.name)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            names.update(f"{node.name}::{item.name}" for item in node.body
-                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"))
+            names.update(
+                f"{node.name}::{item.name}"
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test")
+            )
     return frozenset(names)
 
 

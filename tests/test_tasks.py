@@ -5,8 +5,7 @@ import datetime
 import pytest
 import torch
 
-from transformer.tasks import CopyTask, DatesTask, UnknownTokenError, get_task, task_from_metadata
-from transformer.cli.run import make_trainer
+from transformer.tasks import CopyTask, DatesTask, UnknownTokenError, get_task, make_trainer, task_from_metadata
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +54,10 @@ def test_dates_examples_and_held_out_split():
     g = torch.Generator().manual_seed(0)
     src, tgt = task.sample(g, 300)
     held_src, held_tgt = task.sample(g, 300, held_out=True)
+
     def ordinal(row):
         return datetime.date.fromisoformat(task.decode_target(row.tolist())).toordinal()
+
     assert not any(task.is_held_out(ordinal(r)) for r in tgt)
     assert all(task.is_held_out(ordinal(r)) for r in held_tgt)
     assert task.tokenize("March 21st, 1987")[-4:] == ["1", "9", "8", "7"]

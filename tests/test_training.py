@@ -1,4 +1,5 @@
-"""Batch masks, label smoothing (finite, equal to cross-entropy up to a constant), Noam rate, loss, run_epoch, Trainer."""
+"""Batch masks, label smoothing (finite, equal to cross-entropy up to a constant), Noam rate, loss, run_epoch,
+Trainer."""
 
 import copy
 import math
@@ -10,9 +11,18 @@ from torch import nn
 
 import transformer as T
 from transformer.tasks import CopyTask, data_gen
+from transformer.training import (
+    LabelSmoothing,
+    NoamSchedule,
+    SimpleLossCompute,
+    Trainer,
+    TrainerConfig,
+    TrainState,
+    label_smoothing_entropy,
+    rate,
+    run_epoch,
+)
 from transformer.training.batch import Batch
-from transformer.training.trainer import Trainer, TrainerConfig, TrainState, run_epoch
-from transformer.training import LabelSmoothing, NoamSchedule, SimpleLossCompute, label_smoothing_entropy, rate
 
 
 # ---------------------------------------------------------------- Batch
@@ -165,7 +175,17 @@ def test_run_epoch_trains_the_copy_task_and_counts_steps():
     model.train()
     state = TrainState()
     for _ in range(4):
-        _, state = run_epoch(data_gen(11, 32, 30, g), model, compute, opt, sched, mode="train", accum_iter=2, train_state=state, clip_grad=1.0)
+        _, state = run_epoch(
+            data_gen(11, 32, 30, g),
+            model,
+            compute,
+            opt,
+            sched,
+            mode="train",
+            accum_iter=2,
+            train_state=state,
+            clip_grad=1.0,
+        )
     assert state.step == 120 and state.accum_step == 60 and state.samples == 120 * 32
     assert sched.last_epoch == 60
     model.eval()
@@ -179,7 +199,7 @@ def test_run_epoch_eval_mode_does_not_touch_the_weights():
     compute = SimpleLossCompute(model.generator, LabelSmoothing(11, 0, 0.1))
     loss, state = run_epoch(data_gen(11, 8, 2), model, compute, mode="eval")
     assert math.isfinite(loss) and state.step == 0
-    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
     with pytest.raises(ValueError, match="optimizer"):
         run_epoch(data_gen(11, 8, 1), model, compute, mode="train")
 
@@ -190,8 +210,14 @@ def test_trainer_accumulates_gradients_and_evaluates_periodically():
     model = _copy_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights must not move
     calls = []
-    trainer = Trainer(model, opt, lambda g: task.batches(g, 4), criterion=LabelSmoothing(11, 0, 0.0),
-                      eval_batches=lambda: task.eval_batches(1, 4), config=TrainerConfig(steps=6, accum_iter=3, eval_every=2))
+    trainer = Trainer(
+        model,
+        opt,
+        lambda g: task.batches(g, 4),
+        criterion=LabelSmoothing(11, 0, 0.0),
+        eval_batches=lambda: task.eval_batches(1, 4),
+        config=TrainerConfig(steps=6, accum_iter=3, eval_every=2),
+    )
     batches_seen = []
     original = trainer.make_batches
 
@@ -204,7 +230,9 @@ def test_trainer_accumulates_gradients_and_evaluates_periodically():
     weights = [p.detach().clone() for p in model.parameters()]
     trainer.train(on_eval=lambda step, loss: calls.append(step))
     assert trainer.step == 6 and len(batches_seen) == 18
-    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))  # lr 0: not one weight moved
+    assert all(
+        torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True)
+    )  # lr 0: not one weight moved
     assert all(p.grad is None for p in model.parameters())  # ... though gradients were computed and cleared
     assert calls == [2, 4, 6] and len(trainer.history.eval_loss) == 3
     with pytest.raises(ValueError, match="accum_iter"):
@@ -245,7 +273,8 @@ def _padded_batches(n, seed=1, batch_size=3):
 
 
 def _batch_gradient(model, batch):
-    """d/dparams of sum_{labels != pad} -log p(label) / ntokens, written out (no SimpleLossCompute, no LabelSmoothing)."""
+    """d/dparams of sum_{labels != pad} -log p(label) / ntokens, written out (no SimpleLossCompute, no
+    LabelSmoothing)."""
     log_p = model.generator(model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask))
     labels = batch.tgt_y
     nll = -log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)[labels != 0].sum()
@@ -253,7 +282,7 @@ def _batch_gradient(model, batch):
 
 
 def _group_gradient(model, batches):
-    return [sum(gs) for gs in zip(*(_batch_gradient(model, b) for b in batches))]
+    return [sum(gs) for gs in zip(*(_batch_gradient(model, b) for b in batches), strict=True)]
 
 
 def _global_norm(grads):
@@ -264,13 +293,13 @@ def _sgd_by_hand(model, grads, lr, clip=None):
     """p <- p - lr * g, with g scaled by min(1, clip / ||g||) (global norm over every parameter) when clip is given."""
     scale = 1.0 if clip is None else min(1.0, clip / _global_norm(grads))
     with torch.no_grad():
-        for p, g in zip(model.parameters(), grads):
+        for p, g in zip(model.parameters(), grads, strict=True):
             p -= lr * scale * g
 
 
 def _assert_same_weights(model, reference):
-    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    for (name, a), b in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def _compute(model):
@@ -331,7 +360,7 @@ def test_run_epoch_clips_the_global_gradient_norm(clip_factor):
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     run_epoch(iter(batches), model, _compute(model), opt, mode="train", accum_iter=2, clip_grad=clip)
-    update = [(b - a.detach()) / lr for a, b in zip(model.parameters(), before)]
+    update = [(b - a.detach()) / lr for a, b in zip(model.parameters(), before, strict=True)]
     assert _global_norm(update) == pytest.approx(min(clip, norm), rel=1e-6)
     _sgd_by_hand(reference, grads, lr, clip)
     _assert_same_weights(model, reference)
@@ -354,15 +383,27 @@ def test_trainer_steps_on_the_sum_of_accum_iter_gradients(accum_iter):
     reference = copy.deepcopy(model)
     batches = _padded_batches(2 * accum_iter, seed=5)
     opt = torch.optim.SGD(model.parameters(), lr=0.4)
-    trainer = Trainer(model, opt, _fixed_batches(batches), criterion=LabelSmoothing(V, 0, 0.0),
-                      config=TrainerConfig(steps=2, accum_iter=accum_iter, clip_grad=None))
+    trainer = Trainer(
+        model,
+        opt,
+        _fixed_batches(batches),
+        criterion=LabelSmoothing(V, 0, 0.0),
+        config=TrainerConfig(steps=2, accum_iter=accum_iter, clip_grad=None),
+    )
     loss = trainer.train()
     assert trainer.step == 2 and trainer.tokens == sum(b.ntokens for b in batches)
     first, second = batches[:accum_iter], batches[accum_iter:]
     _sgd_by_hand(reference, _group_gradient(reference, first), 0.4)
     with torch.no_grad():  # the loss of step 2 is measured at the weights after step 1
-        nll = sum(float(-reference.generator(reference(b.src, b.tgt, b.src_mask, b.tgt_mask))
-                        .gather(-1, b.tgt_y.unsqueeze(-1)).squeeze(-1)[b.tgt_y != 0].sum()) for b in second)
+        nll = sum(
+            float(
+                -reference.generator(reference(b.src, b.tgt, b.src_mask, b.tgt_mask))
+                .gather(-1, b.tgt_y.unsqueeze(-1))
+                .squeeze(-1)[b.tgt_y != 0]
+                .sum()
+            )
+            for b in second
+        )
     assert loss == pytest.approx(nll / sum(b.ntokens for b in second), rel=1e-6)
     _sgd_by_hand(reference, _group_gradient(reference, second), 0.4)
     _assert_same_weights(model, reference)
@@ -377,10 +418,15 @@ def test_trainer_clips_the_global_gradient_norm(clip_factor):
     clip = clip_factor * _global_norm(grads)
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    trainer = Trainer(model, opt, _fixed_batches(batches), criterion=LabelSmoothing(V, 0, 0.0),
-                      config=TrainerConfig(steps=1, accum_iter=2, clip_grad=clip))
+    trainer = Trainer(
+        model,
+        opt,
+        _fixed_batches(batches),
+        criterion=LabelSmoothing(V, 0, 0.0),
+        config=TrainerConfig(steps=1, accum_iter=2, clip_grad=clip),
+    )
     trainer.train()
-    update = [b - a.detach() for a, b in zip(model.parameters(), before)]
+    update = [b - a.detach() for a, b in zip(model.parameters(), before, strict=True)]
     assert _global_norm(update) == pytest.approx(min(clip, _global_norm(grads)), rel=1e-6)
     _sgd_by_hand(reference, grads, 1.0, clip)
     _assert_same_weights(model, reference)

@@ -11,43 +11,60 @@ import pytest
 import torch
 
 import transformer as T
-from transformer.training.batch import Batch
 from transformer.checkpoint import decode_state, encode_state, save_checkpoint
 from transformer.distributed import SingleProcess
-from transformer.tasks import CopyTask, DatesTask, data_gen
-from transformer.cli.run import make_trainer
-from transformer.training.trainer import TrainerConfig, TrainState, autocast_context, run_epoch
+from transformer.tasks import CopyTask, DatesTask, data_gen, make_trainer
 from transformer.training import (
     LabelSmoothing,
     NoamSchedule,
     SimpleLossCompute,
+    TrainerConfig,
+    TrainState,
+    autocast_context,
     label_smoothing_entropy,
     rate,
+    run_epoch,
 )
+from transformer.training.batch import Batch
 
 TINY = dict(batch_size=4, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2, eval_every=0)
 
 
 def test_trainer_config_defaults_are_the_documented_ones():
     cfg = TrainerConfig()
-    assert (cfg.steps, cfg.accum_iter, cfg.clip_grad, cfg.eval_every, cfg.checkpoint_every, cfg.amp, cfg.progress,
-            cfg.checks, cfg.out_dir, cfg.interrupt_at_step_boundary) == (1000, 1, 1.0, 0, 0, True, False, "always", None,
-                                                                         True)
+    assert (
+        cfg.steps,
+        cfg.accum_iter,
+        cfg.clip_grad,
+        cfg.eval_every,
+        cfg.checkpoint_every,
+        cfg.amp,
+        cfg.progress,
+        cfg.checks,
+        cfg.out_dir,
+        cfg.interrupt_at_step_boundary,
+    ) == (1000, 1, 1.0, 0, 0, True, False, "always", None, True)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("steps", -1, "steps must be >= 0, got -1"), ("accum_iter", 0, "accum_iter must be >= 1, got 0"),
-    ("checks", "sometimes", "checks must be 'always', 'first' or 'never', got 'sometimes'"),
-    ("clip_grad", 0.0, "clip_grad must be positive or None, got 0.0"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("steps", -1, "steps must be >= 0, got -1"),
+        ("accum_iter", 0, "accum_iter must be >= 1, got 0"),
+        ("checks", "sometimes", "checks must be 'always', 'first' or 'never', got 'sometimes'"),
+        ("clip_grad", 0.0, "clip_grad must be positive or None, got 0.0"),
+    ],
+)
 def test_trainer_config_refuses_impossible_values_naming_them(field, value, message):
     with pytest.raises(ValueError, match=f"TrainerConfig: {message}"):
         TrainerConfig(**{field: value})
     TrainerConfig(steps=0, clip_grad=None)  # the boundaries that are allowed
 
 
-@pytest.mark.parametrize("checks, expected", [("always", [True, True, True]), ("first", [True, False, False]),
-                                              ("never", [False, False, False])])
+@pytest.mark.parametrize(
+    "checks, expected",
+    [("always", [True, True, True]), ("first", [True, False, False]), ("never", [False, False, False])],
+)
 def test_the_checks_setting_says_which_steps_check_contracts(checks, expected):
     trainer = make_trainer(CopyTask(), steps=3, **TINY)
     trainer.config.checks = checks
@@ -75,8 +92,11 @@ def test_trainer_refusals_name_what_is_wrong(tmp_path):
 
 
 def test_the_state_codec_round_trips_tuples_non_string_keys_and_tensors():
-    state = {"a": (1, 2.5, "x", None, True), "b": {3: torch.arange(3), "k": [torch.ones(2, 2), {"n": 1}]},
-             "__tensor__": "a key that looks like a tag"}
+    state = {
+        "a": (1, 2.5, "x", None, True),
+        "b": {3: torch.arange(3), "k": [torch.ones(2, 2), {"n": 1}]},
+        "__tensor__": "a key that looks like a tag",
+    }
     tensors: dict = {}
     encoded = encode_state(state, tensors, "s")
     import json
@@ -95,7 +115,8 @@ def test_batch_to_moves_every_tensor_and_returns_the_batch():
     batch = Batch(src, torch.tensor([[1, 2, 3, 0]]), 0)
     assert batch.to("meta") is batch and len(batch) == 1
     assert {name: getattr(batch, name).device.type for name in ("src", "tgt", "tgt_y")} == dict.fromkeys(
-        ("src", "tgt", "tgt_y"), "meta")
+        ("src", "tgt", "tgt_y"), "meta"
+    )
     assert batch.src_mask.key_lengths.device.type == "meta" and batch.inputs()[0] is batch.src
 
 
@@ -168,8 +189,9 @@ def test_noam_schedule_state_is_plain_json_and_restores_the_factor():
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, NoamSchedule(64, 0.25, 9))
     state = json.loads(json.dumps(sched.state_dict()))
-    other = torch.optim.lr_scheduler.LambdaLR(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
-                                              NoamSchedule(64, 1.0, 200))
+    other = torch.optim.lr_scheduler.LambdaLR(
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0), NoamSchedule(64, 1.0, 200)
+    )
     other.load_state_dict(state)
     assert (other.lr_lambdas[0].factor, other.lr_lambdas[0].warmup) == (0.25, 9)
 
@@ -177,6 +199,7 @@ def test_noam_schedule_state_is_plain_json_and_restores_the_factor():
 # ------------------------------------------------------------------ found missing by a blind review
 # Each test below kills a bug that a reviewer who never read the tests planted and the tests missed
 # (tests/mutation/catalog/blind_*.py).
+
 
 def test_run_epoch_train_and_log_mode_trains():
     """run_epoch: mode is "train", "train+log" or "eval"; both training modes step the optimizer and scheduler."""
@@ -186,12 +209,19 @@ def test_run_epoch_train_and_log_mode_trains():
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     compute = SimpleLossCompute(model.generator, LabelSmoothing(11, 0, 0.0))
     before = [p.detach().clone() for p in model.parameters()]
-    loss, state = run_epoch(data_gen(11, 4, 3, torch.Generator().manual_seed(0)), model, compute, optimizer,
-                            scheduler, mode="train+log", train_state=TrainState())
+    loss, state = run_epoch(
+        data_gen(11, 4, 3, torch.Generator().manual_seed(0)),
+        model,
+        compute,
+        optimizer,
+        scheduler,
+        mode="train+log",
+        train_state=TrainState(),
+    )
     assert math.isfinite(loss)
     assert (state.step, state.accum_step, state.samples) == (3, 3, 12)
     assert scheduler.last_epoch == 3
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("style", ["torch", "annotated"])
@@ -218,23 +248,29 @@ def test_label_smoothing_of_the_smoothed_target_itself_is_zero(size, smoothing, 
 
 def test_a_checkpoint_loads_into_a_model_that_differs_only_in_run_time_fields(tmp_path):
     """load_checkpoint: run-time fields such as attention_backend may differ; the architecture may not."""
-    config = T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1, d_model=16,
-                                 d_ff=32, n_heads=2)
+    config = T.TransformerConfig(
+        src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2
+    )
     saved = T.make_model(config)
     T.save_checkpoint(tmp_path / "ckpt", saved)
     for backend in ("eager", "torch"):
         other = T.make_model(config.replace(attention_backend=backend))
         T.load_checkpoint(tmp_path / "ckpt", other)
         assert other.config.attention_backend == backend
-        assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), other.state_dict().values()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(saved.state_dict().values(), other.state_dict().values(), strict=True)
+        )
     with pytest.raises(T.ConfigMismatchError, match="d_ff"):
         T.load_checkpoint(tmp_path / "ckpt", T.make_model(config.replace(d_ff=64)))
 
 
 def test_a_changed_asset_is_refused_by_its_checksum(tmp_path):
     """save_checkpoint: assets are covered by the SHA-256 manifest, so a changed byte is refused on load."""
-    model = T.make_model(T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1,
-                                             d_model=16, d_ff=32, n_heads=2))
+    model = T.make_model(
+        T.TransformerConfig(
+            src_vocab=11, tgt_vocab=11, n_encoder_layers=1, n_decoder_layers=1, d_model=16, d_ff=32, n_heads=2
+        )
+    )
     T.save_checkpoint(tmp_path / "ckpt", model, assets={"tokenizer.json": '{"kind": "char"}'})
     assert T.load_checkpoint(tmp_path / "ckpt").assets == ["tokenizer.json"]
     (tmp_path / "ckpt" / "tokenizer.json").write_text('{"kind": "bpe!"}')
@@ -245,14 +281,17 @@ def test_a_changed_asset_is_refused_by_its_checksum(tmp_path):
 def test_make_trainer_passes_every_setting_through_zero_included():
     """make_trainer: each argument given reaches the Trainer; None means the task's default. 0 is a value
     (eval_every=0: evaluate only at the end), not "unset"."""
-    from transformer.tasks import CopyTask
-    from transformer.cli.run import make_trainer
+    from transformer.tasks import CopyTask, make_trainer
 
     task = CopyTask()
     defaults = task.default_training()
     given = make_trainer(task, steps=7, eval_every=0, checkpoint_every=0, accum_iter=3, batch_size=5, warmup=9)
-    assert (given.config.steps, given.config.eval_every, given.config.checkpoint_every,
-            given.config.accum_iter) == (7, 0, 0, 3)
+    assert (given.config.steps, given.config.eval_every, given.config.checkpoint_every, given.config.accum_iter) == (
+        7,
+        0,
+        0,
+        3,
+    )
     assert defaults.eval_every != 0
     assert make_trainer(task).config.eval_every == defaults.eval_every
     assert make_trainer(task, eval_every=3).config.eval_every == 3

@@ -16,7 +16,7 @@ from types import ModuleType
 #: old module path -> the module that holds its code now
 MOVED_MODULES: dict[str, str] = {
     "transformer.batching": "transformer.training.batch",
-    "transformer.trainer": "transformer.training.trainer",
+    "transformer.trainer": "transformer.training",  # the package gives every name the module gave
     "transformer.contracts_fast": "transformer.contracts.fast",
     "transformer.contracts_traced": "transformer.contracts.traced",
     "transformer.sdpa": "transformer.backends.sdpa",
@@ -25,8 +25,8 @@ MOVED_MODULES: dict[str, str] = {
     "transformer.lm_generate": "transformer.lm.generation",
     "transformer.lm_layers": "transformer.lm.layers",
     "transformer.output_dirs": "transformer.common.output_dirs",
-    "transformer.tasks.file_commands": "transformer.cli.file_commands",
-    "transformer.tasks.run": "transformer.cli.run",
+    "transformer.tasks.file_commands": "transformer.cli",  # the CLI's face gives every name it gave
+    "transformer.tasks.run": "transformer.tasks.recipe",
 }
 
 

@@ -22,8 +22,16 @@ import shutil
 import socket
 import tempfile
 
-__all__ = ["OutputWriteError", "WRITE_ERRNOS", "check_writable", "write_failure", "make_temp_dir",
-           "remove_stale_temps", "is_write_failure", "human_bytes"]
+__all__ = [
+    "OutputWriteError",
+    "WRITE_ERRNOS",
+    "check_writable",
+    "write_failure",
+    "make_temp_dir",
+    "remove_stale_temps",
+    "is_write_failure",
+    "human_bytes",
+]
 
 #: The errors of a write that the environment refused (``errno`` values): disk full, read-only, quota, permission.
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG})
@@ -81,8 +89,9 @@ def _reason(error: OSError) -> str:
     return f"{error.strerror or error} ({name})"
 
 
-def write_failure(error: BaseException, what: str, path: str, *, needed: int | None = None,
-                  kept: str | None = None) -> OutputWriteError:
+def write_failure(
+    error: BaseException, what: str, path: str, *, needed: int | None = None, kept: str | None = None
+) -> OutputWriteError:
     """The one sentence for a failed write of ``what`` (e.g. "the checkpoint") to ``path``: the reason, the space
     it ``needed`` and the space free there (on a full disk), and ``kept`` (what is intact, e.g. "the previous
     checkpoint in runs/copy is intact")."""
@@ -126,8 +135,9 @@ def check_writable(path: str | os.PathLike, what: str) -> None:
         with open(os.path.join(probe, "probe"), "wb") as f:
             f.write(b"typed-transformer write test\n")
     except OSError as error:
-        raise OutputWriteError(error.errno, f"{what} {path}: cannot write in {parent}: {_reason(error)}; "
-                                            f"choose a writable directory") from None
+        raise OutputWriteError(
+            error.errno, f"{what} {path}: cannot write in {parent}: {_reason(error)}; choose a writable directory"
+        ) from None
     finally:
         if probe is not None:
             shutil.rmtree(probe, ignore_errors=True)
@@ -141,8 +151,9 @@ def _host() -> str:
 def make_temp_dir(target: str | os.PathLike, kind: str = "tmp") -> str:
     """A new empty directory beside ``target`` named ``TARGET.KIND-HOST-PID-XXXXXXXX`` (see the module docstring)."""
     target = os.path.abspath(os.fspath(target))
-    return tempfile.mkdtemp(prefix=f"{os.path.basename(target)}.{kind}-{_host()}-{os.getpid()}-",
-                            dir=os.path.dirname(target))
+    return tempfile.mkdtemp(
+        prefix=f"{os.path.basename(target)}.{kind}-{_host()}-{os.getpid()}-", dir=os.path.dirname(target)
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -13,11 +13,30 @@ Importing this package does not import ``tokenizers``; training or loading a tok
 from .corpora import CorpusReport, PairDataset, TextWindows, build_pair_stores, build_text_store
 from .lm_batch import LMBatch
 from .text_files import ReadReport, TextFileError, read_lines, read_pairs, read_text
-from .token_batches import ResumableBatches, TokenBudgetPlan
+from .token_batches import ResumableBatches, TokenBudgetPlan, token_budget_batches
 from .token_store import TokenStore, TokenStoreWriter, write_token_store
 from .tokenizers import TextTokenizer, TokenizerMismatchError, load_tokenizer, train_tokenizer
 
-__all__ = ["CorpusReport", "PairDataset", "TextWindows", "build_pair_stores", "build_text_store", "LMBatch",
-           "ReadReport", "TextFileError", "read_lines", "read_pairs", "read_text", "ResumableBatches",
-           "TokenBudgetPlan", "TokenStore", "TokenStoreWriter", "write_token_store", "TextTokenizer",
-           "TokenizerMismatchError", "load_tokenizer", "train_tokenizer"]
+__all__ = [
+    "CorpusReport",
+    "PairDataset",
+    "TextWindows",
+    "build_pair_stores",
+    "build_text_store",
+    "LMBatch",
+    "ReadReport",
+    "TextFileError",
+    "read_lines",
+    "read_pairs",
+    "read_text",
+    "ResumableBatches",
+    "TokenBudgetPlan",
+    "token_budget_batches",
+    "TokenStore",
+    "TokenStoreWriter",
+    "write_token_store",
+    "TextTokenizer",
+    "TokenizerMismatchError",
+    "load_tokenizer",
+    "train_tokenizer",
+]

@@ -23,15 +23,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..training.batch import Batch
 from ..common.output_dirs import remove_stale_temps
+from ..training.batch import Batch
 from .lm_batch import LMBatch
 from .text_files import ReadReport, TextFileError, pair_format, read_lines, read_text
 from .token_store import TokenStore, TokenStoreWriter
 from .tokenizers import TextTokenizer
 
-__all__ = ["CorpusReport", "TextWindows", "PairDataset", "build_text_store", "build_pair_stores", "cached_store",
-           "iter_pairs", "TOO_LONG_POLICIES"]
+__all__ = [
+    "CorpusReport",
+    "TextWindows",
+    "PairDataset",
+    "build_text_store",
+    "build_pair_stores",
+    "cached_store",
+    "iter_pairs",
+    "TOO_LONG_POLICIES",
+]
 
 TOO_LONG_POLICIES = ("refuse", "truncate", "skip")
 
@@ -53,8 +61,13 @@ class CorpusReport:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {"lines": self.read.lines, "replaced_utf8_lines": len(self.read.replaced_lines),
-                "blank_lines": self.read.blank_lines, "truncated": len(self.truncated), "skipped": len(self.skipped)}
+        return {
+            "lines": self.read.lines,
+            "replaced_utf8_lines": len(self.read.replaced_lines),
+            "blank_lines": self.read.blank_lines,
+            "truncated": len(self.truncated),
+            "skipped": len(self.skipped),
+        }
 
 
 def _file_identity(paths: Sequence[str]) -> list[list]:
@@ -77,13 +90,23 @@ def cached_store(path: str, build: Callable[[], TokenStore], identity: dict[str,
 
 
 # ---------------------------------------------------------------------------- language modelling
-def build_text_store(path: str, files: Sequence[str], tokenizer: TextTokenizer, *, encoding_errors: str = "strict",
-                     report: CorpusReport | None = None) -> TokenStore:
+def build_text_store(
+    path: str,
+    files: Sequence[str],
+    tokenizer: TextTokenizer,
+    *,
+    encoding_errors: str = "strict",
+    report: CorpusReport | None = None,
+) -> TokenStore:
     """Tokenize each of ``files`` (then ``</s>``) into the store at ``path``, one sequence per file (reused when
     nothing changed; a reused store's reading counts are in ``store.info["report"]``)."""
     report = report if report is not None else CorpusReport()
-    identity = {"kind": "text", "files": _file_identity(files), "tokenizer": tokenizer.fingerprint,
-                "encoding_errors": encoding_errors}
+    identity = {
+        "kind": "text",
+        "files": _file_identity(files),
+        "tokenizer": tokenizer.fingerprint,
+        "encoding_errors": encoding_errors,
+    }
 
     def build() -> TokenStore:
         with TokenStoreWriter(path, tokenizer.vocab_size) as writer:
@@ -110,8 +133,10 @@ class TextWindows:
         self.store, self.block, self.start, self.end = store, block, start, end
         self.count = (end - start - 1) // block
         if self.count < 1:
-            raise ValueError(f"TextWindows: {end - start} tokens make no window of {block + 1} tokens; use a shorter "
-                             "block (--block-len) or more text")
+            raise ValueError(
+                f"TextWindows: {end - start} tokens make no window of {block + 1} tokens; use a shorter "
+                "block (--block-len) or more text"
+            )
 
     def __len__(self) -> int:
         return self.count
@@ -134,8 +159,9 @@ class TextWindows:
 
 
 # ---------------------------------------------------------------------------- translation
-def iter_pairs(path: str, *, format: str | None = None, encoding_errors: str = "strict",
-               report: ReadReport | None = None) -> Iterator[tuple[int, str, str]]:
+def iter_pairs(
+    path: str, *, format: str | None = None, encoding_errors: str = "strict", report: ReadReport | None = None
+) -> Iterator[tuple[int, str, str]]:
     """``(line number, source, target)`` for each pair of a TSV or JSON-lines file (see :mod:`.text_files`)."""
     from .text_files import _pair_from_line
 
@@ -153,15 +179,18 @@ def iter_pairs(path: str, *, format: str | None = None, encoding_errors: str = "
         raise TextFileError(f"{path}: no {'tab-separated' if format == 'tsv' else 'JSON'} pairs (only blank lines)")
 
 
-def _fit(path: str, number: int, src: list[int], tgt: list[int], max_len: int, too_long: str,
-         report: CorpusReport) -> tuple[list[int], list[int]] | None:
+def _fit(
+    path: str, number: int, src: list[int], tgt: list[int], max_len: int, too_long: str, report: CorpusReport
+) -> tuple[list[int], list[int]] | None:
     """The pair within ``max_len`` (source: max_len tokens; target: max_len - 2, room for <s> and </s>)."""
     if len(src) <= max_len and len(tgt) + 2 <= max_len:
         return src, tgt
     if too_long == "refuse":
-        raise TextFileError(f"{path}:{number}: the pair is too long for max_len={max_len}: source {len(src)} tokens "
-                            f"(at most {max_len}), target {len(tgt)} tokens (at most {max_len - 2}, with <s> and </s>); "
-                            "raise --max-len, or pass --too-long truncate or --too-long skip")
+        raise TextFileError(
+            f"{path}:{number}: the pair is too long for max_len={max_len}: source {len(src)} tokens "
+            f"(at most {max_len}), target {len(tgt)} tokens (at most {max_len - 2}, with <s> and </s>); "
+            "raise --max-len, or pass --too-long truncate or --too-long skip"
+        )
     if too_long == "skip":
         report.skipped.append((path, number))
         return None
@@ -169,22 +198,40 @@ def _fit(path: str, number: int, src: list[int], tgt: list[int], max_len: int, t
     return src[:max_len], tgt[: max_len - 2]
 
 
-def build_pair_stores(directory: str, files: Sequence[str], tokenizer: TextTokenizer, max_len: int, *,
-                      format: str | None = None, encoding_errors: str = "strict", too_long: str = "refuse",
-                      report: CorpusReport | None = None, chunk: int = 4096) -> tuple[TokenStore, TokenStore]:
+def build_pair_stores(
+    directory: str,
+    files: Sequence[str],
+    tokenizer: TextTokenizer,
+    max_len: int,
+    *,
+    format: str | None = None,
+    encoding_errors: str = "strict",
+    too_long: str = "refuse",
+    report: CorpusReport | None = None,
+    chunk: int = 4096,
+) -> tuple[TokenStore, TokenStore]:
     """Tokenize the pairs of ``files`` into ``directory/src`` and ``directory/tgt`` (reused when nothing changed),
     row by row; the target side without ``<s>``/``</s>`` (added per batch). A reused store's counts of truncated and
     skipped pairs are in ``store.info["report"]``."""
     if too_long not in TOO_LONG_POLICIES:
         raise ValueError(f"too_long must be one of {', '.join(TOO_LONG_POLICIES)}; got {too_long!r}")
     report = report if report is not None else CorpusReport()
-    identity = {"kind": "pairs", "files": _file_identity(files), "tokenizer": tokenizer.fingerprint, "format": format,
-                "encoding_errors": encoding_errors, "too_long": too_long, "max_len": max_len}
+    identity = {
+        "kind": "pairs",
+        "files": _file_identity(files),
+        "tokenizer": tokenizer.fingerprint,
+        "format": format,
+        "encoding_errors": encoding_errors,
+        "too_long": too_long,
+        "max_len": max_len,
+    }
     src_path, tgt_path = os.path.join(directory, "src"), os.path.join(directory, "tgt")
 
     def build() -> TokenStore:
-        with TokenStoreWriter(src_path, tokenizer.vocab_size) as src, \
-                TokenStoreWriter(tgt_path, tokenizer.vocab_size) as tgt:
+        with (
+            TokenStoreWriter(src_path, tokenizer.vocab_size) as src,
+            TokenStoreWriter(tgt_path, tokenizer.vocab_size) as tgt,
+        ):
             for file in files:
                 batch: list[tuple[int, str, str]] = []
                 for item in iter_pairs(file, format=format, encoding_errors=encoding_errors, report=report.read):
@@ -204,13 +251,21 @@ def build_pair_stores(directory: str, files: Sequence[str], tokenizer: TextToken
     return src, tgt
 
 
-def _encode_pairs(file: str, batch: list[tuple[int, str, str]], tokenizer: TextTokenizer, max_len: int,
-                  too_long: str, report: CorpusReport, src: TokenStoreWriter, tgt: TokenStoreWriter) -> None:
+def _encode_pairs(
+    file: str,
+    batch: list[tuple[int, str, str]],
+    tokenizer: TextTokenizer,
+    max_len: int,
+    too_long: str,
+    report: CorpusReport,
+    src: TokenStoreWriter,
+    tgt: TokenStoreWriter,
+) -> None:
     if not batch:
         return
     src_ids = tokenizer.encode_batch([s for _, s, _ in batch])
     tgt_ids = tokenizer.encode_batch([t for _, _, t in batch])
-    for (number, _, _), source, target in zip(batch, src_ids, tgt_ids):
+    for (number, _, _), source, target in zip(batch, src_ids, tgt_ids, strict=True):
         fitted = _fit(file, number, source, target, max_len, too_long, report)
         if fitted is not None:
             src.add(fitted[0])
@@ -219,8 +274,8 @@ def _encode_pairs(file: str, batch: list[tuple[int, str, str]], tokenizer: TextT
 
 class PairDataset:
     """Aligned source and target stores as training examples: ``make_batch(indices)`` pads the sources and
-    ``<s> target </s>`` with ``pad`` into a :class:`~transformer.training.batch.Batch`; ``lengths`` is each pair's cost in
-    the batch budget, ``max(source, target + 1)`` (the decoder reads ``<s> target``)."""
+    ``<s> target </s>`` with ``pad`` into a :class:`~transformer.training.batch.Batch`; ``lengths`` is each pair's cost
+    in the batch budget, ``max(source, target + 1)`` (the decoder reads ``<s> target``)."""
 
     def __init__(self, src: TokenStore, tgt: TokenStore, *, pad: int, bos: int, eos: int) -> None:
         if len(src) != len(tgt):
@@ -238,8 +293,13 @@ class PairDataset:
         indices = [int(i) for i in indices]
         sources = [self.src[i] for i in indices]
         targets = [np.concatenate([[self.bos], self.tgt[i], [self.eos]]) for i in indices]
-        return Batch(_pad(sources, self.pad), _pad(targets, self.pad), pad=self.pad, src_vocab=self.src.vocab_size,
-                     tgt_vocab=self.tgt.vocab_size)
+        return Batch(
+            _pad(sources, self.pad),
+            _pad(targets, self.pad),
+            pad=self.pad,
+            src_vocab=self.src.vocab_size,
+            tgt_vocab=self.tgt.vocab_size,
+        )
 
 
 def _pad(rows: list[np.ndarray], pad: int) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""A batch for the language model, with the protocol the training loop needs (as :class:`~transformer.training.batch.Batch`).
+"""A batch for the language model, with the protocol the training loop needs (as
+:class:`~transformer.training.batch.Batch`).
 
 ``LMBatch(tokens, pad)``: ``tokens`` (batch, seq + 1) ids; the model reads ``tokens[:, :-1]`` and predicts
 ``tokens[:, 1:]`` (each position the next token). ``inputs()`` is the model's arguments, ``labels`` what it must

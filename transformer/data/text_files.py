@@ -61,8 +61,9 @@ def _open_bytes(path: str):
     return open(path, "rb")
 
 
-def read_lines(path: str | os.PathLike, *, encoding_errors: str = "strict",
-               report: ReadReport | None = None) -> Iterator[tuple[int, str]]:
+def read_lines(
+    path: str | os.PathLike, *, encoding_errors: str = "strict", report: ReadReport | None = None
+) -> Iterator[tuple[int, str]]:
     """``(line number from 1, text without its line end)`` for each line of ``path``, decoded as UTF-8."""
     _check_policy(encoding_errors)
     path = os.fspath(path)
@@ -77,7 +78,8 @@ def read_lines(path: str | os.PathLike, *, encoding_errors: str = "strict",
                     raise TextFileError(
                         f"{path}:{number}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}: "
                         f"{error.reason}); fix the file, or read it with encoding errors 'replace' "
-                        "(--encoding-errors replace) to put U+FFFD in place of bad bytes") from None
+                        "(--encoding-errors replace) to put U+FFFD in place of bad bytes"
+                    ) from None
                 text = raw.decode("utf-8", errors="replace")
                 report.replaced_lines.append((path, number))
             report.lines += 1
@@ -106,18 +108,21 @@ def _pair_from_line(path: str, number: int, line: str, format: str) -> tuple[str
         tabs = line.count("\t")
         if tabs != 1:
             found = "no tab" if tabs == 0 else f"{tabs} tabs"
-            raise TextFileError(f"{path}:{number}: expected 'source<TAB>target' (exactly one tab), found {found}: "
-                                f"{line[:60]!r}")
+            raise TextFileError(
+                f"{path}:{number}: expected 'source<TAB>target' (exactly one tab), found {found}: {line[:60]!r}"
+            )
         src, tgt = line.split("\t")
     else:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise TextFileError(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno}): "
-                                f"{line[:60]!r}") from None
+            raise TextFileError(
+                f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno}): {line[:60]!r}"
+            ) from None
         if not isinstance(record, dict):
-            raise TextFileError(f"{path}:{number}: expected a JSON object with \"src\" and \"tgt\", got "
-                                f"{type(record).__name__}")
+            raise TextFileError(
+                f'{path}:{number}: expected a JSON object with "src" and "tgt", got {type(record).__name__}'
+            )
         for key in ("src", "tgt"):
             if not isinstance(record.get(key), str):
                 got = "nothing" if key not in record else type(record[key]).__name__
@@ -129,8 +134,13 @@ def _pair_from_line(path: str, number: int, line: str, format: str) -> tuple[str
     return src.strip(), tgt.strip()
 
 
-def read_pairs(path: str | os.PathLike, *, format: str | None = None, encoding_errors: str = "strict",
-               report: ReadReport | None = None) -> tuple[list[str], list[str], list[int]]:
+def read_pairs(
+    path: str | os.PathLike,
+    *,
+    format: str | None = None,
+    encoding_errors: str = "strict",
+    report: ReadReport | None = None,
+) -> tuple[list[str], list[str], list[int]]:
     """Source texts, target texts and their line numbers from a TSV or JSON-lines file (see the module docstring)."""
     path = os.fspath(path)
     format = pair_format(path, format)

@@ -25,11 +25,12 @@ checkpoints, as the generator's seed, so a resumed run continues with the next b
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["TokenBudgetPlan", "ResumableBatches", "position_of"]
+__all__ = ["TokenBudgetPlan", "ResumableBatches", "position_of", "token_budget_batches"]
 
 #: Generators whose initial seed is at least this hold a position (seed - base); any other is at position 0.
 POSITION_BASE = 1 << 62
@@ -48,8 +49,17 @@ class TokenBudgetPlan:
     than ``max_tokens``. ``seed``, ``rank`` and ``world_size`` fix the plan; :meth:`epoch` gives an epoch's share.
     """
 
-    def __init__(self, lengths, max_tokens: int, *, seed: int = 0, shuffle: bool = True, rank: int = 0,
-                 world_size: int = 1, what: str = "example") -> None:
+    def __init__(
+        self,
+        lengths,
+        max_tokens: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        what: str = "example",
+    ) -> None:
         lengths = np.asarray(lengths, dtype=np.int64)
         if lengths.ndim != 1 or lengths.size == 0:
             raise ValueError(f"TokenBudgetPlan: lengths must be a non-empty 1-D array, got shape {lengths.shape}")
@@ -61,14 +71,18 @@ class TokenBudgetPlan:
         too_long = np.flatnonzero(lengths > max_tokens)
         if too_long.size:
             i = int(too_long[0])
-            raise ValueError(f"TokenBudgetPlan: {what} {i} has {int(lengths[i])} tokens, more than the batch budget "
-                             f"max_tokens={max_tokens} ({too_long.size} such); raise the budget or shorten them")
+            raise ValueError(
+                f"TokenBudgetPlan: {what} {i} has {int(lengths[i])} tokens, more than the batch budget "
+                f"max_tokens={max_tokens} ({too_long.size} such); raise the budget or shorten them"
+            )
         self.lengths, self.max_tokens, self.seed, self.shuffle = lengths, max_tokens, seed, shuffle
         self.rank, self.world_size = rank, world_size
         self.n_batches = len(self._cut(np.argsort(lengths, kind="stable")))
         if self.n_batches < world_size:
-            raise ValueError(f"TokenBudgetPlan: {self.n_batches} batches per epoch cannot be shared by "
-                             f"world_size={world_size} ranks; lower max_tokens or use more data")
+            raise ValueError(
+                f"TokenBudgetPlan: {self.n_batches} batches per epoch cannot be shared by "
+                f"world_size={world_size} ranks; lower max_tokens or use more data"
+            )
 
     def _cut(self, order: np.ndarray) -> list[np.ndarray]:
         """Greedy cut of ``order`` (sorted by length) into batches within the budget."""
@@ -95,7 +109,7 @@ class TokenBudgetPlan:
         """This rank's batches of ``epoch``: every ``world_size``-th, from ``rank``."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"TokenBudgetPlan.epoch: epoch must be a non-negative int, got {epoch!r}")
-        return self.all_batches(epoch)[self.rank::self.world_size]
+        return self.all_batches(epoch)[self.rank :: self.world_size]
 
     @property
     def batches_per_epoch(self) -> int:
@@ -113,15 +127,29 @@ class ResumableBatches:
     so the Trainer's saved generator resumes the iteration exactly.
     """
 
-    def __init__(self, lengths, max_tokens: int, make_batch: Callable[[np.ndarray], object], *, seed: int = 0,
-                 what: str = "example") -> None:
-        self.lengths, self.max_tokens, self.make_batch, self.seed, self.what = lengths, max_tokens, make_batch, seed, what
+    def __init__(
+        self,
+        lengths,
+        max_tokens: int,
+        make_batch: Callable[[np.ndarray], object],
+        *,
+        seed: int = 0,
+        what: str = "example",
+    ) -> None:
+        self.lengths, self.max_tokens, self.make_batch, self.seed, self.what = (
+            lengths,
+            max_tokens,
+            make_batch,
+            seed,
+            what,
+        )
         self.plan(None)  # refuse an impossible budget now, not at the first batch
 
     def plan(self, shard=None) -> TokenBudgetPlan:
         rank, world_size = (0, 1) if shard is None else (shard.rank, shard.world_size)
-        return TokenBudgetPlan(self.lengths, self.max_tokens, seed=self.seed, rank=rank, world_size=world_size,
-                               what=self.what)
+        return TokenBudgetPlan(
+            self.lengths, self.max_tokens, seed=self.seed, rank=rank, world_size=world_size, what=self.what
+        )
 
     def __call__(self, generator: torch.Generator, shard=None) -> Iterator:
         plan = self.plan(shard)
@@ -135,3 +163,19 @@ class ResumableBatches:
             position += 1
             generator.manual_seed(POSITION_BASE + position)
             yield self.make_batch(batches[index])
+
+
+def token_budget_batches(
+    train: Any, valid: Any, max_tokens: int, *, seed: int, what: str
+) -> tuple[ResumableBatches, Callable[[], Iterator[Any]]]:
+    """A Trainer's ``batches`` and ``eval_batches`` for datasets with ``lengths`` and ``make_batch(indices)``: the
+    training examples of ``train`` in resumable, shardable token-budget batches (seeded by ``seed``), and each call of
+    the second a fresh pass over ``valid`` in length order (the same batches every time). ``what`` names an example
+    in errors ("window", "pair")."""
+    batches = ResumableBatches(train.lengths, max_tokens, train.make_batch, seed=seed, what=what)
+    valid_plan = TokenBudgetPlan(valid.lengths, max_tokens, shuffle=False, what=what)
+
+    def eval_batches() -> Iterator[Any]:
+        return (valid.make_batch(indices) for indices in valid_plan.epoch(0))
+
+    return batches, eval_batches

@@ -66,8 +66,12 @@ class TokenStoreWriter:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
         if is_write_failure(error):
-            return write_failure(error, "the token store", self.path,
-                                 kept="nothing was left behind (its temporary directory was removed)")
+            return write_failure(
+                error,
+                "the token store",
+                self.path,
+                kept="nothing was left behind (its temporary directory was removed)",
+            )
         return error
 
     def add(self, ids: Sequence[int]) -> None:
@@ -92,8 +96,17 @@ class TokenStoreWriter:
             self.file.close()
             np.save(os.path.join(self.tmp, _OFFSETS), np.asarray(self.offsets, dtype=np.int64))
             with open(os.path.join(self.tmp, _INFO), "w") as f:
-                json.dump({"dtype": self.dtype.name, "vocab_size": self.vocab_size, "sequences": len(self.offsets) - 1,
-                           "tokens": self.offsets[-1], "info": self.info}, f, indent=2)
+                json.dump(
+                    {
+                        "dtype": self.dtype.name,
+                        "vocab_size": self.vocab_size,
+                        "sequences": len(self.offsets) - 1,
+                        "tokens": self.offsets[-1],
+                        "info": self.info,
+                    },
+                    f,
+                    indent=2,
+                )
             if os.path.exists(self.path):
                 shutil.rmtree(self.path)
             os.rename(self.tmp, self.path)
@@ -105,8 +118,9 @@ class TokenStoreWriter:
         self.store = TokenStore.open(self.path)
 
 
-def write_token_store(path: str | os.PathLike, sequences: Iterable[Sequence[int]], vocab_size: int,
-                      info: dict[str, Any] | None = None) -> TokenStore:
+def write_token_store(
+    path: str | os.PathLike, sequences: Iterable[Sequence[int]], vocab_size: int, info: dict[str, Any] | None = None
+) -> TokenStore:
     """Write ``sequences`` (each a sequence of ids in ``[0, vocab_size)``) to directory ``path``; returns it opened.
 
     ``info`` (JSON values) is stored beside the ids, e.g. the fingerprint of the tokenizer that made them.
@@ -137,8 +151,9 @@ class TokenStore:
         dtype = np.dtype(meta["dtype"])
         size = os.path.getsize(os.path.join(path, _TOKENS))
         if size != count * dtype.itemsize:
-            raise ValueError(f"{path}: {_TOKENS} holds {size} bytes, expected {count * dtype.itemsize} "
-                             f"({count} ids of {dtype.name})")
+            raise ValueError(
+                f"{path}: {_TOKENS} holds {size} bytes, expected {count * dtype.itemsize} ({count} ids of {dtype.name})"
+            )
         tokens = np.memmap(os.path.join(path, _TOKENS), dtype=dtype, mode="r") if count else np.zeros(0, dtype)
         return cls(path, tokens, offsets, meta)
 
@@ -162,8 +177,8 @@ class TokenStore:
         if not -len(self) <= index < len(self):
             raise IndexError(f"TokenStore: sequence {index} out of range [0, {len(self)})")
         index %= len(self)
-        return np.asarray(self.tokens[self.offsets[index]:self.offsets[index + 1]], dtype=np.int64)
+        return np.asarray(self.tokens[self.offsets[index] : self.offsets[index + 1]], dtype=np.int64)
 
     def window(self, start: int, length: int) -> np.ndarray:
         """``length`` ids of the flat stream from ``start`` (across sequence boundaries)."""
-        return np.asarray(self.tokens[start:start + length], dtype=np.int64)
+        return np.asarray(self.tokens[start : start + length], dtype=np.int64)

@@ -18,8 +18,15 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
-__all__ = ["TextTokenizer", "train_tokenizer", "load_tokenizer", "SPECIAL_TOKENS", "TOKENIZER_FILE", "TOKENIZER_KINDS",
-           "TokenizerMismatchError"]
+__all__ = [
+    "TextTokenizer",
+    "train_tokenizer",
+    "load_tokenizer",
+    "SPECIAL_TOKENS",
+    "TOKENIZER_FILE",
+    "TOKENIZER_KINDS",
+    "TokenizerMismatchError",
+]
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD, BOS, EOS, UNK = range(4)
@@ -40,8 +47,9 @@ class TextTokenizer:
             raise ValueError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}; got {kind!r}")
         for token_id, token in enumerate(SPECIAL_TOKENS):
             if tokenizer.token_to_id(token) != token_id:
-                raise ValueError(f"tokenizer: special token {token!r} must have id {token_id}, "
-                                 f"got {tokenizer.token_to_id(token)}")
+                raise ValueError(
+                    f"tokenizer: special token {token!r} must have id {token_id}, got {tokenizer.token_to_id(token)}"
+                )
         self.tokenizer, self.kind = tokenizer, kind
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD, BOS, EOS, UNK
         self._json = self.to_json()
@@ -84,7 +92,9 @@ class TextTokenizer:
             kind = data.pop("typed_transformer_kind")
             return cls(Tokenizer.from_str(json.dumps(data)), kind)
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"{source} is not a typed-transformer tokenizer ({type(error).__name__}: {error})") from None
+            raise ValueError(
+                f"{source} is not a typed-transformer tokenizer ({type(error).__name__}: {error})"
+            ) from None
         except Exception as error:  # the library raises plain Exception on malformed definitions
             if isinstance(error, ValueError):
                 raise
@@ -113,9 +123,13 @@ def _bpe(vocab_size: int, min_frequency: int):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-                                  special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=False,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     return tokenizer, trainer
 
 
@@ -126,13 +140,15 @@ def _char(vocab_size: int, min_frequency: int):
     # Oniguruma's (?m) lets '.' match a newline too: every character is its own piece
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
-    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-                                        special_tokens=list(SPECIAL_TOKENS))
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False, special_tokens=list(SPECIAL_TOKENS)
+    )
     return tokenizer, trainer
 
 
-def train_tokenizer(texts: Iterable[str], kind: str = "bpe", *, vocab_size: int = 8000,
-                    min_frequency: int = 2) -> TextTokenizer:
+def train_tokenizer(
+    texts: Iterable[str], kind: str = "bpe", *, vocab_size: int = 8000, min_frequency: int = 2
+) -> TextTokenizer:
     """Train a ``kind`` tokenizer on ``texts`` (an iterable of strings, e.g. lines or whole files), offline.
 
     ``vocab_size`` bounds the vocabulary, special tokens and (BPE) the 256 byte symbols included; the char

@@ -18,10 +18,13 @@ from torch import nn
 from ..checkpoint import (
     CheckpointError,
     NonFiniteWeightsError,
+    check_model_matches,
     describe_nonfinite,
     encode_state,
     kept_message,
     nonfinite_tensors,
+    read_config,
+    swap_into_place,
 )
 from ..common.output_dirs import is_write_failure, make_temp_dir, remove_stale_temps, write_failure
 from .sharded_checkpoint import (
@@ -29,7 +32,6 @@ from .sharded_checkpoint import (
     dcp_directory,
     read_sharded_state,
     resolve_sharded,
-    swap_into_place,
     verify_sharded,
     write_sharded_files,
 )
@@ -51,13 +53,15 @@ def layer_units(model: nn.Module) -> list[nn.Module]:
 
 class FSDPStrategy(CollectiveStrategy):
     """FSDP2: parameters, gradients and optimizer state sharded over the ranks (``fully_shard`` per layer, then the
-    root); bf16 compute with fp32 gradient reduction on CUDA. Checkpoints are sharded (``torch.distributed.checkpoint``)."""
+    root); bf16 compute with fp32 gradient reduction on CUDA. Checkpoints are sharded
+    (``torch.distributed.checkpoint``)."""
 
     name = "fsdp"
     _matched_forwards = True
 
-    def __init__(self, world: World, device: torch.device | str, *, owns_group: bool = False,
-                 mixed_precision: bool | None = None) -> None:
+    def __init__(
+        self, world: World, device: torch.device | str, *, owns_group: bool = False, mixed_precision: bool | None = None
+    ) -> None:
         super().__init__(world, device, owns_group=owns_group)
         self.mixed_precision = self.device.type == "cuda" if mixed_precision is None else mixed_precision
 
@@ -78,22 +82,28 @@ class FSDPStrategy(CollectiveStrategy):
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
         mesh = init_device_mesh(self.device.type, (self.world_size,))
-        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                  if self.mixed_precision else MixedPrecisionPolicy())
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.mixed_precision
+            else MixedPrecisionPolicy()
+        )
         for unit in layer_units(model):
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         if optimizer is not None:  # the optimizer must step the sharded parameters, not the replaced full ones
             if optimizer.state:
-                raise ValueError("FSDPStrategy.prepare: the optimizer has already taken steps; shard the model first "
-                                 "and train afterwards")
+                raise ValueError(
+                    "FSDPStrategy.prepare: the optimizer has already taken steps; shard the model first "
+                    "and train afterwards"
+                )
             sharded = dict(model.named_parameters())
             for group in optimizer.param_groups:
                 try:
                     group["params"] = [sharded[names[id(p)]] for p in group["params"]]
                 except KeyError:
-                    raise ValueError("FSDPStrategy.prepare: the optimizer holds a tensor that is not one of the "
-                                     "model's parameters") from None
+                    raise ValueError(
+                        "FSDPStrategy.prepare: the optimizer holds a tensor that is not one of the model's parameters"
+                    ) from None
         self._reseed()
         return model
 
@@ -146,16 +156,18 @@ class FSDPStrategy(CollectiveStrategy):
                 state["sharded_optimizer"] = {"param_groups": optim_state["param_groups"], "state": extras}
                 encoded_tensors: dict[str, torch.Tensor] = {}
                 encoded = encode_state(state, encoded_tensors)
-                write_sharded_files(tmp, model, encoded, encoded_tensors, metadata, self.world_size,
-                                    int(trainer_state.get("step", 0)))
+                write_sharded_files(
+                    tmp, model, encoded, encoded_tensors, metadata, self.world_size, int(trainer_state.get("step", 0))
+                )
                 swap_into_place(tmp, path)
         except BaseException as error:
             if self.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
             if is_write_failure(error):
                 needed = sum(_local_bytes(t) for t in model_state.values()) * self.world_size
-                raise write_failure(error, "the sharded checkpoint", path, needed=needed,
-                                    kept=kept_message(path)) from None
+                raise write_failure(
+                    error, "the sharded checkpoint", path, needed=needed, kept=kept_message(path)
+                ) from None
             raise
         self.barrier()
         return path
@@ -166,8 +178,6 @@ class FSDPStrategy(CollectiveStrategy):
             get_state_dict,
             set_state_dict,
         )
-
-        from ..checkpoint import ConfigMismatchError, model_kind, read_config
 
         path = os.path.abspath(os.fspath(path))
         problem = None
@@ -181,25 +191,29 @@ class FSDPStrategy(CollectiveStrategy):
         if problem is not None:
             raise CheckpointError(problem)
         kind, saved_config = read_config(path, with_kind=True)
-        if kind != model_kind(model.config):
-            raise CheckpointError(f"checkpoint {path} holds a model of kind {kind!r}; the model given is of kind "
-                                  f"{model_kind(model.config)!r}")
-        diff = model.config.differences(saved_config, architecture_only=True)
-        if diff:
-            raise ConfigMismatchError(diff, path)
+        check_model_matches(model, kind, saved_config, path, "FSDPStrategy.load")
         model_state, optim_state = get_state_dict(model, optimizer)  # templates: this world's shards
         tensors, _ = _split_optimizer_state(optim_state["state"])
         dcp.load({"model": model_state, "optim": tensors}, storage_reader=dcp.FileSystemReader(dcp_directory(path)))
         bad = nonfinite_tensors(model_state.items())  # this rank's shards; every rank hears the verdict
         if self.all_reduce_sum([len(bad)])[0]:
-            raise NonFiniteWeightsError(f"checkpoint {path} holds non-finite weights (NaN or inf)"
-                                        + (f" in {describe_nonfinite(bad)}" if bad else " in other ranks' shards")
-                                        + ": it was saved from a run that diverged", bad)
+            raise NonFiniteWeightsError(
+                f"checkpoint {path} holds non-finite weights (NaN or inf)"
+                + (f" in {describe_nonfinite(bad)}" if bad else " in other ranks' shards")
+                + ": it was saved from a run that diverged",
+                bad,
+            )
         state = read_sharded_state(path)
         saved = state.pop("sharded_optimizer")
-        merged = {fqn: {**tensors.get(fqn, {}), **saved["state"].get(fqn, {})} for fqn in set(tensors) | set(saved["state"])}
-        set_state_dict(model, optimizer, model_state_dict=model_state,
-                       optim_state_dict={"state": merged, "param_groups": saved["param_groups"]})
+        merged = {
+            fqn: {**tensors.get(fqn, {}), **saved["state"].get(fqn, {})} for fqn in set(tensors) | set(saved["state"])
+        }
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=model_state,
+            optim_state_dict={"state": merged, "param_groups": saved["param_groups"]},
+        )
         return state
 
 
@@ -211,8 +225,10 @@ def _local_bytes(tensor: Any) -> int:
 def _check_optimizer_holds(optimizer: torch.optim.Optimizer, model: nn.Module) -> None:
     own = {id(p) for p in model.parameters()}
     if any(id(p) not in own for group in optimizer.param_groups for p in group["params"]):
-        raise ValueError("the optimizer holds tensors that are not the sharded model's parameters: build it on "
-                         "model.parameters() after sharding, or give the Trainer the unsharded model")
+        raise ValueError(
+            "the optimizer holds tensors that are not the sharded model's parameters: build it on "
+            "model.parameters() after sharding, or give the Trainer the unsharded model"
+        )
 
 
 def _split_optimizer_state(state: dict[str, dict[str, Any]]) -> tuple[dict, dict]:

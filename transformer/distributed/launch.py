@@ -25,8 +25,13 @@ __all__ = ["STRATEGIES", "distributed", "main_process_output", "recorded_errors"
 STRATEGIES = ("ddp", "fsdp")
 
 
-def setup(strategy: str = "ddp", device: torch.device | str | None = None, *, mixed_precision: bool | None = None,
-          environ: Mapping[str, str] | None = None) -> Strategy:
+def setup(
+    strategy: str = "ddp",
+    device: torch.device | str | None = None,
+    *,
+    mixed_precision: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Strategy:
     """Join the process group torchrun describes and return the strategy (close it with ``strategy.close()``).
 
     ``device``: None or ``"auto"`` (this rank's GPU ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU),
@@ -38,7 +43,8 @@ def setup(strategy: str = "ddp", device: torch.device | str | None = None, *, mi
     if world is None:
         raise DistributedSetupError(
             f"strategy {strategy!r} needs processes started by torchrun (RANK, WORLD_SIZE and LOCAL_RANK are not set): "
-            f"torchrun --nproc_per_node=N -m transformer train ... --strategy {strategy}")
+            f"torchrun --nproc_per_node=N -m transformer train ... --strategy {strategy}"
+        )
     device = _rank_device(device, world)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -54,8 +60,10 @@ def setup(strategy: str = "ddp", device: torch.device | str | None = None, *, mi
         else:
             dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     if dist.get_world_size() != world.world_size or dist.get_rank() != world.rank:
-        raise DistributedSetupError(f"the process group (rank {dist.get_rank()} of {dist.get_world_size()}) does not "
-                                    f"match torchrun's environment (RANK={world.rank}, WORLD_SIZE={world.world_size})")
+        raise DistributedSetupError(
+            f"the process group (rank {dist.get_rank()} of {dist.get_world_size()}) does not "
+            f"match torchrun's environment (RANK={world.rank}, WORLD_SIZE={world.world_size})"
+        )
     if strategy == "fsdp":
         return FSDPStrategy(world, device, owns_group=owns, mixed_precision=mixed_precision)
     return DDPStrategy(world, device, owns_group=owns)
@@ -81,9 +89,13 @@ def _rank_device(device: torch.device | str | None, world: World) -> torch.devic
             raise DistributedSetupError(f"device {name}: CUDA is not available on this machine")
         if chosen.index is not None and chosen.index != world.local_rank and world.local_world_size > 1:
             raise DistributedSetupError(
-                f"device {name}: under torchrun each rank uses its own GPU, cuda:LOCAL_RANK (here cuda:{world.local_rank}); "
-                "pass cuda without an index (restrict the GPUs with CUDA_VISIBLE_DEVICES)")
-        return torch.device("cuda", world.local_rank if chosen.index is None or world.local_world_size > 1 else chosen.index)
+                f"device {name}: under torchrun each rank uses its own GPU, cuda:LOCAL_RANK "
+                f"(here cuda:{world.local_rank}); "
+                "pass cuda without an index (restrict the GPUs with CUDA_VISIBLE_DEVICES)"
+            )
+        return torch.device(
+            "cuda", world.local_rank if chosen.index is None or world.local_world_size > 1 else chosen.index
+        )
     if chosen.type != "cpu":
         raise DistributedSetupError(f"device {name}: only cpu and cuda are supported")
     return chosen

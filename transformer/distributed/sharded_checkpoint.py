@@ -4,17 +4,14 @@ Every rank writes its shards of the weights and of the optimizer state with ``to
 into ``dcp/`` of a temporary directory (:class:`~transformer.distributed.FSDPStrategy` does that part); rank 0 adds
 ``config.json`` (with the model's kind), the model's assets (e.g. ``tokenizer.json``), the rest of the training
 state (``state.json`` + ``state.safetensors``) and ``meta.json`` with the SHA-256 of every file
-(:func:`write_sharded_files`), then swaps the directory into place (:func:`swap_into_place`), as
+(:func:`write_sharded_files`), then swaps the directory into place (:func:`~transformer.checkpoint.swap_into_place`), as
 ``save_checkpoint`` does. :func:`consolidate_checkpoint` gathers the shards into the single-file format.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from typing import Any
 
@@ -22,27 +19,43 @@ import torch
 from torch import nn
 
 from ..checkpoint import (
+    CONFIG_FILE,
+    META_FILE,
     MODEL_KINDS,
+    STATE_JSON_FILE,
+    STATE_TENSORS_FILE,
     Checkpoint,
     CheckpointError,
-    _checkpoint_dir,
-    _fsync,
-    _load,
-    _sha256,
+    checkpoint_dir,
     decode_state,
+    fsync_path,
+    import_reference,
     model_kind,
     read_config,
+    read_meta,
+    sha256_file,
+    verify_files,
 )
 
-__all__ = ["SHARDED_FORMAT", "SHARDED_FORMAT_VERSION", "build_model", "consolidate_checkpoint", "dcp_directory",
-           "is_sharded_checkpoint", "read_sharded_checkpoint", "read_sharded_state", "resolve_sharded",
-           "sharded_world", "swap_into_place", "verify_sharded", "write_sharded_files"]
+__all__ = [
+    "SHARDED_FORMAT",
+    "SHARDED_FORMAT_VERSION",
+    "build_model",
+    "consolidate_checkpoint",
+    "dcp_directory",
+    "is_sharded_checkpoint",
+    "read_sharded_checkpoint",
+    "read_sharded_state",
+    "resolve_sharded",
+    "sharded_world",
+    "verify_sharded",
+    "write_sharded_files",
+]
 
 #: ``meta.json``'s ``format`` in a sharded (FSDP) checkpoint.
 SHARDED_FORMAT = "typed-transformer sharded checkpoint"
 SHARDED_FORMAT_VERSION = 1
 _DCP_DIR = "dcp"
-_META, _CONFIG, _STATE_T, _STATE_J = "meta.json", "config.json", "state.safetensors", "state.json"
 
 
 def dcp_directory(path: str) -> str:
@@ -53,79 +66,67 @@ def dcp_directory(path: str) -> str:
 def build_model(config: Any) -> nn.Module:
     """A new model of ``config``'s kind (``transformer.checkpoint.MODEL_KINDS``), leaving the caller's RNG alone."""
     with torch.random.fork_rng(devices=[]):  # building draws initial weights that are overwritten at once
-        return _load(MODEL_KINDS[model_kind(config)][1])(config)
+        return import_reference(MODEL_KINDS[model_kind(config)][1])(config)
 
 
 # ---------------------------------------------------------------------------- writing
-def write_sharded_files(tmp: str, model: nn.Module, encoded: Any, tensors: dict[str, torch.Tensor],
-                        metadata: dict[str, Any], world_size: int, step: int) -> None:
+def write_sharded_files(
+    tmp: str,
+    model: nn.Module,
+    encoded: Any,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, Any],
+    world_size: int,
+    step: int,
+) -> None:
     """Rank 0's part of a sharded checkpoint: the config (with the model's kind, as ``save_checkpoint`` writes it),
     the model's assets (``checkpoint_assets``, e.g. a tokenizer), the trainer state (``encoded`` and ``tensors``, as
     :func:`~transformer.checkpoint.encode_state` gives them) and ``meta.json``."""
     from safetensors.torch import save_file
 
-    with open(os.path.join(tmp, _CONFIG), "w") as f:
+    with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
         json.dump({"kind": model_kind(model.config), **model.config.architecture()}, f, indent=2, sort_keys=True)
     assets = dict(getattr(model, "checkpoint_assets", None) or {})
     for name, content in sorted(assets.items()):
-        if name in (_CONFIG, _META, _STATE_T, _STATE_J, _DCP_DIR) or os.path.basename(name) != name:
-            raise ValueError(f"checkpoint asset name {name!r} must be a plain file name other than the checkpoint's own")
+        if (
+            name in (CONFIG_FILE, META_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, _DCP_DIR)
+            or os.path.basename(name) != name
+        ):
+            raise ValueError(
+                f"checkpoint asset name {name!r} must be a plain file name other than the checkpoint's own"
+            )
         with open(os.path.join(tmp, name), "wb") as f:
             f.write(content.encode("utf-8") if isinstance(content, str) else content)
-    save_file(tensors, os.path.join(tmp, _STATE_T))
-    with open(os.path.join(tmp, _STATE_J), "w") as f:
+    save_file(tensors, os.path.join(tmp, STATE_TENSORS_FILE))
+    with open(os.path.join(tmp, STATE_JSON_FILE), "w") as f:
         json.dump(encoded, f)
-    files = [_CONFIG, _STATE_T, _STATE_J, *sorted(assets)] + sorted(
-        os.path.join(_DCP_DIR, name) for name in os.listdir(os.path.join(tmp, _DCP_DIR)))
+    files = [CONFIG_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, *sorted(assets)] + sorted(
+        os.path.join(_DCP_DIR, name) for name in os.listdir(os.path.join(tmp, _DCP_DIR))
+    )
     meta = {
-        "format": SHARDED_FORMAT, "format_version": SHARDED_FORMAT_VERSION, "strategy": "fsdp",
-        "world_size": world_size, "step": step, "metadata": metadata or {}, "assets": sorted(assets),
-        "sha256": {name: _sha256(os.path.join(tmp, name)) for name in files},
+        "format": SHARDED_FORMAT,
+        "format_version": SHARDED_FORMAT_VERSION,
+        "strategy": "fsdp",
+        "world_size": world_size,
+        "step": step,
+        "metadata": metadata or {},
+        "assets": sorted(assets),
+        "sha256": {name: sha256_file(os.path.join(tmp, name)) for name in files},
     }
-    with open(os.path.join(tmp, _META), "w") as f:
+    with open(os.path.join(tmp, META_FILE), "w") as f:
         json.dump(meta, f, indent=2)
-    for name in files + [_META]:
-        _fsync(os.path.join(tmp, name))
-    _fsync(os.path.join(tmp, _DCP_DIR))
-    _fsync(tmp)
-
-
-def swap_into_place(tmp: str, path: str) -> None:
-    """Rename ``tmp`` to ``path``; a previous checkpoint is moved aside first and deleted only afterwards."""
-    parent = os.path.dirname(path)
-    old = None
-    if os.path.exists(path):
-        old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=parent)
-        os.rmdir(old)
-        os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        if old is not None and not os.path.exists(path):
-            os.rename(old, path)
-        raise
-    _fsync(parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in glob.glob(glob.escape(path) + ".old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    for name in files + [META_FILE]:
+        fsync_path(os.path.join(tmp, name))
+    fsync_path(os.path.join(tmp, _DCP_DIR))
+    fsync_path(tmp)
 
 
 # ---------------------------------------------------------------------------- reading
-def _read_meta(path: str) -> dict[str, Any] | None:
-    try:
-        with open(os.path.join(path, _META)) as f:
-            meta = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
 def resolve_sharded(path: str) -> str:
     """The checkpoint :func:`~transformer.checkpoint.find_checkpoint` finds for ``path`` (the one rule: ``path``, or
     the copy an interrupted save left aside, ``path.old-*``, with a warning); ``path`` itself when it is a directory
     without ``meta.json`` (verifying names what is missing)."""
-    found = _checkpoint_dir(path, stacklevel=3)
+    found = checkpoint_dir(path, stacklevel=3)
     if found is None:
         raise CheckpointError(f"no checkpoint at {path}")
     return found
@@ -138,13 +139,13 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
         path = resolve_sharded(path)
     except ValueError:  # CheckpointError: nothing there
         return False
-    meta = _read_meta(path)
+    meta = read_meta(path)
     return meta is not None and meta.get("format") == SHARDED_FORMAT
 
 
 def sharded_world(path: str) -> Any:
     """The world size a sharded checkpoint was saved on (``"?"`` when unreadable)."""
-    meta = _read_meta(path) or {}
+    meta = read_meta(path) or {}
     return meta.get("world_size", "?")
 
 
@@ -152,22 +153,24 @@ def verify_sharded(path: str, *, weights: bool = True) -> dict[str, Any]:
     """``meta.json`` of the sharded checkpoint ``path``, after checking every file against its recorded SHA-256
     (with ``weights=False`` only the config and the assets); raises :class:`~transformer.checkpoint.CheckpointError`
     naming the file."""
-    meta = _read_meta(path)
+    meta = read_meta(path)
     if meta is None:
-        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {_META} is missing or unreadable")
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {META_FILE} is missing or unreadable")
     if meta.get("format") != SHARDED_FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not sharded (it is a single-file checkpoint: load it with "
-                              "load_checkpoint, or resume it with --strategy ddp or on one process)")
+        raise CheckpointError(
+            f"checkpoint {path} is not sharded (it is a single-file checkpoint: load it with "
+            "load_checkpoint, or resume it with --strategy ddp or on one process)"
+        )
     if meta.get("format_version") != SHARDED_FORMAT_VERSION or not isinstance(meta.get("sha256"), dict):
         raise CheckpointError(f"checkpoint {path}: unknown sharded format version {meta.get('format_version')!r}")
-    for name, digest in meta["sha256"].items():
-        if not weights and (name in (_STATE_T, _STATE_J) or name.startswith(_DCP_DIR + "/")):
-            continue
-        file = os.path.join(path, name)
-        if not os.path.isfile(file):
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
-        if _sha256(file) != digest:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its recorded SHA-256")
+    if weights:
+        verify_files(path, meta["sha256"])
+    else:
+        verify_files(
+            path,
+            meta["sha256"],
+            lambda name: name in (STATE_TENSORS_FILE, STATE_JSON_FILE) or name.startswith(_DCP_DIR + "/"),
+        )
     return meta
 
 
@@ -175,8 +178,8 @@ def read_sharded_state(path: str) -> dict[str, Any]:
     """The trainer state rank 0 wrote beside the shards (``state.json`` + ``state.safetensors``), decoded."""
     from safetensors.torch import load_file
 
-    with open(os.path.join(path, _STATE_J)) as f:
-        return decode_state(json.load(f), load_file(os.path.join(path, _STATE_T)))
+    with open(os.path.join(path, STATE_JSON_FILE)) as f:
+        return decode_state(json.load(f), load_file(os.path.join(path, STATE_TENSORS_FILE)))
 
 
 def read_sharded_checkpoint(path: str | os.PathLike) -> Checkpoint:
@@ -186,8 +189,15 @@ def read_sharded_checkpoint(path: str | os.PathLike) -> Checkpoint:
     path = resolve_sharded(os.path.abspath(os.fspath(path)))
     meta = verify_sharded(path, weights=False)
     kind, config = read_config(path, with_kind=True)
-    return Checkpoint(path=path, config=config, model=None, trainer_state=None, metadata=meta.get("metadata", {}),
-                      kind=kind, assets=list(meta.get("assets", [])))
+    return Checkpoint(
+        path=path,
+        config=config,
+        model=None,
+        trainer_state=None,
+        metadata=meta.get("metadata", {}),
+        kind=kind,
+        assets=list(meta.get("assets", [])),
+    )
 
 
 def consolidate_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> str:

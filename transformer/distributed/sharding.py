@@ -32,7 +32,9 @@ def check_batch_size(batch_size: int, world_size: int, what: str = "batch size")
     if batch_size % world_size:
         raise DistributedSetupError(
             f"{what} {batch_size} is not divisible by the world size {world_size}: every rank takes an equal share "
-            f"of each batch, so use a multiple of {world_size} (e.g. {max(world_size, batch_size - batch_size % world_size)})")
+            f"of each batch, so use a multiple of {world_size} "
+            f"(e.g. {max(world_size, batch_size - batch_size % world_size)})"
+        )
     return batch_size // world_size
 
 
@@ -57,7 +59,8 @@ def shard_batch(batch: Any, shard: Shard) -> Any:
     raise TypeError(
         f"cannot split a {type(batch).__name__} between ranks: give the Trainer a batch factory that takes a `shard` "
         "keyword (transformer.distributed.Shard) and yields this rank's batches, or give the batch a "
-        "shard(rank, world_size) method")
+        "shard(rank, world_size) method"
+    )
 
 
 def takes_shard(factory: Callable) -> bool:

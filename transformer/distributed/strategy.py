@@ -125,21 +125,29 @@ class Strategy:
         return {key: state[key] for key in RANK_STATE_KEYS if key in state}
 
     # -- checkpoints
-    def save(self, path: str, model: nn.Module, optimizer: torch.optim.Optimizer, trainer_state: dict[str, Any],
-             metadata: dict[str, Any]) -> str:
+    def save(
+        self,
+        path: str,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        trainer_state: dict[str, Any],
+        metadata: dict[str, Any],
+    ) -> str:
         from ..checkpoint import save_checkpoint
 
         return save_checkpoint(path, model, trainer_state=trainer_state, metadata=metadata)
 
-    def load(self, path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-             device: torch.device) -> dict[str, Any] | None:
+    def load(
+        self, path: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+    ) -> dict[str, Any] | None:
         """Load weights into ``model``; return the trainer state (the optimizer is loaded by the Trainer)."""
         from ..checkpoint import CheckpointError, load_checkpoint
 
         if is_sharded_checkpoint(path):
             raise CheckpointError(
                 f"checkpoint {path} is sharded (saved by FSDP on {sharded_world(path)} processes): resume it under "
-                f"torchrun with --strategy fsdp, or consolidate its weights: typed-transformer consolidate {path} OUT")
+                f"torchrun with --strategy fsdp, or consolidate its weights: typed-transformer consolidate {path} OUT"
+            )
         return load_checkpoint(path, model=model, map_location=device).trainer_state
 
     def close(self) -> None:
@@ -168,7 +176,7 @@ class CollectiveStrategy(Strategy):
 
     def token_weights(self, ntokens: Sequence[int]) -> list[float]:
         totals = self.all_reduce_sum(ntokens)
-        return [n * self.world_size / total if total > 0 else 1.0 for n, total in zip(ntokens, totals)]
+        return [n * self.world_size / total if total > 0 else 1.0 for n, total in zip(ntokens, totals, strict=True)]
 
     def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
         tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._comm_device)

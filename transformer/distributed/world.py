@@ -42,7 +42,8 @@ def torchrun_world(environ: Mapping[str, str] | None = None) -> World | None:
     if missing:
         raise DistributedSetupError(
             f"incomplete torchrun environment: {', '.join(present)} set but {', '.join(missing)} missing "
-            "(launch with torchrun, which sets RANK, WORLD_SIZE and LOCAL_RANK)")
+            "(launch with torchrun, which sets RANK, WORLD_SIZE and LOCAL_RANK)"
+        )
 
     def integer(name: str, default: int | None = None) -> int:
         text = env.get(name)

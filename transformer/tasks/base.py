@@ -45,7 +45,9 @@ class Vocab:
         for position, word in enumerate(words):
             if word not in self.index:
                 shown = ", ".join(t for t in self.tokens if not t.startswith("<"))
-                raise UnknownTokenError(f"unknown token {word!r} at position {position} of the {what}; known tokens: {shown}")
+                raise UnknownTokenError(
+                    f"unknown token {word!r} at position {position} of the {what}; known tokens: {shown}"
+                )
             ids.append(self.index[word])
         return ids
 
@@ -67,7 +69,8 @@ class TrainingDefaults:
 
 
 class Task:
-    """Base class. Subclasses set ``name``, ``src_vocab``, ``tgt_vocab``, ``pad``, ``start``, ``end``, ``max_target_len``."""
+    """Base class. Subclasses set ``name``, ``src_vocab``, ``tgt_vocab``, ``pad``, ``start``, ``end``,
+    ``max_target_len``."""
 
     name: str = "task"
     pad: int = 0
@@ -78,7 +81,9 @@ class Task:
     max_target_len: int
 
     # -- data ----------------------------------------------------------------------
-    def sample(self, generator: torch.Generator, batch_size: int, *, held_out: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, generator: torch.Generator, batch_size: int, *, held_out: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(src, tgt) LongTensors of ``batch_size`` examples; ``tgt`` starts with ``start``."""
         raise NotImplementedError
 
@@ -134,7 +139,9 @@ class Task:
     def decode_length(self, src: torch.Tensor) -> int:
         return self.max_target_len
 
-    def translate_ids(self, model: nn.Module, src: torch.Tensor, *, beam_size: int = 1, use_cache: bool = True) -> torch.Tensor:
+    def translate_ids(
+        self, model: nn.Module, src: torch.Tensor, *, beam_size: int = 1, use_cache: bool = True
+    ) -> torch.Tensor:
         """Greedy (or beam) decodes of source ids: (batch, max_len) target ids."""
         device = next(model.parameters()).device
         src = src.to(device)
@@ -145,7 +152,17 @@ class Task:
             length = self.decode_length(src)
             if beam_size == 1:
                 return greedy_decode(model, src, mask, length, self.start, self.end, self.pad, use_cache=use_cache)
-            return beam_search(model, src, mask, length, self.start, self.end, beam_size=beam_size, pad_symbol=self.pad, use_cache=use_cache).tokens
+            return beam_search(
+                model,
+                src,
+                mask,
+                length,
+                self.start,
+                self.end,
+                beam_size=beam_size,
+                pad_symbol=self.pad,
+                use_cache=use_cache,
+            ).tokens
         finally:
             model.train(was_training)
 

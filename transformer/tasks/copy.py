@@ -45,15 +45,28 @@ class CopyTask(Task):
         self.src_vocab = self.tgt_vocab = Vocab(tokens)
         self.max_target_len = seq_len
 
-    def sample(self, generator: torch.Generator, batch_size: int, *, held_out: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, generator: torch.Generator, batch_size: int, *, held_out: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         data = torch.randint(1, self.vocab, size=(batch_size, self.seq_len), generator=generator)
         data[:, 0] = 1
         return data, data.clone()
 
     def default_config(self, **changes: Any) -> TransformerConfig:
         # The tutorial uses make_model(V, V, N=2) (d_model 512, d_ff 2048); scaled down for CPU.
-        base = dict(src_vocab=self.vocab, tgt_vocab=self.vocab, n_encoder_layers=2, n_decoder_layers=2, d_model=64,
-                    d_ff=128, n_heads=4, dropout=0.1, attention_dropout=0.1, max_len=max(64, self.seq_len), pad_id=0)
+        base = dict(
+            src_vocab=self.vocab,
+            tgt_vocab=self.vocab,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_model=64,
+            d_ff=128,
+            n_heads=4,
+            dropout=0.1,
+            attention_dropout=0.1,
+            max_len=max(64, self.seq_len),
+            pad_id=0,
+        )
         base.update(changes)
         return TransformerConfig(**base)
 

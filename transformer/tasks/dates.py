@@ -25,11 +25,33 @@ from .base import Task, TrainingDefaults, Vocab
 __all__ = ["DatesTask"]
 
 _UNITS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
-_TEENS = ["tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth",
-          "eighteenth", "nineteenth"]
+_TEENS = [
+    "tenth",
+    "eleventh",
+    "twelfth",
+    "thirteenth",
+    "fourteenth",
+    "fifteenth",
+    "sixteenth",
+    "seventeenth",
+    "eighteenth",
+    "nineteenth",
+]
 DAY_WORDS = _UNITS + _TEENS + ["twentieth"] + [f"twenty-{u}" for u in _UNITS] + ["thirtieth", "thirty-first"]
-MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december"]
+MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
 DIGITS = [str(d) for d in range(10)]
 _FIRST = datetime.date(1900, 1, 1).toordinal()
 _LAST = datetime.date(2099, 12, 31).toordinal()
@@ -61,11 +83,13 @@ class DatesTask(Task):
     def iso(self, date: datetime.date) -> list[str]:
         return list(f"{date.year:04d}-{date.month:02d}-{date.day:02d}")
 
-    def sample(self, generator: torch.Generator, batch_size: int, *, held_out: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, generator: torch.Generator, batch_size: int, *, held_out: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ordinals = torch.randint(_FIRST, _LAST + 1, (batch_size,), generator=generator).tolist()
         forms = torch.randint(0, 3, (batch_size,), generator=generator).tolist()
         src_rows, tgt_rows = [], []
-        for ordinal, form in zip(ordinals, forms):
+        for ordinal, form in zip(ordinals, forms, strict=True):
             if held_out:
                 ordinal = ordinal - ordinal % 10  # the nearest held-out day at or before
                 if ordinal < _FIRST:
@@ -89,8 +113,19 @@ class DatesTask(Task):
         return "".join(words)
 
     def default_config(self, **changes: Any) -> TransformerConfig:
-        base = dict(src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab), n_encoder_layers=2, n_decoder_layers=2,
-                    d_model=64, d_ff=128, n_heads=4, dropout=0.1, attention_dropout=0.1, max_len=64, pad_id=0)
+        base = dict(
+            src_vocab=len(self.src_vocab),
+            tgt_vocab=len(self.tgt_vocab),
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_model=64,
+            d_ff=128,
+            n_heads=4,
+            dropout=0.1,
+            attention_dropout=0.1,
+            max_len=64,
+            pad_id=0,
+        )
         base.update(changes)
         return TransformerConfig(**base)
 

@@ -22,22 +22,40 @@ import torch
 
 from ..data.corpora import CorpusReport, TextWindows, build_text_store
 from ..data.text_files import check_files, read_text
-from ..data.token_batches import ResumableBatches, TokenBudgetPlan
 from ..data.token_store import TokenStore
 from ..data.tokenizers import TextTokenizer, train_tokenizer
-from ..lm.model import TransformerLM, build_lm
 from ..lm.config import LMConfig
-from ..training.trainer import Trainer, TrainerConfig
-from ..training.losses import LabelSmoothing, NoamSchedule
-from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
+from ..lm.model import TransformerLM, build_lm
+from ..training import LabelSmoothing, Trainer
+from .file_trainer import file_task_trainer
+from .tokenizer_assets import tokenizer_metadata
 
-__all__ = ["LMData", "prepare_lm_data", "lm_config", "make_lm_trainer", "unigram_cross_entropy", "lm_results",
-           "LM_DEFAULTS"]
+__all__ = [
+    "LMData",
+    "prepare_lm_data",
+    "lm_config",
+    "make_lm_trainer",
+    "unigram_cross_entropy",
+    "lm_results",
+    "LM_DEFAULTS",
+]
 
 #: The model and data defaults of ``train lm``: a small model a CPU trains in minutes.
-LM_DEFAULTS: dict[str, Any] = dict(vocab_size=2000, block_len=128, max_tokens=2048, d_model=128, n_layers=2,
-                                   n_heads=4, d_ff=512, dropout=0.1, steps=900, warmup=200, factor=1.0,
-                                   valid_fraction=0.05, eval_every=200)
+LM_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=2000,
+    block_len=128,
+    max_tokens=2048,
+    d_model=128,
+    n_layers=2,
+    n_heads=4,
+    d_ff=512,
+    dropout=0.1,
+    steps=900,
+    warmup=200,
+    factor=1.0,
+    valid_fraction=0.05,
+    eval_every=200,
+)
 
 
 @dataclass
@@ -51,15 +69,26 @@ class LMData:
     report: CorpusReport = field(default_factory=CorpusReport)
 
     def describe(self) -> str:
-        return (f"{self.train.count * self.train.block:,} training tokens in {len(self.train):,} windows of "
-                f"{self.train.block}, {self.valid.count * self.valid.block:,} held-out tokens; tokenizer "
-                f"{self.tokenizer.kind} with {self.tokenizer.vocab_size:,} tokens")
+        return (
+            f"{self.train.count * self.train.block:,} training tokens in {len(self.train):,} windows of "
+            f"{self.train.block}, {self.valid.count * self.valid.block:,} held-out tokens; tokenizer "
+            f"{self.tokenizer.kind} with {self.tokenizer.vocab_size:,} tokens"
+        )
 
 
-def prepare_lm_data(text_files: Sequence[str], data_dir: str, *, tokenizer: TextTokenizer | None = None,
-                    kind: str = "bpe", vocab_size: int = 4000, min_frequency: int | None = None, block: int = 128,
-                    valid_files: Sequence[str] = (), valid_fraction: float = 0.05,
-                    encoding_errors: str = "strict") -> LMData:
+def prepare_lm_data(
+    text_files: Sequence[str],
+    data_dir: str,
+    *,
+    tokenizer: TextTokenizer | None = None,
+    kind: str = "bpe",
+    vocab_size: int = 4000,
+    min_frequency: int | None = None,
+    block: int = 128,
+    valid_files: Sequence[str] = (),
+    valid_fraction: float = 0.05,
+    encoding_errors: str = "strict",
+) -> LMData:
     """Tokenize ``text_files`` (and ``valid_files``) into stores under ``data_dir``; train a ``kind`` tokenizer
     on the training files first unless ``tokenizer`` is given (a resumed run passes the checkpoint's)."""
     files = check_files(text_files, "--text")
@@ -72,11 +101,13 @@ def prepare_lm_data(text_files: Sequence[str], data_dir: str, *, tokenizer: Text
         texts = (read_text(f, encoding_errors=encoding_errors) for f in files)
         tokenizer = train_tokenizer(texts, kind, vocab_size=vocab_size, min_frequency=min_frequency)
     report = CorpusReport()
-    train = build_text_store(os.path.join(data_dir, "train"), files, tokenizer, encoding_errors=encoding_errors,
-                             report=report)
+    train = build_text_store(
+        os.path.join(data_dir, "train"), files, tokenizer, encoding_errors=encoding_errors, report=report
+    )
     if valid_files:
-        valid = build_text_store(os.path.join(data_dir, "valid"), valid_files, tokenizer,
-                                 encoding_errors=encoding_errors, report=report)
+        valid = build_text_store(
+            os.path.join(data_dir, "valid"), valid_files, tokenizer, encoding_errors=encoding_errors, report=report
+        )
         return LMData(tokenizer, TextWindows(train, block), TextWindows(valid, block), [train, valid], report)
     total = int(train.offsets[-1])
     cut = int(total * (1.0 - valid_fraction))
@@ -95,32 +126,45 @@ def lm_config(tokenizer: TextTokenizer, *, formulation: str = "paper", block: in
     return LMConfig(vocab=tokenizer.vocab_size, **fields)
 
 
-def make_lm_trainer(data: LMData, config: LMConfig, *, max_tokens: int, steps: int, warmup: int = 200,
-                    factor: float = 1.0, seed: int = 0, device: str | torch.device = "cpu", progress: bool = False,
-                    eval_every: int = 100, out_dir: str | None = None, clip_grad: float | None = 1.0,
-                    metadata: dict[str, Any] | None = None) -> Trainer:
+def make_lm_trainer(
+    data: LMData,
+    config: LMConfig,
+    *,
+    max_tokens: int,
+    steps: int,
+    warmup: int = 200,
+    factor: float = 1.0,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+    eval_every: int = 100,
+    out_dir: str | None = None,
+    clip_grad: float | None = 1.0,
+    metadata: dict[str, Any] | None = None,
+) -> Trainer:
     """A Trainer for the language model: Adam(betas 0.9/0.98, eps 1e-9) on the Noam schedule, cross-entropy
     (``LabelSmoothing`` at 0), token-budget batches of training windows (resumable, shardable), the held-out
     windows for evaluation; every checkpoint carries the tokenizer."""
     torch.manual_seed(seed)
-    model = build_lm(config)
-    attach_tokenizer(model, data.tokenizer)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=NoamSchedule(config.d_model, factor, warmup))
-    batches = ResumableBatches(data.train.lengths, max_tokens, data.train.make_batch, seed=seed, what="window")
-    valid_plan = TokenBudgetPlan(data.valid.lengths, max_tokens, shuffle=False, what="window")
-
-    def eval_batches():
-        return (data.valid.make_batch(indices) for indices in valid_plan.epoch(0))
-
-    meta = {"task": "lm", "tokenizer": tokenizer_metadata(data.tokenizer),
-            "data": {"block_len": data.train.block, "max_tokens": max_tokens, "seed": seed}}
-    meta.update(metadata or {})
-    return Trainer(model, optimizer, batches, criterion=LabelSmoothing(config.vocab, config.pad_id or 0, 0.0),
-                   scheduler=scheduler, eval_batches=eval_batches, seed=seed, device=device, metadata=meta,
-                   config=TrainerConfig(steps=steps, clip_grad=clip_grad, eval_every=eval_every,
-                                        checkpoint_every=eval_every, progress=progress, out_dir=out_dir,
-                                        checks="first"))
+    return file_task_trainer(
+        build_lm(config),
+        data,
+        LabelSmoothing(config.vocab, config.pad_id or 0, 0.0),
+        task="lm",
+        what="window",
+        data_settings={"block_len": data.train.block},
+        max_tokens=max_tokens,
+        steps=steps,
+        warmup=warmup,
+        factor=factor,
+        seed=seed,
+        device=device,
+        progress=progress,
+        eval_every=eval_every,
+        out_dir=out_dir,
+        clip_grad=clip_grad,
+        metadata=metadata,
+    )
 
 
 def unigram_cross_entropy(data: LMData) -> float:
@@ -138,10 +182,17 @@ def lm_results(trainer: Trainer, data: LMData, train_seconds: float) -> dict[str
     unigram = unigram_cross_entropy(data)
     model: TransformerLM = trainer.model
     return {
-        "task": "lm", "steps": trainer.step, "train_seconds": round(train_seconds, 2),
+        "task": "lm",
+        "steps": trainer.step,
+        "train_seconds": round(train_seconds, 2),
         "tokens_per_second": round(trainer.tokens / max(train_seconds, 1e-9), 1),
-        "final_train_loss": trainer.last_train_loss, "eval_loss": eval_loss, "perplexity": math.exp(eval_loss),
-        "unigram_loss": unigram, "unigram_perplexity": math.exp(unigram),
-        "parameters": sum(p.numel() for p in model.parameters()), "tokenizer": tokenizer_metadata(data.tokenizer),
-        "train_tokens": data.train.count * data.train.block, "valid_tokens": data.valid.count * data.valid.block,
+        "final_train_loss": trainer.last_train_loss,
+        "eval_loss": eval_loss,
+        "perplexity": math.exp(eval_loss),
+        "unigram_loss": unigram,
+        "unigram_perplexity": math.exp(unigram),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tokenizer": tokenizer_metadata(data.tokenizer),
+        "train_tokens": data.train.count * data.train.block,
+        "valid_tokens": data.valid.count * data.valid.block,
     }

@@ -16,8 +16,7 @@ from torch import nn
 from ..checkpoint import Checkpoint
 from ..data.tokenizers import TOKENIZER_FILE, TextTokenizer, TokenizerMismatchError
 
-__all__ = ["attach_tokenizer", "tokenizer_metadata", "tokenizer_from_checkpoint", "check_same_tokenizer",
-           "model_vocab"]
+__all__ = ["attach_tokenizer", "tokenizer_metadata", "tokenizer_from_checkpoint", "check_same_tokenizer", "model_vocab"]
 
 
 def model_vocab(config: Any) -> int:
@@ -34,8 +33,9 @@ def attach_tokenizer(model: nn.Module, tokenizer: TextTokenizer) -> None:
     :func:`~transformer.checkpoint.save_checkpoint`)."""
     vocab = model_vocab(model.config)
     if tokenizer.vocab_size != vocab:
-        raise TokenizerMismatchError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is "
-                                     f"{vocab}")
+        raise TokenizerMismatchError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is {vocab}"
+        )
     model.checkpoint_assets = {TOKENIZER_FILE: tokenizer.to_json()}
 
 
@@ -45,19 +45,26 @@ def tokenizer_from_checkpoint(ckpt: Checkpoint) -> TextTokenizer:
         tokenizer = TextTokenizer.from_json(f.read(), source=f"checkpoint {ckpt.path}: {TOKENIZER_FILE}")
     vocab = model_vocab(ckpt.config)
     if tokenizer.vocab_size != vocab:
-        raise TokenizerMismatchError(f"checkpoint {ckpt.path}: its tokenizer has {tokenizer.vocab_size} tokens but the "
-                                     f"model's vocabulary is {vocab}: they were not trained together")
+        raise TokenizerMismatchError(
+            f"checkpoint {ckpt.path}: its tokenizer has {tokenizer.vocab_size} tokens but the "
+            f"model's vocabulary is {vocab}: they were not trained together"
+        )
     recorded = (ckpt.metadata.get("tokenizer") or {}).get("sha256")
     if recorded != tokenizer.fingerprint:
-        raise TokenizerMismatchError(f"checkpoint {ckpt.path}: its tokenizer (fingerprint {tokenizer.fingerprint[:12]}) "
-                                     f"is not the one the model was trained with (recorded {str(recorded)[:12]})")
+        raise TokenizerMismatchError(
+            f"checkpoint {ckpt.path}: its tokenizer (fingerprint {tokenizer.fingerprint[:12]}) "
+            f"is not the one the model was trained with (recorded {str(recorded)[:12]})"
+        )
     return tokenizer
 
 
-def check_same_tokenizer(checkpoint_tokenizer: TextTokenizer, given: TextTokenizer, where: str, given_name: str) -> None:
+def check_same_tokenizer(
+    checkpoint_tokenizer: TextTokenizer, given: TextTokenizer, where: str, given_name: str
+) -> None:
     """Refuse to go on with ``given`` where ``checkpoint_tokenizer`` was used (a resume, a data cache)."""
     if checkpoint_tokenizer.fingerprint != given.fingerprint:
         raise TokenizerMismatchError(
             f"{where} was trained with another tokenizer (fingerprint {checkpoint_tokenizer.fingerprint[:12]}, "
             f"{checkpoint_tokenizer.kind}, {checkpoint_tokenizer.vocab_size} tokens) than {given_name} "
-            f"(fingerprint {given.fingerprint[:12]}, {given.kind}, {given.vocab_size} tokens)")
+            f"(fingerprint {given.fingerprint[:12]}, {given.kind}, {given.vocab_size} tokens)"
+        )

@@ -19,22 +19,42 @@ from torch import nn
 from ..config import TransformerConfig
 from ..data.corpora import CorpusReport, PairDataset, build_pair_stores, iter_pairs
 from ..data.text_files import read_pairs
-from ..data.token_batches import ResumableBatches, TokenBudgetPlan
 from ..data.tokenizers import TextTokenizer, train_tokenizer
 from ..decoding import beam_search, greedy_decode
 from ..masks import AttentionMask
 from ..model import make_model
-from ..training.trainer import Trainer, TrainerConfig
-from ..training.losses import LabelSmoothing, NoamSchedule
-from .tokenizer_assets import attach_tokenizer, tokenizer_metadata
+from ..training import LabelSmoothing, Trainer
+from .file_trainer import file_task_trainer
+from .tokenizer_assets import tokenizer_metadata
 
-__all__ = ["TranslationData", "prepare_translation_data", "translation_config", "make_translation_trainer",
-           "translate", "corpus_scores", "bleu_note", "translation_results", "TRANSLATE_DEFAULTS"]
+__all__ = [
+    "TranslationData",
+    "prepare_translation_data",
+    "translation_config",
+    "make_translation_trainer",
+    "translate",
+    "corpus_scores",
+    "bleu_note",
+    "translation_results",
+    "TRANSLATE_DEFAULTS",
+]
 
 #: The model and data defaults of ``train translate`` (the dates task's model size: a CPU trains it in minutes).
-TRANSLATE_DEFAULTS: dict[str, Any] = dict(vocab_size=1000, max_len=128, max_tokens=2048, d_model=64, n_layers=2,
-                                          n_heads=4, d_ff=128, dropout=0.1, steps=1000, warmup=200, factor=2.0,
-                                          label_smoothing=0.0, eval_every=200)
+TRANSLATE_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=1000,
+    max_len=128,
+    max_tokens=2048,
+    d_model=64,
+    n_layers=2,
+    n_heads=4,
+    d_ff=128,
+    dropout=0.1,
+    steps=1000,
+    warmup=200,
+    factor=2.0,
+    label_smoothing=0.0,
+    eval_every=200,
+)
 
 
 @dataclass
@@ -49,68 +69,118 @@ class TranslationData:
     report: CorpusReport = field(default_factory=CorpusReport)
 
     def describe(self) -> str:
-        return (f"{len(self.train):,} training pairs, {len(self.valid):,} held-out pairs; tokenizer "
-                f"{self.tokenizer.kind} with {self.tokenizer.vocab_size:,} tokens")
+        return (
+            f"{len(self.train):,} training pairs, {len(self.valid):,} held-out pairs; tokenizer "
+            f"{self.tokenizer.kind} with {self.tokenizer.vocab_size:,} tokens"
+        )
 
 
-def prepare_translation_data(train_file: str, valid_file: str, data_dir: str, *, max_len: int,
-                             tokenizer: TextTokenizer | None = None, kind: str = "bpe", vocab_size: int = 1000,
-                             min_frequency: int | None = None, format: str | None = None,
-                             encoding_errors: str = "strict", too_long: str = "refuse") -> TranslationData:
+def prepare_translation_data(
+    train_file: str,
+    valid_file: str,
+    data_dir: str,
+    *,
+    max_len: int,
+    tokenizer: TextTokenizer | None = None,
+    kind: str = "bpe",
+    vocab_size: int = 1000,
+    min_frequency: int | None = None,
+    format: str | None = None,
+    encoding_errors: str = "strict",
+    too_long: str = "refuse",
+) -> TranslationData:
     """Train (unless given) one tokenizer on both sides of ``train_file``, then tokenize both files into stores."""
     train_file, valid_file = os.fspath(train_file), os.fspath(valid_file)
     if tokenizer is None:
         if min_frequency is None:
             min_frequency = 2 if kind == "bpe" else 1
-        texts = (text for _, src, tgt in iter_pairs(train_file, format=format, encoding_errors=encoding_errors)
-                 for text in (src, tgt))
+        texts = (
+            text
+            for _, src, tgt in iter_pairs(train_file, format=format, encoding_errors=encoding_errors)
+            for text in (src, tgt)
+        )
         tokenizer = train_tokenizer(texts, kind, vocab_size=vocab_size, min_frequency=min_frequency)
     report = CorpusReport()
     options = dict(format=format, encoding_errors=encoding_errors, too_long=too_long, report=report)
     pads = dict(pad=tokenizer.pad_id, bos=tokenizer.bos_id, eos=tokenizer.eos_id)
-    train = PairDataset(*build_pair_stores(os.path.join(data_dir, "train"), [train_file], tokenizer, max_len,
-                                           **options), **pads)
-    valid = PairDataset(*build_pair_stores(os.path.join(data_dir, "valid"), [valid_file], tokenizer, max_len,
-                                           **options), **pads)
+    train = PairDataset(
+        *build_pair_stores(os.path.join(data_dir, "train"), [train_file], tokenizer, max_len, **options), **pads
+    )
+    valid = PairDataset(
+        *build_pair_stores(os.path.join(data_dir, "valid"), [valid_file], tokenizer, max_len, **options), **pads
+    )
     sources, targets, _ = read_pairs(valid_file, format=format, encoding_errors=encoding_errors)
     return TranslationData(tokenizer, train, valid, sources, targets, report)
 
 
-def translation_config(tokenizer: TextTokenizer, *, max_len: int, d_model: int, n_layers: int, n_heads: int,
-                       d_ff: int, dropout: float) -> TransformerConfig:
+def translation_config(
+    tokenizer: TextTokenizer, *, max_len: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float
+) -> TransformerConfig:
     """An encoder-decoder over the joint vocabulary, every embedding tied (section 3.4)."""
     v = tokenizer.vocab_size
-    return TransformerConfig(src_vocab=v, tgt_vocab=v, n_encoder_layers=n_layers, n_decoder_layers=n_layers,
-                             d_model=d_model, d_ff=d_ff, n_heads=n_heads, dropout=dropout, attention_dropout=dropout,
-                             max_len=max_len, pad_id=tokenizer.pad_id, tie_weights="all")
+    return TransformerConfig(
+        src_vocab=v,
+        tgt_vocab=v,
+        n_encoder_layers=n_layers,
+        n_decoder_layers=n_layers,
+        d_model=d_model,
+        d_ff=d_ff,
+        n_heads=n_heads,
+        dropout=dropout,
+        attention_dropout=dropout,
+        max_len=max_len,
+        pad_id=tokenizer.pad_id,
+        tie_weights="all",
+    )
 
 
-def make_translation_trainer(data: TranslationData, config: TransformerConfig, *, max_tokens: int, steps: int,
-                             warmup: int = 200, factor: float = 2.0, label_smoothing: float = 0.0, seed: int = 0,
-                             device: str | torch.device = "cpu", progress: bool = False, eval_every: int = 200,
-                             out_dir: str | None = None, metadata: dict[str, Any] | None = None) -> Trainer:
+def make_translation_trainer(
+    data: TranslationData,
+    config: TransformerConfig,
+    *,
+    max_tokens: int,
+    steps: int,
+    warmup: int = 200,
+    factor: float = 2.0,
+    label_smoothing: float = 0.0,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+    eval_every: int = 200,
+    out_dir: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Trainer:
     """A Trainer as the tasks' (Adam on the Noam schedule, label smoothing) over token-budget batches of pairs."""
     torch.manual_seed(seed)
-    model = make_model(config)
-    attach_tokenizer(model, data.tokenizer)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=NoamSchedule(config.d_model, factor, warmup))
-    batches = ResumableBatches(data.train.lengths, max_tokens, data.train.make_batch, seed=seed, what="pair")
-    valid_plan = TokenBudgetPlan(data.valid.lengths, max_tokens, shuffle=False, what="pair")
+    return file_task_trainer(
+        make_model(config),
+        data,
+        LabelSmoothing(config.tgt_vocab, config.pad_id, label_smoothing),
+        task="translate",
+        what="pair",
+        data_settings={},
+        max_tokens=max_tokens,
+        steps=steps,
+        warmup=warmup,
+        factor=factor,
+        seed=seed,
+        device=device,
+        progress=progress,
+        eval_every=eval_every,
+        out_dir=out_dir,
+        metadata=metadata,
+    )
 
-    def eval_batches():
-        return (data.valid.make_batch(indices) for indices in valid_plan.epoch(0))
 
-    meta = {"task": "translate", "tokenizer": tokenizer_metadata(data.tokenizer), "data": {"max_tokens": max_tokens, "seed": seed}}
-    meta.update(metadata or {})
-    return Trainer(model, optimizer, batches, criterion=LabelSmoothing(config.tgt_vocab, config.pad_id, label_smoothing),
-                   scheduler=scheduler, eval_batches=eval_batches, seed=seed, device=device, metadata=meta,
-                   config=TrainerConfig(steps=steps, eval_every=eval_every, checkpoint_every=eval_every,
-                                        progress=progress, out_dir=out_dir, checks="first"))
-
-
-def translate(model: nn.Module, tokenizer: TextTokenizer, texts: Sequence[str], *, beam_size: int = 1,
-              batch_size: int = 64, length_penalty: float = 0.6) -> list[str]:
+def translate(
+    model: nn.Module,
+    tokenizer: TextTokenizer,
+    texts: Sequence[str],
+    *,
+    beam_size: int = 1,
+    batch_size: int = 64,
+    length_penalty: float = 0.6,
+) -> list[str]:
     """Greedy (or beam) translations of ``texts``; sources longer than the model's ``max_len`` are cut to it."""
     limit = model.config.max_len
     device = next(model.parameters()).device
@@ -119,7 +189,9 @@ def translate(model: nn.Module, tokenizer: TextTokenizer, texts: Sequence[str], 
     outputs: list[str] = []
     try:
         for start in range(0, len(texts), batch_size):
-            rows = [ids[:limit] or [tokenizer.unk_id] for ids in tokenizer.encode_batch(texts[start:start + batch_size])]
+            rows = [
+                ids[:limit] or [tokenizer.unk_id] for ids in tokenizer.encode_batch(texts[start : start + batch_size])
+            ]
             width = max(len(r) for r in rows)
             src = torch.tensor([r + [tokenizer.pad_id] * (width - len(r)) for r in rows], device=device)
             mask = AttentionMask.padding(src, tokenizer.pad_id)
@@ -127,8 +199,17 @@ def translate(model: nn.Module, tokenizer: TextTokenizer, texts: Sequence[str], 
             if beam_size == 1:
                 out = greedy_decode(model, src, mask, length, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
             else:
-                out = beam_search(model, src, mask, length, tokenizer.bos_id, tokenizer.eos_id, beam_size=beam_size,
-                                  length_penalty=length_penalty, pad_symbol=tokenizer.pad_id).tokens
+                out = beam_search(
+                    model,
+                    src,
+                    mask,
+                    length,
+                    tokenizer.bos_id,
+                    tokenizer.eos_id,
+                    beam_size=beam_size,
+                    length_penalty=length_penalty,
+                    pad_symbol=tokenizer.pad_id,
+                ).tokens
             outputs.extend(tokenizer.decode(_until_end(row.tolist(), tokenizer.eos_id)) for row in out)
     finally:
         model.train(was_training)
@@ -154,11 +235,15 @@ def bleu_note(references: Sequence[str], tokenize=None, order: int = 4) -> str |
     if not lengths or short * 2 <= len(lengths):
         return None
     if short == len(lengths):
-        return (f"BLEU cannot mean anything here: none of the {len(lengths)} references has {order} tokens (BLEU "
-                f"multiplies the 1- to {order}-gram precisions, and these references have no {order}-grams), so it "
-                "is 0 even for exact copies; read chrF and exact match")
-    return (f"BLEU counts only the {len(lengths) - short} of {len(lengths)} references that have {order} tokens or "
-            f"more (the {short} shorter ones have no {order}-grams); read it with chrF and exact match")
+        return (
+            f"BLEU cannot mean anything here: none of the {len(lengths)} references has {order} tokens (BLEU "
+            f"multiplies the 1- to {order}-gram precisions, and these references have no {order}-grams), so it "
+            "is 0 even for exact copies; read chrF and exact match"
+        )
+    return (
+        f"BLEU counts only the {len(lengths) - short} of {len(lengths)} references that have {order} tokens or "
+        f"more (the {short} shorter ones have no {order}-grams); read it with chrF and exact match"
+    )
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
@@ -168,16 +253,27 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
 
     bleu, chrf = BLEU(), CHRF()
     hypotheses, references = list(hypotheses), list(references)
-    exact = sum(h == r for h, r in zip(hypotheses, references)) / max(len(references), 1)
-    return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
-            "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2), "exact_match": exact,
-            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
-            "bleu_note": bleu_note(references, bleu.tokenizer, bleu.max_ngram_order)}
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / max(len(references), 1)
+    return {
+        "bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
+        "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
+        "exact_match": exact,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "bleu_note": bleu_note(references, bleu.tokenizer, bleu.max_ngram_order),
+    }
 
 
-def translation_results(model: nn.Module, trainer: Trainer, eval_loss: float, data: TranslationData,
-                        train_seconds: float, *, examples: int,
-                        beam_size: int = 1) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+def translation_results(
+    model: nn.Module,
+    trainer: Trainer,
+    eval_loss: float,
+    data: TranslationData,
+    train_seconds: float,
+    *,
+    examples: int,
+    beam_size: int = 1,
+) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's figures (``trainer``'s steps, tokens and last loss; the held-out loss ``eval_loss``, which under
     torchrun every rank computes together) and BLEU/chrF/exact match of ``model`` (the full model: under FSDP the
     one gathered on rank 0) decoding the first ``examples`` held-out sources; with three (source, reference, output)
@@ -185,8 +281,16 @@ def translation_results(model: nn.Module, trainer: Trainer, eval_loss: float, da
     sources, references = data.valid_sources[:examples], data.valid_targets[:examples]
     outputs = translate(model, data.tokenizer, sources, beam_size=beam_size)
     scores = corpus_scores(outputs, references)
-    results = {"task": "translate", "steps": trainer.step, "train_seconds": round(train_seconds, 2),
-               "tokens_per_second": round(trainer.tokens / max(train_seconds, 1e-9), 1), "eval_loss": eval_loss,
-               "final_train_loss": trainer.last_train_loss, "eval_lines": len(sources), "beam_size": beam_size,
-               **scores, "tokenizer": tokenizer_metadata(data.tokenizer)}
-    return results, list(zip(sources, references, outputs))[:3]
+    results = {
+        "task": "translate",
+        "steps": trainer.step,
+        "train_seconds": round(train_seconds, 2),
+        "tokens_per_second": round(trainer.tokens / max(train_seconds, 1e-9), 1),
+        "eval_loss": eval_loss,
+        "final_train_loss": trainer.last_train_loss,
+        "eval_lines": len(sources),
+        "beam_size": beam_size,
+        **scores,
+        "tokenizer": tokenizer_metadata(data.tokenizer),
+    }
+    return results, list(zip(sources, references, outputs, strict=True))[:3]

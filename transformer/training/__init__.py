@@ -1,29 +1,19 @@
 """Training (section 5): one concept per module; import everything from here.
 
 * :mod:`~transformer.training.batch`: :class:`Batch`, a source/target batch with its masks.
-* :mod:`~transformer.training.losses`: label smoothing, the Noam schedule, the loss compute.
-* :mod:`~transformer.training.trainer`: ``run_epoch`` and :class:`Trainer` (checkpoints, resume, divergence stop).
+* :mod:`~transformer.training.losses`: label smoothing, the label-id check, the loss compute (section 5.4).
+* :mod:`~transformer.training.schedule`: the Noam learning-rate schedule and Adam on it (section 5.3).
+* :mod:`~transformer.training.loop`: ``run_epoch`` (the tutorial's loop) and the step's pieces it shares.
+* :mod:`~transformer.training.trainer`: :class:`Trainer` (step-counted, checkpoints, exact resume, torchrun).
+* :mod:`~transformer.training.stops`: when a run stops without a result: divergence, Ctrl-C.
 """
 
 from .batch import Batch
-from .losses import (
-    LabelSmoothing,
-    NoamSchedule,
-    SimpleLossCompute,
-    check_label_ids,
-    label_smoothing_entropy,
-    noam_factor,
-    rate,
-)
-from .trainer import (
-    Trainer,
-    TrainerConfig,
-    TrainingDiverged,
-    TrainingInterrupted,
-    TrainState,
-    autocast_context,
-    run_epoch,
-)
+from .loop import TrainState, autocast_context, run_epoch
+from .losses import LabelSmoothing, SimpleLossCompute, check_label_ids, label_smoothing_entropy
+from .schedule import NoamSchedule, noam_adam, noam_factor, rate
+from .stops import InterruptAtStepBoundary, TrainingDiverged, TrainingInterrupted
+from .trainer import Trainer, TrainerConfig
 
 __all__ = [
     "Batch",
@@ -33,6 +23,7 @@ __all__ = [
     "rate",
     "NoamSchedule",
     "noam_factor",
+    "noam_adam",
     "SimpleLossCompute",
     "TrainState",
     "run_epoch",
@@ -40,5 +31,6 @@ __all__ = [
     "TrainerConfig",
     "TrainingDiverged",
     "TrainingInterrupted",
+    "InterruptAtStepBoundary",
     "autocast_context",
 ]

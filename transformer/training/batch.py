@@ -20,10 +20,15 @@ def _check_ids(ids: Tensor, vocab: int, name: str, side: str) -> None:
     bad = (ids < 0) | (ids >= vocab)
     if bool(bad.any()):
         row, column = (int(i) for i in bad.nonzero()[0])
-        where = " (the last target position: a label only, which the model never reads)" \
-            if name == "tgt" and column == ids.size(1) - 1 else ""
-        raise ValueError(f"Batch: {name} holds id {int(ids[row, column])} at position ({row}, {column}){where}, "
-                         f"outside the {side} vocabulary [0, {vocab})")
+        where = (
+            " (the last target position: a label only, which the model never reads)"
+            if name == "tgt" and column == ids.size(1) - 1
+            else ""
+        )
+        raise ValueError(
+            f"Batch: {name} holds id {int(ids[row, column])} at position ({row}, {column}){where}, "
+            f"outside the {side} vocabulary [0, {vocab})"
+        )
 
 
 class Batch:
@@ -47,8 +52,15 @@ class Batch:
     ``tgt[:, :-1]``), never that one.
     """
 
-    def __init__(self, src: Tensor, tgt: Tensor | None = None, pad: int = 2, *, src_vocab: int | None = None,
-                 tgt_vocab: int | None = None) -> None:
+    def __init__(
+        self,
+        src: Tensor,
+        tgt: Tensor | None = None,
+        pad: int = 2,
+        *,
+        src_vocab: int | None = None,
+        tgt_vocab: int | None = None,
+    ) -> None:
         if src.dim() != 2:
             raise ValueError(f"Batch: src must be (batch, src_len), got shape {tuple(src.shape)}")
         if src_vocab is not None:
@@ -67,7 +79,9 @@ class Batch:
             if tgt.dim() != 2 or tgt.size(0) != src.size(0):
                 raise ValueError(f"Batch: tgt must be (batch={src.size(0)}, tgt_len + 1), got shape {tuple(tgt.shape)}")
             if tgt.size(1) < 2:
-                raise ValueError(f"Batch: tgt needs at least 2 tokens (a start symbol and one label), got {tgt.size(1)}")
+                raise ValueError(
+                    f"Batch: tgt needs at least 2 tokens (a start symbol and one label), got {tgt.size(1)}"
+                )
             self.tgt = tgt[:, :-1]
             self.tgt_y = tgt[:, 1:]
             self.tgt_mask = AttentionMask.target(self.tgt, pad)

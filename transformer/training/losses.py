@@ -1,17 +1,17 @@
-"""Training objectives (section 5): label smoothing, the Noam learning-rate schedule, the loss compute.
+"""Training objectives (section 5.4): label smoothing and the loss compute.
 
-The names and signatures follow the Annotated Transformer (``LabelSmoothing``, ``rate``,
-``SimpleLossCompute``); the differences are fixes: ``LabelSmoothing`` never produces inf or NaN (the
-tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), the loss compute survives
+The names and signatures follow the Annotated Transformer (``LabelSmoothing``, ``SimpleLossCompute``; its schedule
+``rate`` is in :mod:`transformer.training.schedule`); the differences are fixes: ``LabelSmoothing`` never produces inf
+or NaN (the tutorial's gives NaN at ``smoothing=0`` when a log-probability is ``-inf``), the loss compute survives
 all-padding batches (the tutorial divides by zero), and a label outside the vocabulary is named in a ValueError
 instead of an index error (or, on a GPU, a device-side assert). Batches are in :mod:`transformer.training.batch`, the
-training loop (``run_epoch``, ``Trainer``) in :mod:`transformer.training.trainer`.
+training loops in :mod:`transformer.training.loop` (``run_epoch``) and :mod:`transformer.training.trainer`.
 
 Label ids are checked where reading them costs nothing: on the CPU, every call checks them and raises. On a GPU the
 check does not read the labels back to the host (that would add a synchronisation to every step): an out-of-range
 id never indexes anything (the loss reads a clamped id), and the loss becomes NaN; the training loops, which read
-the loss on the host at every step anyway, then name the label (:class:`~transformer.training.trainer.Trainer` checks the
-labels of a step whose loss is not finite, and the CPU-built batches of the tasks check them when they are made).
+the loss on the host at every step anyway, then name the label (:class:`~transformer.training.trainer.Trainer` checks
+the labels of a step whose loss is not finite, and the CPU-built batches of the tasks check them when they are made).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import nn
 
 from ..contracts import Float, Int, Tensor, checked
 
-__all__ = ["LabelSmoothing", "label_smoothing_entropy", "rate", "NoamSchedule", "noam_factor", "SimpleLossCompute"]
+__all__ = ["LabelSmoothing", "label_smoothing_entropy", "check_label_ids", "SimpleLossCompute"]
 
 
 def _checked_on_host(tensor: Tensor) -> bool:
@@ -46,8 +46,10 @@ def check_label_ids(labels: Tensor, vocab: int, who: str, name: str, *, ignore: 
     if bool(invalid.any()):
         position = tuple(int(i) for i in invalid.nonzero()[0])
         allowed = f"[0, {vocab})" + (f" or the ignored id {ignore}" if ignore is not None else "")
-        raise ValueError(f"{who}: {name} holds label id {int(labels[position])} at position {position}, outside "
-                         f"{allowed} (vocabulary size {vocab})")
+        raise ValueError(
+            f"{who}: {name} holds label id {int(labels[position])} at position {position}, outside "
+            f"{allowed} (vocabulary size {vocab})"
+        )
 
 
 def label_smoothing_entropy(size: int, smoothing: float, style: str = "torch") -> float:
@@ -94,7 +96,9 @@ class LabelSmoothing(nn.Module):
     ``smoothing=0`` and on all-padding batches too (which give exactly 0).
     """
 
-    def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0, *, style: Literal["torch", "annotated"] = "torch") -> None:
+    def __init__(
+        self, size: int, padding_idx: int, smoothing: float = 0.0, *, style: Literal["torch", "annotated"] = "torch"
+    ) -> None:
         super().__init__()
         if style not in ("torch", "annotated"):
             raise ValueError(f"LabelSmoothing: style must be 'torch' or 'annotated', got {style!r}")
@@ -139,51 +143,6 @@ class LabelSmoothing(nn.Module):
         if invalid is not None:  # an id no row may hold: NaN, which the training loops read and name
             loss = torch.where(invalid.any(), torch.full_like(loss, float("nan")), loss)
         return loss
-
-
-def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
-    """The Noam learning-rate schedule (section 5.3), as a multiplier for ``LambdaLR``.
-
-    ``lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``; step 0 counts as 1
-    (LambdaLR calls it with 0 first, where the formula would divide by zero).
-    """
-    if warmup <= 0:
-        raise ValueError(f"rate: warmup must be positive, got warmup={warmup}")
-    if step == 0:
-        step = 1
-    return factor * (model_size ** (-0.5) * min(step ** (-0.5), step * warmup ** (-1.5)))
-
-
-def noam_factor(peak: float, model_size: int, warmup: int) -> float:
-    """The ``factor`` whose Noam schedule peaks at ``peak``: ``peak * sqrt(model_size * warmup)``.
-
-    The schedule rises linearly for ``warmup`` steps and decays as ``step^-0.5`` after; its largest value, at
-    ``step == warmup``, is ``factor * (model_size * warmup)^-0.5``. With Adam's base learning rate 1 (as the tasks
-    and the CLI use it), that value is the peak learning rate: ``--lr`` sets it, ``--lr-factor`` sets ``factor``."""
-    if not peak > 0 or peak == float("inf"):
-        raise ValueError(f"noam_factor: the peak learning rate must be a positive number, got {peak}")
-    if warmup <= 0:
-        raise ValueError(f"noam_factor: warmup must be positive, got warmup={warmup}")
-    return peak * math.sqrt(model_size * warmup)
-
-
-class NoamSchedule:
-    """``rate`` as a picklable, JSON-serialisable callable: ``LambdaLR(opt, NoamSchedule(512, 1.0, 400))``.
-
-    Its ``__dict__`` is what ``LambdaLR.state_dict()`` stores, so checkpoints stay plain JSON. ``peak`` is its
-    largest value (at step ``warmup``).
-    """
-
-    def __init__(self, model_size: int, factor: float = 1.0, warmup: int = 400) -> None:
-        self.model_size, self.factor, self.warmup = model_size, factor, warmup
-
-    def __call__(self, step: int) -> float:
-        return rate(step, self.model_size, self.factor, self.warmup)
-
-    @property
-    def peak(self) -> float:
-        """The schedule's largest multiplier, reached at step ``warmup``: ``factor * (model_size * warmup)^-0.5``."""
-        return rate(self.warmup, self.model_size, self.factor, self.warmup)
 
 
 class SimpleLossCompute:

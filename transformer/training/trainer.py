@@ -1,10 +1,7 @@
-"""The training loop (section 5): ``run_epoch`` as in the Annotated Transformer, and a step-counted ``Trainer``.
-
-``run_epoch`` adds gradient clipping, bf16 autocast on CUDA and a tqdm progress bar to the tutorial's loop.
-``Trainer`` puts a step-counted loop, periodic evaluation and exact-resume checkpoints
-(:mod:`transformer.checkpoint`) on top; the same loop runs under torchrun with DDP or FSDP2 when given a strategy
-(:mod:`transformer.distributed`). Both take any batch with ``inputs()``, ``labels``, ``ntokens``,
-``len()`` and ``to()`` (:class:`~transformer.training.batch.Batch`): the model runs as ``model(*batch.inputs())``.
+"""The step-counted ``Trainer`` (section 5): the loop of :mod:`~transformer.training.loop` with periodic
+evaluation, exact-resume checkpoints (:mod:`transformer.checkpoint`) and the stops of
+:mod:`~transformer.training.stops`; the same loop runs under torchrun with DDP or FSDP2 when given a strategy
+(:mod:`transformer.distributed`).
 
 Never silently wrong: a loss that becomes NaN or infinite stops training (:class:`TrainingDiverged`, read where the
 loop reads the loss anyway: no extra synchronisation), weights that are not finite are never saved, so the last
@@ -17,9 +14,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,183 +22,21 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .batch import Batch
 from ..checkpoint import describe_nonfinite, kept_message, nonfinite_tensors
-from ..contracts import Tensor, checks
+from ..contracts import checks
 from ..distributed import SingleProcess, Strategy
+from .batch import Batch
+from .loop import batch_loss, make_progress_bar, optimizer_step, progress_postfix
 from .losses import SimpleLossCompute, check_label_ids
+from .stops import (
+    DIVERGENCE_HINT,
+    InterruptAtStepBoundary,
+    TrainingDiverged,
+    TrainingInterrupted,
+    what_was_kept,
+)
 
-__all__ = ["TrainState", "run_epoch", "Trainer", "TrainerConfig", "TrainingDiverged",
-           "TrainingInterrupted"]
-
-_HINT = ("lower the learning rate (--lr or --lr-factor), lengthen the warm-up (--warmup), or clip the gradients "
-         "harder (TrainerConfig.clip_grad)")
-
-
-class TrainingDiverged(RuntimeError):
-    """The training loss (or the held-out loss, or the weights about to be saved) became NaN or infinite.
-
-    Training stopped at ``step``; nothing non-finite was saved, so the last checkpoint on disk is the last good one.
-    ``loss`` is the loss that was not finite (None when the weights were). The message says what to change."""
-
-    def __init__(self, message: str, step: int, loss: float | None = None) -> None:
-        super().__init__(message)
-        self.step, self.loss = step, loss
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) stopped :meth:`Trainer.train` at the boundary of step ``step``; ``saved_to`` is the checkpoint
-    written there (None without ``out_dir``). A ``KeyboardInterrupt``, so code that catches those still does."""
-
-    def __init__(self, step: int, saved_to: str | None) -> None:
-        where = f"the checkpoint in {saved_to} holds step {step}" if saved_to else "no checkpoint was written (no out_dir)"
-        super().__init__(f"interrupted at step {step}: {where}")
-        self.step, self.saved_to = step, saved_to
-
-
-class _InterruptAtStepBoundary:
-    """While active (in the main thread, and only if nobody else handles SIGINT), the first Ctrl-C sets
-    ``requested``; the Trainer stops at the end of the step. A second Ctrl-C raises KeyboardInterrupt at once."""
-
-    def __init__(self, announce: bool) -> None:
-        self.requested, self.announce, self._previous = False, announce, None
-
-    def __enter__(self) -> _InterruptAtStepBoundary:
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-            raise KeyboardInterrupt
-        self.requested = True
-        if self.announce:
-            print("\ninterrupted: saving at the end of this step (Ctrl-C again to stop at once)", file=sys.stderr,
-                  flush=True)
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-
-
-@dataclass
-class TrainState:
-    """Track the number of steps, examples and tokens processed (the tutorial's TrainState)."""
-
-    step: int = 0  # steps in the current epoch
-    accum_step: int = 0  # number of gradient accumulation (optimizer) steps
-    samples: int = 0  # examples used
-    tokens: int = 0  # tokens processed
-
-
-def autocast_context(device: torch.device | str, enabled: bool = True) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (when ``enabled``); a no-op context on every other device."""
-    device = torch.device(device)
-    if enabled and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def _make_bar(total: int | None, desc: str, enabled: bool, initial: int = 0):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled, initial=initial, dynamic_ncols=True, leave=True)
-
-
-def _batch_loss(batch: Batch, model: nn.Module, loss_compute: Callable, device: torch.device | str, amp: bool):
-    """Run the model on one batch (bf16 autocast on CUDA) and return ``loss_compute``'s (loss sum, loss node)."""
-    with autocast_context(device, amp):
-        out = model(*batch.inputs())  # __call__: module hooks run
-        return loss_compute(out, batch.labels, batch.ntokens)
-
-
-def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, clip_grad: float | None) -> None:
-    """Clip the global gradient norm, step the optimizer, clear the gradients, step the schedule."""
-    if clip_grad is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if scheduler is not None:
-        scheduler.step()
-
-
-def _postfix(loss_per_token: float, tokens: int, elapsed: float, optimizer: torch.optim.Optimizer | None) -> dict:
-    """The progress bar's loss, tokens/s and (when training) learning rate."""
-    postfix = {"loss": f"{loss_per_token:.3f}", "tok/s": f"{tokens / max(elapsed, 1e-9):.0f}"}
-    if optimizer is not None:
-        postfix["lr"] = f"{optimizer.param_groups[0]['lr']:.2e}"
-    return postfix
-
-
-def run_epoch(
-    data_iter: Iterable[Batch],
-    model: nn.Module,
-    loss_compute: Callable[[Tensor, Tensor, Any], tuple[Tensor, Tensor]],
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
-    mode: Literal["train", "train+log", "eval"] = "train",
-    accum_iter: int = 1,
-    train_state: TrainState | None = None,
-    *,
-    clip_grad: float | None = None,
-    device: torch.device | str | None = None,
-    amp: bool = True,
-    progress: bool = False,
-    total: int | None = None,
-) -> tuple[float, TrainState]:
-    """Train (or evaluate) over one pass of ``data_iter``; returns (loss per token, train_state).
-
-    As the tutorial's: the model runs on each ``Batch``, ``loss_compute(out, tgt_y, ntokens)``
-    gives the loss, and in a training mode the gradients of ``accum_iter`` batches are accumulated
-    before each optimizer and scheduler step. Additions: ``clip_grad`` (max global grad norm),
-    bf16 autocast when ``device`` is CUDA (``amp``), and a tqdm bar with loss, tokens/s and lr.
-    Evaluation runs under ``torch.no_grad``. In a training mode a batch whose loss is NaN or infinite raises
-    :class:`TrainingDiverged` (the loss is read on the host for the progress bar anyway).
-    """
-    if accum_iter < 1:
-        raise ValueError(f"run_epoch: accum_iter must be >= 1, got {accum_iter}")
-    training = mode.startswith("train")
-    if training and optimizer is None:
-        raise ValueError("run_epoch: a training mode needs an optimizer")
-    train_state = train_state if train_state is not None else TrainState()
-    if device is None:
-        device = next(model.parameters()).device
-    start = time.perf_counter()
-    total_tokens = 0
-    total_loss = 0.0
-    grad_context = contextlib.nullcontext() if training else torch.no_grad()
-    bar = _make_bar(total, "train" if training else "eval", progress)
-    with grad_context:
-        for i, batch in enumerate(data_iter):
-            batch = batch.to(device)
-            loss, loss_node = _batch_loss(batch, model, loss_compute, device, amp)
-            if training:
-                loss_node.backward()
-                train_state.step += 1
-                train_state.samples += len(batch)
-                train_state.tokens += batch.ntokens
-                if (i + 1) % accum_iter == 0:
-                    _optimizer_step(model, optimizer, scheduler, clip_grad)
-                    train_state.accum_step += 1
-            loss_value = float(loss)
-            if training and not math.isfinite(loss_value):
-                bar.close()
-                raise TrainingDiverged(f"run_epoch: the loss of batch {i} is {loss_value}: training diverged; "
-                                       + _HINT, train_state.accum_step, loss_value)
-            total_loss += loss_value
-            total_tokens += batch.ntokens
-            elapsed = time.perf_counter() - start
-            bar.set_postfix(_postfix(loss_value / max(batch.ntokens, 1), total_tokens, elapsed, optimizer), refresh=False)
-            bar.update(1)
-    if training:
-        # gradients of a trailing partial accumulation are discarded, as in the tutorial
-        optimizer.zero_grad(set_to_none=True)
-    bar.close()
-    return total_loss / max(total_tokens, 1), train_state
+__all__ = ["Trainer", "TrainerConfig", "TrainingDiverged", "TrainingInterrupted"]
 
 
 @dataclass
@@ -304,7 +136,7 @@ class Trainer:
         self.history = _History()
         self.last_train_loss = float("nan")
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer wrote or resumed from
-        self._interrupt: _InterruptAtStepBoundary | None = None
+        self._interrupt: InterruptAtStepBoundary | None = None
         self._stop_requested = False
         self.strategy: Strategy = SingleProcess(device=self.device)
         self.train_model: nn.Module = model  # what training steps call: the model, or its DDP wrapper
@@ -317,7 +149,9 @@ class Trainer:
         if self.step or self._batches is not None:
             raise ValueError("Trainer.distribute: call it before training starts")
         if strategy.device != self.device:
-            raise ValueError(f"Trainer.distribute: the trainer is on {self.device} but the strategy on {strategy.device}")
+            raise ValueError(
+                f"Trainer.distribute: the trainer is on {self.device} but the strategy on {strategy.device}"
+            )
         self.strategy = strategy
         self.train_model = strategy.prepare(self.model, self.optimizer)
 
@@ -370,8 +204,11 @@ class Trainer:
         bad = nonfinite_tensors(self.model.named_parameters())
         if self.strategy.all_reduce_sum([len(bad)])[0]:
             where = describe_nonfinite(bad) if bad else "another rank's shard"
-            raise TrainingDiverged(f"training diverged: after step {self.step} the weights hold NaN or inf in {where}; "
-                                   f"they were not saved and {kept_message(path)}; " + _HINT, self.step)
+            raise TrainingDiverged(
+                f"training diverged: after step {self.step} the weights hold NaN or inf in {where}; "
+                f"they were not saved and {kept_message(path)}; " + DIVERGENCE_HINT,
+                self.step,
+            )
         saved = self.strategy.save(path, self.model, self.optimizer, self.state(), self.metadata)
         self.saved_step = self.step
         return saved
@@ -398,7 +235,7 @@ class Trainer:
             with torch.no_grad():
                 for batch, counted in self.strategy.eval_share(self.eval_batches()):
                     batch = batch.to(self.device)
-                    loss, _ = _batch_loss(batch, self.model, self.loss_compute, self.device, self.config.amp)
+                    loss, _ = batch_loss(batch, self.model, self.loss_compute, self.device, self.config.amp)
                     if counted:
                         total_loss += float(loss)
                         total_tokens += batch.ntokens
@@ -422,10 +259,10 @@ class Trainer:
         # under torchrun each rank's loss per token is weighted by its share of all the ranks' tokens (1.0 alone)
         weights = self.strategy.token_weights([batch.ntokens for batch in group])
         loss_sum, ntokens = 0.0, 0
-        for i, (batch, weight) in enumerate(zip(group, weights)):
+        for i, (batch, weight) in enumerate(zip(group, weights, strict=True)):
             batch = batch.to(self.device)
             with self.strategy.no_sync(self.train_model, last=i == len(group) - 1):  # gradients synced once a step
-                loss, loss_node = _batch_loss(batch, self.train_model, self.loss_compute, self.device, self.config.amp)
+                loss, loss_node = batch_loss(batch, self.train_model, self.loss_compute, self.device, self.config.amp)
                 (loss_node if weight == 1.0 else loss_node * weight).backward()
             loss_sum += float(loss)
             ntokens += batch.ntokens
@@ -434,7 +271,7 @@ class Trainer:
         loss_sum, ntokens, stops = self.strategy.all_reduce_sum([loss_sum, ntokens, float(requested)])
         if not math.isfinite(loss_sum):
             self._diverged(group, loss_sum / max(ntokens, 1))
-        _optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)
+        optimizer_step(self.model, self.optimizer, self.scheduler, self.config.clip_grad)
         self._stop_requested = stops > 0
         ntokens = int(ntokens)
         self.step += 1
@@ -449,12 +286,20 @@ class Trainer:
         if isinstance(vocab, int):
             for batch in group:
                 if batch.labels is not None:
-                    check_label_ids(batch.labels.detach().cpu(), vocab, f"Trainer (step {self.step + 1})",
-                                    "a batch's labels")
-        last = "" if not math.isfinite(self.last_train_loss) else f" (it was {self.last_train_loss:.4f} at step {self.step})"
-        kept = kept_message(self.config.out_dir) if self.config.out_dir else "no checkpoint is written (no out_dir)"
-        raise TrainingDiverged(f"training diverged at step {self.step + 1}: the loss is {loss}{last}; stopped before "
-                               f"the optimizer step, and {kept}; " + _HINT, self.step + 1, loss)
+                    check_label_ids(
+                        batch.labels.detach().cpu(), vocab, f"Trainer (step {self.step + 1})", "a batch's labels"
+                    )
+        last = (
+            ""
+            if not math.isfinite(self.last_train_loss)
+            else f" (it was {self.last_train_loss:.4f} at step {self.step})"
+        )
+        raise TrainingDiverged(
+            f"training diverged at step {self.step + 1}: the loss is {loss}{last}; stopped before "
+            f"the optimizer step, and {what_was_kept(self.config.out_dir)}; " + DIVERGENCE_HINT,
+            self.step + 1,
+            loss,
+        )
 
     def train(self, steps: int | None = None, *, on_eval: Callable[[int, float], None] | None = None) -> float:
         """Train until ``steps`` optimizer steps in total (default ``config.steps``); returns the last train loss.
@@ -469,7 +314,7 @@ class Trainer:
         """
         target = self.config.steps if steps is None else steps
         cfg = self.config
-        interrupt = _InterruptAtStepBoundary(self.strategy.is_main) if cfg.interrupt_at_step_boundary else None
+        interrupt = InterruptAtStepBoundary(self.strategy.is_main) if cfg.interrupt_at_step_boundary else None
         with interrupt or contextlib.nullcontext():
             self._interrupt, self._stop_requested = interrupt, False
             try:
@@ -479,7 +324,7 @@ class Trainer:
 
     def _train(self, target: int, on_eval: Callable[[int, float], None] | None) -> float:
         cfg = self.config
-        bar = _make_bar(target, "train", cfg.progress and self.strategy.is_main, initial=self.step)
+        bar = make_progress_bar(target, "train", cfg.progress and self.strategy.is_main, initial=self.step)
         start, start_tokens = time.perf_counter(), self.tokens
         try:
             first = True
@@ -490,14 +335,19 @@ class Trainer:
                 first = False
                 self.history.train_loss.append((self.step, loss))
                 elapsed = time.perf_counter() - start
-                bar.set_postfix(_postfix(loss, self.tokens - start_tokens, elapsed, self.optimizer), refresh=False)
+                bar.set_postfix(
+                    progress_postfix(loss, self.tokens - start_tokens, elapsed, self.optimizer), refresh=False
+                )
                 bar.update(1)
                 if cfg.eval_every and self.eval_batches is not None and self.step % cfg.eval_every == 0:
                     eval_loss = self.evaluate()
                     if not math.isfinite(eval_loss):
-                        kept = kept_message(cfg.out_dir) if cfg.out_dir else "no checkpoint is written (no out_dir)"
-                        raise TrainingDiverged(f"training diverged at step {self.step}: the held-out loss is "
-                                               f"{eval_loss}; {kept}; " + _HINT, self.step, eval_loss)
+                        raise TrainingDiverged(
+                            f"training diverged at step {self.step}: the held-out loss is "
+                            f"{eval_loss}; {what_was_kept(cfg.out_dir)}; " + DIVERGENCE_HINT,
+                            self.step,
+                            eval_loss,
+                        )
                     self.history.eval_loss.append((self.step, eval_loss))
                     if cfg.progress and self.strategy.is_main:
                         bar.write(f"step {self.step}: train loss {loss:.4f}, eval loss {eval_loss:.4f}")

@@ -137,8 +137,8 @@ MUTANTS = [
     L(
         "data-shards-overlap",
         _BAT,
-        "return self.all_batches(epoch)[self.rank::self.world_size]",
-        "return self.all_batches(epoch)[self.rank:][: self.batches_per_epoch]",
+        "        return self.all_batches(epoch)[self.rank :: self.world_size]\n",
+        "        return self.all_batches(epoch)[self.rank :][: self.batches_per_epoch]\n",
         "ranks take overlapping runs of batches instead of every world_size-th",
         DATA_TESTS,
     ),
@@ -200,10 +200,9 @@ MUTANTS = [
     ),
     L(
         "ckpt-assets-outside-manifest",
-        "transformer/checkpoint/__init__.py",
-        '                f.write(content.encode("utf-8") if isinstance(content, str) else content)\n'
-        "            files.append(name)",
-        '                f.write(content.encode("utf-8") if isinstance(content, str) else content)',
+        "transformer/checkpoint/save.py",
+        "            files.append(name)\n",
+        "",
         "saved assets (the tokenizer) are not covered by the SHA-256 manifest",
         DATA_TESTS,
     ),

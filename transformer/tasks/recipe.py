@@ -1,4 +1,7 @@
-"""Wiring a task to a model, an optimizer with the Noam schedule and a Trainer (used by the CLI)."""
+"""The synthetic tasks' training recipe: a task wired to its model, Adam on the Noam schedule, label smoothing and a
+:class:`~transformer.training.Trainer` (what ``typed-transformer train copy|dates`` trains; the file tasks' recipes
+are :func:`~transformer.tasks.text_lm.make_lm_trainer` and
+:func:`~transformer.tasks.translation_files.make_translation_trainer`)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,8 @@ import torch
 
 from ..config import TransformerConfig
 from ..model import make_model
-from ..training.trainer import Trainer, TrainerConfig
-from ..training.losses import LabelSmoothing, NoamSchedule
-from ..tasks.base import Task
+from ..training import LabelSmoothing, Trainer, TrainerConfig, noam_adam
+from .base import Task
 
 __all__ = ["make_trainer"]
 
@@ -41,10 +43,12 @@ def make_trainer(
     torch.manual_seed(seed)
     config = config or task.default_config(**config_changes)
     model = make_model(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    schedule = NoamSchedule(config.d_model, defaults.factor if factor is None else factor,
-                            defaults.warmup if warmup is None else warmup)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=schedule)
+    optimizer, scheduler = noam_adam(
+        model.parameters(),
+        config.d_model,
+        defaults.factor if factor is None else factor,
+        defaults.warmup if warmup is None else warmup,
+    )
     bs = batch_size or defaults.batch_size
     eval_set = task.eval_batches(n_batches=eval_batches, batch_size=bs)
     trainer_config = TrainerConfig(

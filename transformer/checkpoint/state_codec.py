@@ -1,0 +1,71 @@
+"""A training state (tensors and JSON values in dicts, lists and tuples) as JSON plus a flat dict of tensors for
+``safetensors``, and back: how ``state.json`` + ``state.safetensors`` hold it without pickle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["encode_state", "decode_state", "tensor_bytes"]
+
+
+def encode_state(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> Any:
+    """``obj`` (tensors and JSON values in dicts, lists and tuples: a training state) as a JSON value in which each
+    tensor is ``{"__tensor__": key}``, the tensor itself put in ``tensors[key]`` (for ``safetensors``); tuples and
+    dicts with non-string keys are tagged (``__tuple__``, ``__items__``) so that :func:`decode_state` gives them
+    back. ``path`` prefixes the keys. Anything else raises ``TypeError`` naming where it is."""
+    if isinstance(obj, torch.Tensor):
+        key = path or "root"
+        tensors[key] = obj.detach().cpu().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        if (
+            all(isinstance(k, str) for k in obj)
+            and "__tensor__" not in obj
+            and "__tuple__" not in obj
+            and "__items__" not in obj
+        ):
+            return {k: encode_state(v, tensors, f"{path}.{k}") for k, v in obj.items()}
+        return {
+            "__items__": [
+                [encode_state(k, tensors, f"{path}.k{i}"), encode_state(v, tensors, f"{path}.{k}")]
+                for i, (k, v) in enumerate(obj.items())
+            ]
+        }
+    if isinstance(obj, tuple):
+        return {"__tuple__": [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(
+        f"cannot store a {type(obj).__name__} at {path or 'root'} in a checkpoint (only tensors and JSON values)"
+    )
+
+
+def decode_state(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The inverse of :func:`encode_state`: the JSON value ``obj`` with its tensor references looked up in
+    ``tensors`` and its tuples and non-string-keyed dicts restored."""
+    if isinstance(obj, dict):
+        if set(obj) == {"__tensor__"}:
+            return tensors[obj["__tensor__"]]
+        if set(obj) == {"__tuple__"}:
+            return tuple(decode_state(v, tensors) for v in obj["__tuple__"])
+        if set(obj) == {"__items__"}:
+            return {decode_state(k, tensors): decode_state(v, tensors) for k, v in obj["__items__"]}
+        return {k: decode_state(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [decode_state(v, tensors) for v in obj]
+    return obj
+
+
+def tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor in ``obj`` (dicts, lists and tuples of tensors and other values)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0

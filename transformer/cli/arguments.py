@@ -1,0 +1,331 @@
+"""The command line's vocabulary: one set of argparse types (every number a flag takes is parsed here) and the groups
+of flags each command takes, with their defaults and help."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..attention import BACKENDS
+from ..data.corpora import TOO_LONG_POLICIES
+from ..data.text_files import ENCODING_ERRORS, PAIR_FORMATS
+from ..data.tokenizers import TOKENIZER_KINDS
+from ..distributed import STRATEGIES
+from ..tasks import get_task
+from ..tasks.text_lm import LM_DEFAULTS
+from ..tasks.translation_files import TRANSLATE_DEFAULTS
+from ..training import NoamSchedule
+
+__all__ = [
+    "CommandParser",
+    "number",
+    "positive_int",
+    "non_negative_int",
+    "positive_float",
+    "fraction",
+    "add_runtime_flags",
+    "task_defaults",
+    "add_training_flags",
+    "add_lm_flags",
+    "add_translate_flags",
+    "add_generate_flags",
+]
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser that accepts no abbreviation (``--lr`` is never read as ``--lr-factor``). The
+    sub-parsers that ``add_subparsers`` makes are of the parser's own class, so every command and task is one."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
+def number(kind: type, what: str, accepts: Callable[[Any], bool]) -> Callable[[str], Any]:
+    """An argparse ``type``: ``kind(text)`` when ``accepts`` it; else the error ``expected {what}, got ...``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
+
+
+positive_int = number(int, "a positive integer", lambda value: value >= 1)
+non_negative_int = number(int, "a non-negative integer", lambda value: value >= 0)
+positive_float = number(float, "a positive number", lambda value: 0 < value < float("inf"))
+fraction = number(float, "a number in [0, 1)", lambda value: 0.0 <= value < 1.0)
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("runtime")
+    g.add_argument(
+        "--device", default="cpu", help="cpu, cuda, cuda:N or auto (cuda when available) (default: %(default)s)"
+    )
+    g.add_argument(
+        "--attention-backend",
+        choices=BACKENDS,
+        default=None,
+        help="attention backend, a run-time choice (default: the model config's, auto)",
+    )
+    g.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        help="CPU threads for torch; 1 is fastest for these small models and robust on a busy machine "
+        "(default: %(default)s)",
+    )
+
+
+def task_defaults(task: str) -> dict:
+    """The defaults ``train TASK`` shows and uses: the synthetic task's ``default_training()``, or the file
+    task's ``LM_DEFAULTS``/``TRANSLATE_DEFAULTS``; and the d_model of its default model (for --lr's default)."""
+    if task in ("lm", "translate"):
+        d = LM_DEFAULTS if task == "lm" else TRANSLATE_DEFAULTS
+        return dict(
+            steps=d["steps"], eval_every=d["eval_every"], warmup=d["warmup"], factor=d["factor"], d_model=d["d_model"]
+        )
+    t = get_task(task)
+    d = t.default_training()
+    return dict(
+        steps=d.steps,
+        eval_every=d.eval_every,
+        warmup=d.warmup,
+        factor=d.factor,
+        d_model=t.default_config().d_model,
+        batch_size=d.batch_size,
+    )
+
+
+def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
+    """The flags every task of ``train`` takes, with the task's defaults."""
+    d = task_defaults(task)
+    g = p.add_argument_group("training")
+    g.add_argument(
+        "--steps",
+        type=positive_int,
+        default=d["steps"],
+        help="total optimizer steps; a resumed run continues up to it (default: %(default)s)",
+    )
+    if "batch_size" in d:
+        g.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=d["batch_size"],
+            help="examples per batch; under torchrun the global batch (default: %(default)s)",
+        )
+    g.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="seeds the weights, dropout and the data (default: %(default)s)",
+    )
+    g.add_argument(
+        "--eval-every",
+        type=non_negative_int,
+        default=d["eval_every"],
+        help="evaluate and save a checkpoint every N steps; 0: only at the end (default: %(default)s)",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=None,
+        help="under torchrun: ddp (replicas; the default there) or fsdp (sharded); see docs/distributed.md",
+    )
+    peak = NoamSchedule(d["d_model"], d["factor"], d["warmup"]).peak
+    lr = p.add_argument_group(
+        "learning rate",
+        "Adam on the Noam schedule (section 5.3): the rate rises linearly for --warmup steps to its "
+        "peak, then decays as 1/sqrt(step). Set the peak with --lr, or the schedule's factor with "
+        "--lr-factor (peak = factor / sqrt(d_model * warmup)); not both. A resumed run keeps its "
+        "checkpoint's schedule unless one of these is given.",
+    )
+    lr.add_argument("--warmup", type=positive_int, default=None, help=f"warm-up steps (default: {d['warmup']})")
+    either = lr.add_mutually_exclusive_group()
+    either.add_argument(
+        "--lr",
+        type=positive_float,
+        default=None,
+        metavar="PEAK",
+        help=f"the peak learning rate, reached at step --warmup (default: the factor's peak, {peak:.3g} "
+        f"with the default model and warm-up)",
+    )
+    either.add_argument(
+        "--lr-factor", type=positive_float, default=None, help=f"the Noam schedule's factor (default: {d['factor']})"
+    )
+    out = p.add_argument_group("checkpoints")
+    out.add_argument("--out", default=os.path.join("runs", task), help="checkpoint directory (default: %(default)s)")
+    out.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    out.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run even though --out holds a checkpoint (replaced at the first save)",
+    )
+
+
+def _data_flags(g: argparse._ArgumentGroup, d: dict[str, Any]) -> None:
+    """The tokenizer and reading flags both file tasks take (after each task's own files)."""
+    g.add_argument(
+        "--tokenizer",
+        choices=TOKENIZER_KINDS,
+        default="bpe",
+        help="train a bpe or a char tokenizer on the training files (default: %(default)s)",
+    )
+    g.add_argument("--tokenizer-file", metavar="PATH", help="use this tokenizer.json instead of training one")
+    g.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        default=d["vocab_size"],
+        help="tokenizer vocabulary, special tokens (and bpe's 256 bytes) included (default: %(default)s)",
+    )
+    g.add_argument(
+        "--min-frequency",
+        type=positive_int,
+        help="tokenizer: least count of a merge/character (default: 2 for bpe, 1 for char)",
+    )
+    g.add_argument(
+        "--encoding-errors",
+        choices=ENCODING_ERRORS,
+        default="strict",
+        help="invalid UTF-8: strict refuses, naming file and line; replace puts U+FFFD in place of bad "
+        "bytes and counts the lines (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=d["max_tokens"],
+        help="batch budget in (padded) tokens; under torchrun each rank's (default: %(default)s)",
+    )
+    g.add_argument("--data-dir", metavar="DIR", help="where the tokenized data is kept (default: OUT.data)")
+
+
+def _model_flags(p: argparse.ArgumentParser, d: dict[str, Any], layers: str) -> argparse._ArgumentGroup:
+    g = p.add_argument_group("model")
+    g.add_argument("--d-model", type=positive_int, default=d["d_model"], help="model width (default: %(default)s)")
+    g.add_argument("--layers", type=positive_int, default=d["n_layers"], help=f"{layers} (default: %(default)s)")
+    g.add_argument("--heads", type=positive_int, default=d["n_heads"], help="attention heads (default: %(default)s)")
+    g.add_argument("--d-ff", type=positive_int, default=d["d_ff"], help="feed-forward width (default: %(default)s)")
+    g.add_argument(
+        "--dropout",
+        type=fraction,
+        default=d["dropout"],
+        help="dropout, on the sub-layers and the attention weights (default: %(default)s)",
+    )
+    return g
+
+
+def add_lm_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train lm`` (besides the training flags every task takes)."""
+    d = LM_DEFAULTS
+    g = p.add_argument_group("data (see docs/data.md)")
+    g.add_argument("--text", nargs="+", metavar="FILE", required=True, help="training text files (UTF-8)")
+    g.add_argument(
+        "--valid",
+        nargs="+",
+        metavar="FILE",
+        help="held-out text files (default: the last --valid-fraction of the text)",
+    )
+    g.add_argument(
+        "--valid-fraction",
+        type=fraction,
+        default=d["valid_fraction"],
+        help="held-out share of the text without --valid (default: %(default)s)",
+    )
+    g.add_argument(
+        "--block-len",
+        type=positive_int,
+        default=d["block_len"],
+        help="tokens per training window (default: %(default)s)",
+    )
+    _data_flags(g, d)
+    m = _model_flags(p, d, "decoder layers")
+    m.add_argument(
+        "--formulation",
+        choices=("paper", "functional"),
+        default="paper",
+        help="the paper's formulation or the functional transformer's (docs/lm.md) (default: %(default)s)",
+    )
+    m.add_argument(
+        "--max-len",
+        type=positive_int,
+        help="longest sequence the model takes, in positions (default: the larger of 256 and --block-len)",
+    )
+
+
+def add_translate_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train translate`` (besides the training flags every task takes)."""
+    d = TRANSLATE_DEFAULTS
+    g = p.add_argument_group("data (see docs/data.md)")
+    g.add_argument(
+        "--train",
+        metavar="FILE",
+        required=True,
+        help="training pairs: source<TAB>target lines, or JSON lines with src and tgt",
+    )
+    g.add_argument("--valid", metavar="FILE", required=True, help="held-out pairs, in the same format")
+    g.add_argument(
+        "--format",
+        choices=PAIR_FORMATS,
+        help="tsv or jsonl (default: from the file name: .jsonl and .json are JSON lines, anything else tsv)",
+    )
+    g.add_argument(
+        "--too-long",
+        choices=TOO_LONG_POLICIES,
+        default="refuse",
+        help="pairs longer than --max-len: refuse, truncate or skip (counted) (default: %(default)s)",
+    )
+    _data_flags(g, d)
+    m = _model_flags(p, d, "layers of each stack, encoder and decoder")
+    m.add_argument(
+        "--max-len",
+        type=positive_int,
+        default=d["max_len"],
+        help="longest source, and target with <s> and </s>, in tokens (default: %(default)s)",
+    )
+    e = p.add_argument_group("evaluation")
+    e.add_argument(
+        "--label-smoothing",
+        type=fraction,
+        default=d["label_smoothing"],
+        help="label smoothing of the training loss (default: %(default)s)",
+    )
+    e.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=1,
+        help="beam size for decoding the held-out sources (1: greedy) (default: %(default)s)",
+    )
+    e.add_argument(
+        "--eval-examples",
+        type=positive_int,
+        default=500,
+        help="held-out lines decoded for BLEU, chrF and exact match (default: %(default)s)",
+    )
+
+
+def add_generate_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``generate`` (besides the runtime flags)."""
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory written by `train lm`")
+    p.add_argument("--max-new-tokens", type=positive_int, default=100, help="tokens to add (default 100)")
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=positive_float, default=None, help="--sample: softmax temperature (1.0)")
+    p.add_argument("--top-k", type=positive_int, default=None, help="--sample: keep the k most probable tokens")
+    p.add_argument("--top-p", type=positive_float, default=None, help="--sample: nucleus mass in (0, 1]")
+    p.add_argument("--seed", type=int, default=None, help="--sample: random seed (default 0): same seed, same text")
+    p.add_argument("--beam-size", type=positive_int, default=1, help="beam search with K beams (greedy: 1)")
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end a continuation once it has produced TEXT (repeatable)",
+    )
+    p.add_argument("prompt", nargs="+", help='prompt text ("" starts a new document)')

@@ -1,0 +1,147 @@
+"""The commands that read a checkpoint written by ``train``: ``decode`` (a synthetic task's, or a ``train translate``
+checkpoint's: text in, text out), ``generate`` (a ``train lm`` checkpoint continues prompts: greedy, sampled or beam
+search) and ``consolidate`` (gather a sharded checkpoint into one that ``decode`` and ``generate`` read).
+
+    typed-transformer decode --checkpoint DIR "1 2 3 4 5 6 7 8 9 10"
+    typed-transformer generate --checkpoint DIR [--sample --temperature T --top-k K --top-p P --seed S] "prompt"
+    typed-transformer consolidate SHARDED_DIR OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from ..checkpoint import Checkpoint, load_checkpoint, read_config
+from ..data.tokenizers import TokenizerMismatchError
+from ..distributed import consolidate_checkpoint
+from ..lm.generation import beam_generate, generate
+from ..tasks import task_from_metadata
+from ..tasks.tokenizer_assets import tokenizer_from_checkpoint
+from ..tasks.translation_files import translate
+from .errors import UsageError
+from .parser import FILE_TASKS, PROG
+from .runtime import attention_backend, checkpoint_device
+
+__all__ = ["run_decode", "run_generate", "run_consolidate", "generate_command", "decode_translation"]
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    """``decode``: print the decoding of each text (``TEXT -> OUTPUT`` when there are several)."""
+    device = checkpoint_device(args)
+    ckpt = load_checkpoint(args.checkpoint, map_location=device, load_trainer_state=False)
+    if ckpt.metadata.get("task") in FILE_TASKS:
+        with attention_backend(args.attention_backend):
+            return decode_translation(args, ckpt)
+    try:
+        task = task_from_metadata(ckpt.metadata)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"checkpoint {args.checkpoint}: {error}") from None
+    model = ckpt.model.eval()
+    with attention_backend(args.attention_backend):
+        outputs = task.translate(model, args.text, beam_size=args.beam_size)
+    _print_outputs(args.text, outputs)
+    return 0
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """``generate``, from the device flags on."""
+    device = checkpoint_device(args)
+    with attention_backend(args.attention_backend):
+        return generate_command(args, device)
+
+
+def run_consolidate(args: argparse.Namespace) -> int:
+    """``consolidate``: gather the shards, then name the command that reads the result."""
+    path = consolidate_checkpoint(args.src, args.out)
+    command = "generate" if read_config(path, with_kind=True)[0] == "lm" else "decode"  # an LM continues text
+    print(f'consolidated {args.src} into {path}  ({PROG} {command} --checkpoint {path} "...")')
+    return 0
+
+
+def _print_outputs(texts: list[str], outputs: list[str]) -> None:
+    for text, output in zip(texts, outputs, strict=True):
+        print(output if len(texts) == 1 else f"{text} -> {output}")
+
+
+def _load_task_checkpoint(path: str, device: torch.device, task: str, command: str) -> tuple[Checkpoint, object]:
+    """The checkpoint at ``path`` and its tokenizer, refused unless ``train {task}`` wrote it."""
+    ckpt = load_checkpoint(path, map_location=device, load_trainer_state=False)
+    found = ckpt.metadata.get("task")
+    if found != task:
+        hint = {"lm": "generate", "translate": "decode"}.get(found, "decode")
+        raise UsageError(
+            f"checkpoint {path} was trained by `train {found}`; {command} needs a `train {task}` "
+            f"checkpoint (use `{hint}`)"
+        )
+    try:
+        return ckpt, tokenizer_from_checkpoint(ckpt)
+    except (TokenizerMismatchError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+
+def generate_command(args: argparse.Namespace, device: torch.device) -> int:
+    """``generate`` on ``device``: print each prompt followed by its continuation."""
+    sampling = [
+        flag
+        for flag, value in (
+            ("--temperature", args.temperature),
+            ("--top-k", args.top_k),
+            ("--top-p", args.top_p),
+            ("--seed", args.seed),
+        )
+        if value is not None
+    ]
+    if sampling and not args.sample:
+        raise UsageError(f"{sampling[0]} is a sampling option: add --sample")
+    if args.sample and args.beam_size > 1:
+        raise UsageError("--sample and --beam-size > 1 exclude each other")
+    ckpt, tokenizer = _load_task_checkpoint(args.checkpoint, device, "lm", "generate")
+    model = ckpt.model.eval()
+    stops = [tokenizer.encode(text) for text in args.stop]
+    for prompt_text in args.prompt:
+        ids = tokenizer.encode(prompt_text) or [tokenizer.eos_id]  # an empty prompt: the start of a document
+        prompt = torch.tensor([ids], device=device)
+        try:
+            if args.beam_size > 1:
+                out, _ = beam_generate(
+                    model, prompt, args.max_new_tokens, beam_size=args.beam_size, end_symbol=tokenizer.eos_id
+                )
+            else:
+                out = generate(
+                    model,
+                    prompt,
+                    args.max_new_tokens,
+                    sample=args.sample,
+                    temperature=args.temperature or 1.0,
+                    top_k=args.top_k,
+                    top_p=args.top_p,
+                    seed=0 if args.seed is None else args.seed,
+                    end_symbol=tokenizer.eos_id,
+                    stop_sequences=stops,
+                )
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        new = out[0, len(ids) :].tolist()
+        if tokenizer.eos_id in new:
+            new = new[: new.index(tokenizer.eos_id)]
+        print(prompt_text + tokenizer.decode(new))
+    return 0
+
+
+def decode_translation(args: argparse.Namespace, ckpt) -> int:
+    """``decode`` on a ``train translate`` checkpoint: plain text in, plain text out (a ``train lm`` checkpoint is
+    refused: it generates)."""
+    if ckpt.metadata.get("task") != "translate":
+        raise UsageError(
+            f"checkpoint {args.checkpoint} was trained by `train {ckpt.metadata.get('task')}`: "
+            f'continue text with `{PROG} generate --checkpoint {args.checkpoint} "..."`'
+        )
+    try:
+        tokenizer = tokenizer_from_checkpoint(ckpt)
+    except (TokenizerMismatchError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    outputs = translate(ckpt.model.eval(), tokenizer, args.text, beam_size=args.beam_size)
+    _print_outputs(args.text, outputs)
+    return 0

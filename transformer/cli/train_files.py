@@ -1,0 +1,329 @@
+"""``typed-transformer train lm`` and ``train translate``: training on your own files (the recipes are
+:mod:`transformer.tasks.text_lm` and :mod:`transformer.tasks.translation_files`; this is their command line: the
+flags read, the data prepared once, resuming, what is printed).
+
+    typed-transformer train lm --text FILE... [--valid FILE...] [--tokenizer bpe|char] [--formulation paper|functional]
+    typed-transformer train translate --train FILE --valid FILE [--format tsv|jsonl] [--too-long refuse|truncate|skip]
+
+Problems with the input (files, flags, checkpoints, tokenizers) raise :class:`~transformer.cli.errors.UsageError`,
+which the CLI prints as one line on stderr with exit status 2.
+
+Under torchrun (``torchrun --nproc_per_node=N -m transformer train lm|translate [--strategy ddp|fsdp]``) the CLI
+passes the job's strategy (:mod:`transformer.distributed`): rank 0 trains the tokenizer and tokenizes the files into
+the cache, the other ranks then take rank 0's tokenizer and read that cache; every rank trains on its own share of
+each epoch's token-budget batches and takes part in evaluation, in gathering the model and in saving; rank 0 alone
+samples or decodes with the gathered model and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from ..checkpoint import CheckpointError, ConfigMismatchError, find_checkpoint, load_checkpoint, read_metadata
+from ..data.text_files import TextFileError
+from ..data.tokenizers import TextTokenizer, TokenizerMismatchError, load_tokenizer
+from ..distributed import (
+    SingleProcess,
+    Strategy,
+    is_sharded_checkpoint,
+    read_sharded_checkpoint,
+    restarted_with_checkpoint,
+)
+from ..lm.generation import generate
+from ..tasks.text_lm import LM_DEFAULTS, lm_config, lm_results, make_lm_trainer, prepare_lm_data
+from ..tasks.tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
+from ..tasks.translation_files import (
+    TRANSLATE_DEFAULTS,
+    make_translation_trainer,
+    prepare_translation_data,
+    translation_config,
+    translation_results,
+)
+from .errors import UsageError
+from .messages import describe_schedule, saved_message
+from .train_setup import require_finite, resume, schedule_settings
+
+__all__ = ["train_file_task"]
+
+
+def _pick(args: argparse.Namespace, name: str, defaults: dict[str, Any], default_name: str | None = None):
+    value = getattr(args, name, None)
+    return defaults[default_name or name] if value is None else value
+
+
+def _given_tokenizer(args: argparse.Namespace):
+    if args.tokenizer_file is None:
+        return None
+    try:
+        return load_tokenizer(args.tokenizer_file)
+    except FileNotFoundError as error:
+        raise UsageError(f"--tokenizer-file: {error}") from None
+
+
+def _resume_tokenizer(out: str, given):
+    """The checkpoint's tokenizer (a resumed run never trains another); refuse a different ``--tokenizer-file``.
+    A sharded (FSDP) checkpoint keeps its tokenizer beside the shards."""
+    sharded = is_sharded_checkpoint(out)
+    ckpt = read_sharded_checkpoint(out) if sharded else load_checkpoint(out, load_trainer_state=False)
+    tokenizer = tokenizer_from_checkpoint(ckpt)
+    if given is not None:
+        check_same_tokenizer(tokenizer, given, f"checkpoint {out}", f"--tokenizer-file {given.fingerprint[:12]}")
+    return tokenizer
+
+
+def train_file_task(args: argparse.Namespace, device: torch.device, strategy: Strategy | None = None) -> int:
+    """``train lm`` / ``train translate``: prepare the data, train, report, save (see the module docstring).
+
+    ``strategy``: the torchrun job's (``transformer.distributed.setup``), on ``device``; None: one process. After a
+    torchrun restart (``--max-restarts``) the run resumes from the checkpoint in ``--out`` as ``--resume`` does."""
+    out = args.out or os.path.join("runs", args.task)
+    data_dir = args.data_dir or out.rstrip(os.sep) + ".data"
+    run = _FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)
+    try:
+        given = _given_tokenizer(args)
+        tokenizer = _resume_tokenizer(out, given) if run.resumes else given
+        train = _train_lm if args.task == "lm" else _train_translate
+        return train(args, run, data_dir, tokenizer)
+    except (TextFileError, TokenizerMismatchError, ConfigMismatchError, CheckpointError) as error:
+        raise UsageError(str(error)) from None
+    except ValueError as error:  # impossible configs and budgets, named by their own messages
+        if isinstance(error, UsageError):
+            raise
+        raise UsageError(str(error)) from None
+
+
+_Data = TypeVar("_Data")
+
+
+class _FileRun:
+    """What ``train lm`` and ``train translate`` share: where to save, the strategy (one process, or this rank of a
+    torchrun job), preparing the data once, resuming, and the end of training every rank takes part in."""
+
+    def __init__(self, args: argparse.Namespace, out: str, strategy: Strategy, *, torchrun: bool) -> None:
+        self.args, self.out, self.strategy, self.torchrun = args, out, strategy, torchrun
+        self.restarted = restarted_with_checkpoint(strategy.world, out)  # torchrun --max-restarts
+        self.resumes = args.resume or self.restarted
+
+    @property
+    def device(self) -> torch.device:
+        return self.strategy.device
+
+    def prepare(self, prepare: Callable[[TextTokenizer | None], _Data], tokenizer: TextTokenizer | None) -> _Data:
+        """``prepare(tokenizer)`` on rank 0 first (it trains the tokenizer unless one is given, and tokenizes the files
+        into the cache), then on the other ranks with rank 0's tokenizer, so that they read rank 0's cache."""
+        data = prepare(tokenizer) if self.strategy.is_main else None
+        shared = self.strategy.broadcast(None if data is None else data.tokenizer.to_json())  # the others wait here
+        return data if data is not None else prepare(TextTokenizer.from_json(shared, source="rank 0's tokenizer"))
+
+    def check_same_data(self, settings: dict[str, Any]) -> None:
+        """A resumed run continues the checkpoint's batches: its data settings (``--seed``, ``--max-tokens``,
+        ``--block-len``, as recorded in the checkpoint's metadata) must be the command line's, or the plan of batches
+        (and so what the position in it means) would silently change."""
+        if not self.resumes:
+            return
+        found = find_checkpoint(self.out)
+        if found is None:
+            return
+        recorded = read_metadata(found).get("data", {})
+        for name, value in settings.items():
+            if name in recorded and recorded[name] != value:
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(
+                    f"{flag} {value} differs from the checkpoint's {recorded[name]} (in {found}): a "
+                    f"resumed run continues the checkpoint's plan of batches; give {flag} "
+                    f"{recorded[name]}"
+                )
+
+    def start(self, trainer) -> None:
+        """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted
+        (with the learning rate the command line sets, if it sets one: :func:`~transformer.cli.train_setup.resume`)."""
+        trainer.distribute(self.strategy)
+        resume(trainer, self.args, self.out, self.restarted)
+
+    def describe(self) -> str:
+        return f"device {self.device}, {torch.get_num_threads()} thread(s)" + (
+            f", {self.strategy.describe()}" if self.torchrun else ""
+        )
+
+    def results(self, results: dict[str, Any], data) -> dict[str, Any]:
+        results.update(
+            seed=self.args.seed,
+            device=str(self.device),
+            threads=torch.get_num_threads(),
+            torch=torch.__version__,
+            corpus=data.report.to_json(),
+        )
+        if self.torchrun:
+            results.update(strategy=self.strategy.name, world_size=self.strategy.world_size)
+        return results
+
+
+def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        d_model=_pick(args, "d_model", defaults),
+        n_layers=_pick(args, "layers", defaults, "n_layers"),
+        n_heads=_pick(args, "heads", defaults, "n_heads"),
+        d_ff=_pick(args, "d_ff", defaults),
+        dropout=_pick(args, "dropout", defaults),
+    )
+
+
+def _trainer_settings(
+    args: argparse.Namespace, run: _FileRun, defaults: dict[str, Any], d_model: int
+) -> dict[str, Any]:
+    """The settings both file tasks' trainers take from the command line (else the task's ``defaults``): batch
+    budget, steps, the learning rate (:func:`~transformer.cli.train_setup.schedule_settings`), seed, device, progress
+    bar, evaluation period and ``--out``."""
+    factor, warmup = schedule_settings(args, d_model, defaults)
+    return dict(
+        max_tokens=_pick(args, "max_tokens", defaults),
+        steps=args.steps or defaults["steps"],
+        warmup=warmup,
+        factor=factor,
+        seed=args.seed,
+        device=run.device,
+        progress=not args.no_progress,
+        eval_every=defaults["eval_every"] if args.eval_every is None else args.eval_every,
+        out_dir=run.out,
+    )
+
+
+def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
+    d, out = LM_DEFAULTS, run.out
+    block = _pick(args, "block_len", d)
+    run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block})
+    data = run.prepare(
+        lambda tokenizer: prepare_lm_data(
+            args.text,
+            data_dir,
+            tokenizer=tokenizer,
+            kind=args.tokenizer or "bpe",
+            vocab_size=_pick(args, "vocab_size", d),
+            min_frequency=args.min_frequency,
+            block=block,
+            valid_files=args.valid or (),
+            valid_fraction=_pick(args, "valid_fraction", d),
+            encoding_errors=args.encoding_errors or "strict",
+        ),
+        tokenizer,
+    )
+    fields = _model_fields(args, d)
+    fields["attention_dropout"] = fields["dropout"]
+    if args.max_len is not None:
+        fields["max_len"] = args.max_len
+    config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
+    trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
+    run.start(trainer)
+    print(f"lm: {data.describe()}; {data.report.summary()}")
+    print(
+        f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({args.formulation or 'paper'} "
+        f"formulation, {config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
+        f"{trainer.config.steps} steps, {run.describe()}"
+    )
+    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    start = time.perf_counter()
+    trainer.train()
+    results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
+    require_finite(results["eval_loss"], trainer.step)
+    trainer.metadata["results"] = results
+    model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
+    sample = _sample_text(model, data) if run.strategy.is_main else None
+    trainer.save(out)  # every rank: a collective
+    if not run.strategy.is_main:
+        return 0
+    print(
+        f"trained {trainer.step} steps in {results['train_seconds']:.1f} s ({results['tokens_per_second']:,.0f} "
+        f"tokens/s); final train loss {trainer.last_train_loss:.4f}"
+    )
+    print(
+        f"held-out loss {results['eval_loss']:.4f} nats/token, perplexity {results['perplexity']:.2f} "
+        f"(unigram baseline {results['unigram_perplexity']:.2f}) on {results['valid_tokens']:,} tokens"
+    )
+    print(f"sample: {sample!r}")
+    print(saved_message(out, "generate"))
+    print("RESULTS " + json.dumps(results))
+    return 0
+
+
+def _sample_text(model, data, new_tokens: int = 40) -> str:
+    """A greedy continuation of the first held-out tokens (what the model makes of unseen text)."""
+    prompt = torch.from_numpy(data.valid.window(0)[:16]).unsqueeze(0).to(next(model.parameters()).device)
+    was_training = model.training
+    model.eval()
+    try:
+        new = min(new_tokens, model.config.max_len - prompt.size(1))
+        out = generate(model, prompt, new, end_symbol=data.tokenizer.eos_id)
+    finally:
+        model.train(was_training)
+    return (
+        data.tokenizer.decode(prompt[0].tolist()) + " ||| " + data.tokenizer.decode(out[0, prompt.size(1) :].tolist())
+    )
+
+
+def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
+    d, out = TRANSLATE_DEFAULTS, run.out
+    max_len = _pick(args, "max_len", d)
+    run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d)})
+    data = run.prepare(
+        lambda tokenizer: prepare_translation_data(
+            args.train,
+            args.valid,
+            data_dir,
+            max_len=max_len,
+            tokenizer=tokenizer,
+            kind=args.tokenizer or "bpe",
+            vocab_size=_pick(args, "vocab_size", d),
+            min_frequency=args.min_frequency,
+            format=args.format,
+            encoding_errors=args.encoding_errors or "strict",
+            too_long=args.too_long or "refuse",
+        ),
+        tokenizer,
+    )
+    config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
+    trainer = make_translation_trainer(
+        data,
+        config,
+        label_smoothing=_pick(args, "label_smoothing", d),
+        **_trainer_settings(args, run, d, config.d_model),
+    )
+    run.start(trainer)
+    print(f"translate: {data.describe()}; {data.report.summary()}")
+    print(
+        f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
+        f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
+        f"{run.describe()}"
+    )
+    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    start = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - start
+    eval_loss = require_finite(trainer.evaluate(), trainer.step)  # every rank: split between the ranks, reduced
+    model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
+    if run.strategy.is_main:  # decoding the held-out sources for BLEU: rank 0 alone, with the gathered model
+        results, examples = translation_results(
+            model, trainer, eval_loss, data, train_seconds, examples=args.eval_examples, beam_size=args.beam_size or 1
+        )
+        trainer.metadata["results"] = run.results(results, data)
+    trainer.save(out)  # every rank: a collective
+    if not run.strategy.is_main:
+        return 0
+    print(f"trained {trainer.step} steps in {results['train_seconds']:.1f} s; held-out loss {results['eval_loss']:.4f}")
+    for source, reference, output in examples:
+        print(f"  {source!r} -> {output!r} (reference {reference!r})")
+    print(
+        f"on {results['eval_lines']} held-out lines: BLEU {results['bleu']:.2f}, chrF {results['chrf']:.2f}, "
+        f"exact match {results['exact_match']:.1%}"
+    )
+    if results["bleu_note"]:
+        print(f"note: {results['bleu_note']}")
+    print(saved_message(out, "decode"))
+    print("RESULTS " + json.dumps(results))
+    return 0
