@@ -42,8 +42,16 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-CONFIG_FILE, MODEL_FILE, META_FILE = "config.json", "model.safetensors", "meta.json"
-STATE_TENSORS_FILE, STATE_JSON_FILE = "state.safetensors", "state.json"
+#: The model's configuration (JSON).
+CONFIG_FILE = "config.json"
+#: The model's weights (safetensors).
+MODEL_FILE = "model.safetensors"
+#: The manifest: format version, step, kind, and the SHA-256 of every other file (JSON).
+META_FILE = "meta.json"
+#: The trainer state's tensors (optimizer moments, RNG states; safetensors).
+STATE_TENSORS_FILE = "state.safetensors"
+#: The trainer state's other values (JSON).
+STATE_JSON_FILE = "state.json"
 #: The checkpoint's own files: no asset may take one of these names.
 RESERVED_FILES = frozenset({CONFIG_FILE, MODEL_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE, META_FILE})
 
