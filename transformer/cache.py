@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .common.arguments import is_int
 from .contracts import Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 
@@ -94,7 +95,7 @@ class StackCache:
     layer_type: type = KVCache
 
     def __init__(self, n_layers: int) -> None:
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        if not is_int(n_layers, at_least=1):
             raise ValueError(f"{type(self).__name__}: n_layers must be a positive int, got {n_layers!r}")
         self.layers = [self.layer_type() for _ in range(n_layers)]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .common.arguments import is_int
 from .common.dtypes import shape_text
 from .contracts import Bool, Int, Tensor, TypeCheckError, checked, checks_enabled
 
@@ -27,7 +28,7 @@ __all__ = ["AttentionMask", "subsequent_mask", "padding_mask", "target_mask"]
 
 def subsequent_mask(size: int, device: torch.device | str | None = None) -> Bool[Tensor, "1 size size"]:
     """Mask out subsequent positions (section 3.2.3): position i may attend to j iff j <= i."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if not is_int(size, at_least=1):
         raise ValueError(f"subsequent_mask: size must be a positive int, got {size!r}")
     return torch.ones(1, size, size, dtype=torch.bool, device=device).tril()
 
@@ -83,17 +84,28 @@ class AttentionMask:
             raise ValueError(f"AttentionMask: causal must be a bool, got {self.causal!r}")
         for name in ("key_lengths", "query_lengths"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, Tensor) or value.dim() != 1 or value.is_floating_point()
-                                      or value.is_complex() or value.dtype == torch.bool):
-                raise ValueError(f"AttentionMask: {name} must be an integer tensor of shape (batch,), got "
-                                 f"{shape_text(value) if isinstance(value, Tensor) else type(value).__name__}")
+            if value is not None and (
+                not isinstance(value, Tensor)
+                or value.dim() != 1
+                or value.is_floating_point()
+                or value.is_complex()
+                or value.dtype == torch.bool
+            ):
+                raise ValueError(
+                    f"AttentionMask: {name} must be an integer tensor of shape (batch,), got "
+                    f"{shape_text(value) if isinstance(value, Tensor) else type(value).__name__}"
+                )
             if value is not None:
                 self._read_bounds(name, value)
         for name, dims in (("key_mask", 2), ("dense", 3)):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, Tensor) or value.dtype != torch.bool or value.dim() != dims):
-                raise ValueError(f"AttentionMask: {name} must be a bool tensor with {dims} dims, got "
-                                 f"{shape_text(value) if isinstance(value, Tensor) else type(value).__name__}")
+            if value is not None and (
+                not isinstance(value, Tensor) or value.dtype != torch.bool or value.dim() != dims
+            ):
+                raise ValueError(
+                    f"AttentionMask: {name} must be a bool tensor with {dims} dims, got "
+                    f"{shape_text(value) if isinstance(value, Tensor) else type(value).__name__}"
+                )
         if self.key_lengths is not None and self.key_mask is not None:
             raise ValueError("AttentionMask: give key padding as key_lengths or as key_mask, not both")
 
@@ -108,7 +120,9 @@ class AttentionMask:
         low, high = (int(x) for x in torch.aminmax(lengths))
         if low < 0:
             row = int((lengths < 0).nonzero()[0, 0])
-            raise ValueError(f"AttentionMask: {name} must be >= 0, got {low} in batch row {row} ({name}={_values(lengths)})")
+            raise ValueError(
+                f"AttentionMask: {name} must be >= 0, got {low} in batch row {row} ({name}={_values(lengths)})"
+            )
         self._longest[name] = high
 
     # ------------------------------------------------------------------ constructors
@@ -134,8 +148,11 @@ class AttentionMask:
 
     def __repr__(self) -> str:
         parts = ["causal=True"] if self.causal else []
-        parts += [f"{name}={getattr(self, name)!r}" for name in ("key_lengths", "key_mask", "query_lengths", "dense")
-                  if getattr(self, name) is not None]
+        parts += [
+            f"{name}={getattr(self, name)!r}"
+            for name in ("key_lengths", "key_mask", "query_lengths", "dense")
+            if getattr(self, name) is not None
+        ]
         return f"AttentionMask({', '.join(parts)})"
 
     # ------------------------------------------------------------------ views
@@ -162,8 +179,11 @@ class AttentionMask:
 
     def named_parts(self) -> dict[str, Tensor]:
         """The tensor parts given, by field name (``{"key_lengths": ..., "dense": ...}``)."""
-        return {name: getattr(self, name) for name in ("key_lengths", "key_mask", "query_lengths", "dense")
-                if getattr(self, name) is not None}
+        return {
+            name: getattr(self, name)
+            for name in ("key_lengths", "key_mask", "query_lengths", "dense")
+            if getattr(self, name) is not None
+        }
 
     def tensors(self) -> list[Tensor]:
         return [t for t in (self.key_lengths, self.key_mask, self.query_lengths, self.dense) if t is not None]
@@ -187,9 +207,14 @@ class AttentionMask:
         return self._map(lambda t: t if t.size(0) == 1 and t.dim() == 3 else t.index_select(0, index.to(t.device)))
 
     def _map(self, fn) -> AttentionMask:
-        return dataclasses.replace(self, **{name: fn(getattr(self, name)) for name in
-                                            ("key_lengths", "key_mask", "query_lengths", "dense")
-                                            if getattr(self, name) is not None})
+        return dataclasses.replace(
+            self,
+            **{
+                name: fn(getattr(self, name))
+                for name in ("key_lengths", "key_mask", "query_lengths", "dense")
+                if getattr(self, name) is not None
+            },
+        )
 
     def check_fits(self, batch: int, q_len: int, k_len: int) -> None:
         """Raise TypeCheckError when a part does not fit attention of this (batch, q_len, k_len) (while checks are on).
@@ -204,12 +229,16 @@ class AttentionMask:
             if longest is not None and longest > size:
                 lengths = getattr(self, name)
                 row = int((lengths > size).nonzero()[0, 0])
-                raise ValueError(f"AttentionMask: {name} holds {longest} in batch row {row}, more than the {size} "
-                                 f"positions attended ({dim}={size}; {name}={_values(lengths)})")
+                raise ValueError(
+                    f"AttentionMask: {name} holds {longest} in batch row {row}, more than the {size} "
+                    f"positions attended ({dim}={size}; {name}={_values(lengths)})"
+                )
         if not checks_enabled():
             return
         expected = {
-            "key_lengths": ("batch",), "query_lengths": ("batch",), "key_mask": ("batch", "k_len"),
+            "key_lengths": ("batch",),
+            "query_lengths": ("batch",),
+            "key_mask": ("batch", "k_len"),
             "dense": ("#batch", "#q_len", "k_len"),
         }
         sizes = {"batch": batch, "q_len": q_len, "k_len": k_len}
@@ -218,12 +247,16 @@ class AttentionMask:
             if value is None:
                 continue
             ok = value.dim() == len(dims) and all(
-                got == sizes[d.lstrip("#")] or (d.startswith("#") and got == 1) for got, d in zip(value.shape, dims))
+                got == sizes[d.lstrip("#")] or (d.startswith("#") and got == 1)
+                for got, d in zip(value.shape, dims, strict=True)
+            )
             if not ok:
                 kind = "Int" if name.endswith("lengths") else "Bool"
                 bound = ", ".join(f"{d}={n}" for d, n in sizes.items())
-                raise TypeCheckError(f"argument 'mask.{name}' is {shape_text(value)}, expected "
-                                     f"{kind}[Tensor, '{' '.join(dims)}'] with {bound}")
+                raise TypeCheckError(
+                    f"argument 'mask.{name}' is {shape_text(value)}, expected "
+                    f"{kind}[Tensor, '{' '.join(dims)}'] with {bound}"
+                )
 
 
 def _values(lengths: Tensor) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.arguments import is_int
 from ..common.output_dirs import remove_stale_temps
 from ..training.batch import Batch
 from .lm_batch import LMBatch
@@ -126,7 +127,7 @@ class TextWindows:
 
     def __init__(self, store: TokenStore, block: int, start: int = 0, end: int | None = None) -> None:
         end = int(store.offsets[-1]) if end is None else end
-        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        if not is_int(block, at_least=1):
             raise ValueError(f"TextWindows: block must be a positive int, got {block!r}")
         if not 0 <= start < end <= int(store.offsets[-1]):
             raise ValueError(f"TextWindows: span [{start}, {end}) is not inside the {int(store.offsets[-1])} tokens")

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.arguments import is_int
+
 __all__ = ["TokenBudgetPlan", "ResumableBatches", "position_of", "token_budget_batches"]
 
 #: Generators whose initial seed is at least this hold a position (seed - base); any other is at position 0.
@@ -64,9 +66,9 @@ class TokenBudgetPlan:
         if lengths.ndim != 1 or lengths.size == 0:
             raise ValueError(f"TokenBudgetPlan: lengths must be a non-empty 1-D array, got shape {lengths.shape}")
         for name, value in (("max_tokens", max_tokens), ("world_size", world_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, at_least=1):
                 raise ValueError(f"TokenBudgetPlan: {name} must be a positive int, got {value!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        if not is_int(rank, at_least=0, below=world_size):
             raise ValueError(f"TokenBudgetPlan: rank must be an int in [0, world_size={world_size}), got {rank!r}")
         too_long = np.flatnonzero(lengths > max_tokens)
         if too_long.size:
@@ -107,7 +109,7 @@ class TokenBudgetPlan:
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of ``epoch``: every ``world_size``-th, from ``rank``."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        if not is_int(epoch, at_least=0):
             raise ValueError(f"TokenBudgetPlan.epoch: epoch must be a non-negative int, got {epoch!r}")
         return self.all_batches(epoch)[self.rank :: self.world_size]
 

@@ -18,6 +18,8 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
+from ..common.arguments import is_int
+
 __all__ = [
     "TextTokenizer",
     "train_tokenizer",
@@ -158,9 +160,9 @@ def train_tokenizer(
     if kind not in TOKENIZER_KINDS:
         raise ValueError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}; got {kind!r}")
     smallest = len(SPECIAL_TOKENS) + (256 if kind == "bpe" else 1)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
+    if not is_int(vocab_size, at_least=smallest):
         raise ValueError(f"vocab_size must be an int >= {smallest} for a {kind} tokenizer, got {vocab_size!r}")
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+    if not is_int(min_frequency, at_least=1):
         raise ValueError(f"min_frequency must be a positive int, got {min_frequency!r}")
     tokenizer, trainer = (_bpe if kind == "bpe" else _char)(vocab_size, min_frequency)
     tokenizer.train_from_iterator(_chunks(texts), trainer=trainer)

@@ -9,12 +9,12 @@ the default padding and the model's limits the same way (:func:`validate_token_i
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
 
+from ..common.arguments import is_int, is_integral, is_real
 from ..contracts import Tensor, validate_nonempty, validate_token_ids
 from .steps import validate_step_checks
 
@@ -36,7 +36,7 @@ def validate_token_id(name: str, value: object, vocab: int | None, vocabulary: s
     ``vocabulary`` says in the error which vocabulary that is."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (vocab is not None and value >= vocab):
+    if not is_int(value, at_least=0, below=vocab):
         raise ValueError(f"{name}={value!r} must be a token id in [0, {vocab}) ({vocabulary})")
 
 
@@ -52,7 +52,7 @@ def default_pad_symbol(pad_symbol: int | None, config: object, end_symbol: int |
 # ---------------------------------------------------------------------------- the encoder-decoder's searches
 def validate_max_len(model: nn.Module, max_len: object) -> int:
     """A search's ``max_len`` (start symbol included): a positive int within the model's ``config.max_len``."""
-    if isinstance(max_len, bool) or not isinstance(max_len, int):
+    if not is_int(max_len):
         raise ValueError(f"max_len must be a positive int, got {max_len!r} ({type(max_len).__name__})")
     if max_len < 1:
         raise ValueError(f"max_len must be positive (it counts the start symbol), got max_len={max_len}")
@@ -121,7 +121,7 @@ def validate_generation(
     config = model.config
     validate_nonempty(prompt, f"{who}: argument 'prompt'", "batch steps")
     validate_token_ids(prompt, config.vocab, f"{who}: argument 'prompt'")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    if not is_int(max_new_tokens, at_least=1):
         raise ValueError(f"{who}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
     total = prompt.size(1) + max_new_tokens
     if total > config.max_len:
@@ -150,26 +150,22 @@ def validate_generation(
 
 
 # ---------------------------------------------------------------------------- sampling and beam options
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def validate_sampling(who: str, temperature: object, top_k: object, top_p: object) -> None:
     """Refuse sampling options that have no meaning, naming the argument and its value (a guard: always on)."""
-    if not (_is_real(temperature) and math.isfinite(temperature) and temperature > 0):
+    if not (is_real(temperature) and math.isfinite(temperature) and temperature > 0):
         raise ValueError(
             f"{who}: temperature must be a positive finite number, got {temperature!r} "
             "(a temperature near 0 is greedy decoding)"
         )
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
+    if top_k is not None and not is_integral(top_k, at_least=1):
         raise ValueError(f"{who}: top_k must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not (_is_real(top_p) and 0.0 < top_p <= 1.0):
+    if top_p is not None and not (is_real(top_p) and 0.0 < top_p <= 1.0):
         raise ValueError(f"{who}: top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
 def validate_beam(who: str, beam_size: object, length_penalty: object) -> None:
     """Refuse beam options that have no meaning, naming the argument and its value (a guard: always on)."""
-    if isinstance(beam_size, bool) or not isinstance(beam_size, numbers.Integral) or beam_size < 1:
+    if not is_integral(beam_size, at_least=1):
         raise ValueError(f"{who}: beam_size must be a positive int, got {beam_size!r}")
-    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):
+    if not (is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):
         raise ValueError(f"{who}: length_penalty must be a finite number >= 0, got {length_penalty!r}")

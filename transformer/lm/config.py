@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from ..common.arguments import is_int, is_number
 from ..config import (
     Activation,
     AttentionBackend,
@@ -49,10 +50,6 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE_INTS = ("vocab", "n_layers", "d_model", "d_ff", "n_heads", "max_len")
 _OPTIONAL_POSITIVE_FLOATS = ("embedding_scale", "attention_scale")
-
-
-def _is_number(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,13 +120,13 @@ class LMConfig(ConfigRecord):
         self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES, prefix="LMConfig: ")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
-            if not _is_number(value) or not 0.0 <= value < 1.0:
+            if not is_number(value, finite=True) or not 0.0 <= value < 1.0:
                 raise ValueError(f"LMConfig: {name} must be a float in [0, 1), got {name}={value!r}")
         for name in _OPTIONAL_POSITIVE_FLOATS + ("positional_scale", "layer_norm_eps"):
             value = getattr(self, name)
             if value is None and name in _OPTIONAL_POSITIVE_FLOATS:
                 continue
-            if not _is_number(value) or value <= 0:
+            if not is_number(value, finite=True) or value <= 0:
                 raise ValueError(f"LMConfig: {name} must be a positive float, got {name}={value!r}")
         for name in ("tie_weights", "ffn_hidden_dropout"):
             if not isinstance(getattr(self, name), bool):
@@ -156,9 +153,7 @@ class LMConfig(ConfigRecord):
                 "LMConfig: positional_init='zeros' needs positional_encoding='learned' "
                 f"(sinusoids are fixed), got positional_encoding={self.positional_encoding!r}"
             )
-        if self.pad_id is not None and (
-            isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab
-        ):
+        if self.pad_id is not None and not is_int(self.pad_id, at_least=0, below=self.vocab):
             raise ValueError(f"LMConfig: pad_id={self.pad_id!r} must be a token id in [0, {self.vocab}) or None")
 
     # ------------------------------------------------------------------ the two formulations

@@ -50,8 +50,8 @@ MUTANTS = [
         "transformer/decoding/requests.py",
         (
             (
-                "    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):\n",
-                "    if not (_is_real(length_penalty) and length_penalty >= 0):\n",
+                "    if not (is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):\n",
+                "    if not (is_real(length_penalty) and length_penalty >= 0):\n",
             ),
         ),
         "beam_search/beam_generate accept length_penalty=inf: every score becomes -0.0 and the first "

@@ -162,8 +162,8 @@ MUTANTS += [
         "transformer/decoding/requests.py",
         (
             (
-                "    if not (_is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):\n",
-                "    if not (_is_real(length_penalty) and length_penalty >= 0):\n",
+                "    if not (is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):\n",
+                "    if not (is_real(length_penalty) and length_penalty >= 0):\n",
             ),
         ),
         "a NaN or infinite length penalty is accepted (NaN scores without a word)",
@@ -174,8 +174,8 @@ MUTANTS += [
         "transformer/decoding/requests.py",
         (
             (
-                "    if isinstance(beam_size, bool) or not isinstance(beam_size, numbers.Integral) or beam_size < 1:\n",
-                "    if not isinstance(beam_size, numbers.Integral) or beam_size < 1:\n",
+                "    if not is_integral(beam_size, at_least=1):\n",
+                "    if not isinstance(beam_size, int) or beam_size < 1:\n",
             ),
         ),
         "beam_size=True is taken as 1",
