@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 # Test files run against every mutant, fastest and sharpest first (-x stops at the first failure).
 # Files that do not exist (yet) are skipped. Compile tests (test_contracts_compiled.py), kernel tests and
 # packaging/README tests are left out: slow, and not about the semantics mutated here.
