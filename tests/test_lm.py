@@ -372,3 +372,21 @@ def test_an_lm_cache_refuses_what_it_cannot_continue():
         model(tokens[:, 3:], cache=cache)
     with pytest.raises(ValueError, match=r"LMCache holds 3 positions but ys has 5; expected 0 \(a prompt\) or 4"):
         model.next_token_log_probs(tokens, cache)
+
+
+def test_after_one_cached_position_a_cache_takes_one_position_at_a_time_in_the_lm_and_the_decoder():
+    """The bound of StackCache.self_attention_mask, shared by TransformerLM and Decoder, is 'after the first call',
+    not 'after more than one position': two new positions after exactly one cached one are refused (their causal
+    mask would not line up with the cache)."""
+    model = build_lm(LMConfig(vocab=23, dropout=0.0, attention_dropout=0.0, **SIZES)).eval()
+    tokens = torch.randint(0, 23, (2, 3))
+    cache = model.new_cache()
+    model(tokens[:, :1], cache=cache)
+    with pytest.raises(ValueError, match="TransformerLM: 2 new positions after 1 cached ones"):
+        model(tokens[:, 1:], cache=cache)
+    encoder_decoder = T.make_model(11, 13, N=1, d_model=32, d_ff=48, h=2, dropout=0.0).eval()
+    memory = encoder_decoder.encode(torch.randint(1, 11, (2, 5)), None)
+    cache = encoder_decoder.new_cache()
+    encoder_decoder.decode(memory, None, tokens[:, :1] % 13, None, cache=cache)
+    with pytest.raises(ValueError, match="Decoder: 2 new positions after 1 cached ones"):
+        encoder_decoder.decode(memory, None, tokens[:, 1:] % 13, None, cache=cache)
