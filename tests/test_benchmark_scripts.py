@@ -45,3 +45,18 @@ def test_train_step_records_ours_on_and_off_against_torch(tmp_path):
     assert set(variants) == {"torch.nn.Transformer", "ours, checks on", "ours, checks off"}
     assert variants["torch.nn.Transformer"]["speed_vs_torch_nn_transformer"] == 1.0
     assert result["contract_probes_per_forward"] > 0
+
+
+def test_contracts_compile_counts_one_switch_read_per_checked_call():
+    """The benchmark counts checked calls by the switch reads they make: one per call, none from the backend choice."""
+    import torch
+
+    import transformer as T
+
+    count = _script("contracts_compile")._checked_calls_per_forward
+    norm, x = T.LayerNorm(8), torch.randn(2, 3, 8)
+    assert count(norm, (x,)) == 1
+    ffn = T.PositionwiseFeedForward(8, 16, dropout=0.0)
+    assert count(ffn, (x,)) == 1
+    mha = T.MultiHeadedAttention(2, 8, dropout=0.0)
+    assert count(mha, (x, x, x)) == 3  # forward, attend inside it, and the checked attention the backend runs
