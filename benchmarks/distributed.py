@@ -37,8 +37,7 @@ GLOBAL_BATCH = 80
 
 
 def _worker(strategy_name: str, steps: int, warmup: int, out: Path) -> None:
-    from transformer.tasks import CopyTask
-    from transformer.tasks import make_trainer
+    from transformer.tasks import CopyTask, make_trainer
 
     torch.set_num_threads(1)
     strategy = None
@@ -58,10 +57,14 @@ def _worker(strategy_name: str, steps: int, warmup: int, out: Path) -> None:
         if i >= warmup:
             times.append(time.perf_counter() - start)
     tokens_per_step = trainer.tokens / trainer.step
-    result = {"ms_per_step": 1e3 * statistics.median(times), "ms_per_step_min": 1e3 * min(times),
-              "tokens_per_step": tokens_per_step, "tokens_per_s": tokens_per_step / statistics.median(times),
-              "examples_per_rank": GLOBAL_BATCH // (strategy.world_size if strategy else 1),
-              "final_train_loss": trainer.last_train_loss}
+    result = {
+        "ms_per_step": 1e3 * statistics.median(times),
+        "ms_per_step_min": 1e3 * min(times),
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_s": tokens_per_step / statistics.median(times),
+        "examples_per_rank": GLOBAL_BATCH // (strategy.world_size if strategy else 1),
+        "final_train_loss": trainer.last_train_loss,
+    }
     if strategy is not None and strategy_name == "ddp":
         import torch.distributed as dist
 
@@ -85,8 +88,17 @@ def _worker(strategy_name: str, steps: int, warmup: int, out: Path) -> None:
 def _run(strategy_name: str, steps: int, warmup: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        worker = [str(SCRIPT), "--worker", strategy_name, "--steps", str(steps), "--warmup", str(warmup),
-                  "--result", str(out)]
+        worker = [
+            str(SCRIPT),
+            "--worker",
+            strategy_name,
+            "--steps",
+            str(steps),
+            "--warmup",
+            str(warmup),
+            "--result",
+            str(out),
+        ]
         if strategy_name == "single":
             cmd = [sys.executable, *worker]
         else:
@@ -122,12 +134,17 @@ def main() -> int:
     results = {}
     for name in ("single", "ddp", "fsdp"):
         results[name] = _run(name, args.steps, args.warmup)
-        print(f"{name:7s} {results[name]['ms_per_step']:8.1f} ms/step  {results[name]['tokens_per_s']:9.0f} tokens/s",
-              flush=True)
+        print(
+            f"{name:7s} {results[name]['ms_per_step']:8.1f} ms/step  {results[name]['tokens_per_s']:9.0f} tokens/s",
+            flush=True,
+        )
     single = results["single"]["ms_per_step"]
     for name in ("ddp", "fsdp"):
         results[name]["step_time_vs_single"] = results[name]["ms_per_step"] / single
-    print(f"gloo all-reduce of {results['ddp']['all_reduce_elements']:,} floats: {results['ddp']['gloo_all_reduce_ms']:.2f} ms")
+    print(
+        f"gloo all-reduce of {results['ddp']['all_reduce_elements']:,} floats: "
+        f"{results['ddp']['gloo_all_reduce_ms']:.2f} ms"
+    )
     report = {
         "benchmark": "distributed",
         "date": datetime.date.today().isoformat(),
@@ -137,8 +154,14 @@ def main() -> int:
         "torch": torch.__version__,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
-        "settings": {"task": "copy", "global_batch": GLOBAL_BATCH, "ranks": 2, "steps": args.steps, "warmup": args.warmup,
-                     "checks": "always (as the CLI)"},
+        "settings": {
+            "task": "copy",
+            "global_batch": GLOBAL_BATCH,
+            "ranks": 2,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "checks": "always (as the CLI)",
+        },
         "results": results,
     }
     if args.out:
