@@ -8,6 +8,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind_dropin,
     blind_guards,
     blind_kernels,
+    blind_layout_contracts,
     blind_model,
     blind_runsafety,
     blind_stepchecks,
@@ -47,6 +48,7 @@ ALL: list[Mutant] = [
     *blind_kernels.MUTANTS,
     *blind_contracts.MUTANTS,
     *blind_stepchecks.MUTANTS,
+    *blind_layout_contracts.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]

@@ -1,5 +1,7 @@
 """Blind review of the merged contract and attention machinery (2026-11-27), by a reviewer who did not read the tests."""
 
+import dataclasses
+
 from .base import Mutant
 
 MUTANTS = [
@@ -8,8 +10,8 @@ MUTANTS = [
         "transformer/common/arguments.py",
         (
             (
-                '    if isinstance(value, bool) or not isinstance(value, int):\n        return False\n    return (at_least',
-                '    if not isinstance(value, int):\n        return False\n    return (at_least',
+                "    if isinstance(value, bool) or not isinstance(value, int):\n        return False\n    return (at_least",
+                "    if not isinstance(value, int):\n        return False\n    return (at_least",
             ),
         ),
         "n_layers=True (or any bool) passes every is_int validator and silently builds a 1-layer (or 0-sized) model instead of being refused.",
@@ -116,3 +118,20 @@ MUTANTS = [
         "The drop-in's DEBUG records come from 'transformer.backends.sdpa', so a handler or level set on the documented 'transformer.sdpa' logger sees nothing.",
     ),
 ]
+
+# the suites of the merged code (the default TEST_FILES lack the drop-in's, the switch's and the idioms' tests)
+_TESTS = (
+    "tests/test_common_idioms.py",
+    "tests/test_arguments.py",
+    "tests/test_sdpa_dropin.py",
+    "tests/test_backends.py",
+    "tests/test_contracts_switch.py",
+    "tests/test_contracts_user.py",
+    "tests/test_contracts_vocabulary.py",
+    "tests/test_config.py",
+    "tests/test_structured_masks.py",
+    "tests/test_guards.py",
+    "tests/test_entry_guards.py",
+    "tests/test_gradients.py",
+)
+MUTANTS = [dataclasses.replace(m, tests=_TESTS) for m in MUTANTS]
