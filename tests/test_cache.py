@@ -65,8 +65,9 @@ def test_a_prompt_fills_an_empty_cache_in_one_call_then_one_position_at_a_time()
     prompt = model.decode(memory, None, tgt[:, :4], None, cache=cache)  # causal among the 4 new positions
     torch.testing.assert_close(prompt, full[:, :4], rtol=1e-5, atol=1e-5)
     for t in (4, 5):
-        torch.testing.assert_close(model.decode(memory, None, tgt[:, t : t + 1], None, cache=cache)[:, 0],
-                                   full[:, t], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            model.decode(memory, None, tgt[:, t : t + 1], None, cache=cache)[:, 0], full[:, t], rtol=1e-5, atol=1e-5
+        )
     with pytest.raises(ValueError, match="2 new positions after 6 cached ones"):
         model.decode(memory, None, tgt[:, :2], None, cache=cache)
     with pytest.raises(ValueError, match="with a cache, pass tgt_mask=None"):
@@ -88,12 +89,19 @@ def test_the_embeddings_take_the_position_offset():
 def test_a_tutorial_style_sequential_embedding_decodes_incrementally_too():
     """nn.Sequential(Embeddings, PositionalEncoding), as the Annotated Transformer builds it, gains the offset."""
     model = _model()
-    rebuilt = T.EncoderDecoder(model.encoder, model.decoder, torch.nn.Sequential(*model.src_embed),
-                               torch.nn.Sequential(*model.tgt_embed), model.generator).eval()
+    rebuilt = T.EncoderDecoder(
+        model.encoder,
+        model.decoder,
+        torch.nn.Sequential(*model.src_embed),
+        torch.nn.Sequential(*model.tgt_embed),
+        model.generator,
+    ).eval()
     assert isinstance(rebuilt.tgt_embed, T.EmbeddingStack) and rebuilt.tgt_embed[0] is model.tgt_embed[0]
     assert list(rebuilt.state_dict()) == list(model.state_dict())
     src = torch.randint(1, 11, (2, 5))
-    assert torch.equal(T.greedy_decode(rebuilt, src, None, 10, 1), T.greedy_decode(rebuilt, src, None, 10, 1, use_cache=False))
+    assert torch.equal(
+        T.greedy_decode(rebuilt, src, None, 10, 1), T.greedy_decode(rebuilt, src, None, 10, 1, use_cache=False)
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -105,8 +113,9 @@ def test_cached_and_recomputed_decoding_agree_token_for_token(seed):
         cached = T.greedy_decode(model, src, mask, 25, 1)
         assert torch.equal(cached, T.greedy_decode(model, src, mask, 25, 1, use_cache=False))
         beam = T.beam_search(model, src, mask, 15, 1, end_symbol=int(cached[1, 3]), beam_size=3, length_penalty=0.6)
-        again = T.beam_search(model, src, mask, 15, 1, end_symbol=int(cached[1, 3]), beam_size=3, length_penalty=0.6,
-                              use_cache=False)
+        again = T.beam_search(
+            model, src, mask, 15, 1, end_symbol=int(cached[1, 3]), beam_size=3, length_penalty=0.6, use_cache=False
+        )
         assert torch.equal(beam.tokens, again.tokens)
         torch.testing.assert_close(beam.scores, again.scores, rtol=1e-5, atol=1e-5)
 
@@ -164,8 +173,10 @@ def test_after_a_reorder_the_language_models_cache_follows_the_rows():
     from transformer.lm.config import LMConfig
 
     torch.manual_seed(0)
-    for config in (LMConfig(vocab=13, n_layers=2, d_model=16, d_ff=16, n_heads=2, dropout=0.0, attention_dropout=0.0),
-                   LMConfig.functional(13, n_layers=2, d_model=16, d_ff=16, n_heads=2)):
+    for config in (
+        LMConfig(vocab=13, n_layers=2, d_model=16, d_ff=16, n_heads=2, dropout=0.0, attention_dropout=0.0),
+        LMConfig.functional(13, n_layers=2, d_model=16, d_ff=16, n_heads=2),
+    ):
         lm = build_lm(config).eval()
         ys = torch.randint(0, 13, (3, 6), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
@@ -175,8 +186,9 @@ def test_after_a_reorder_the_language_models_cache_follows_the_rows():
             index = torch.tensor([1, 1, 2])
             steps.reorder(index)
             for t in (5, 6):
-                torch.testing.assert_close(steps(ys[index, :t]), lm.next_token_log_probs(ys[index, :t]),
-                                           rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(
+                    steps(ys[index, :t]), lm.next_token_log_probs(ys[index, :t]), rtol=1e-5, atol=1e-5
+                )
 
 
 def test_a_cache_refuses_what_it_cannot_continue():

@@ -27,7 +27,9 @@ def test_heads_must_divide_d_model_and_message_lists_divisors():
     assert "[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]" in message
 
 
-@pytest.mark.parametrize("field", ["src_vocab", "tgt_vocab", "n_encoder_layers", "n_decoder_layers", "d_model", "d_ff", "n_heads", "max_len"])
+@pytest.mark.parametrize(
+    "field", ["src_vocab", "tgt_vocab", "n_encoder_layers", "n_decoder_layers", "d_model", "d_ff", "n_heads", "max_len"]
+)
 @pytest.mark.parametrize("value", [0, -3])
 def test_non_positive_sizes_are_rejected(field, value):
     with pytest.raises(ValueError, match=rf"{field} must be positive, got {field}={value}"):
@@ -61,8 +63,13 @@ def test_tying_all_needs_equal_vocabularies():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("norm_placement", "middle"), ("positional_encoding", "rotary"), ("activation", "tanh"),
-     ("tie_weights", "yes"), ("attention_backend", "cuda")],
+    [
+        ("norm_placement", "middle"),
+        ("positional_encoding", "rotary"),
+        ("activation", "tanh"),
+        ("tie_weights", "yes"),
+        ("attention_backend", "cuda"),
+    ],
 )
 def test_choices(field, value):
     with pytest.raises(ValueError, match=rf"{field} must be one of .*got '{value}'"):
@@ -126,8 +133,17 @@ def _w2_inputs_and_ffn_outputs(ffn_hidden_dropout):
     from transformer.lm.config import LMConfig
 
     torch.manual_seed(0)
-    config = LMConfig(vocab=30, n_layers=1, d_model=16, d_ff=64, n_heads=2, dropout=0.5, attention_dropout=0.0,
-                      activation="gelu", ffn_hidden_dropout=ffn_hidden_dropout)
+    config = LMConfig(
+        vocab=30,
+        n_layers=1,
+        d_model=16,
+        d_ff=64,
+        n_heads=2,
+        dropout=0.5,
+        attention_dropout=0.0,
+        activation="gelu",
+        ffn_hidden_dropout=ffn_hidden_dropout,
+    )
     model = build_lm(config).train()
     seen = {}
     layer = model.layers[0]

@@ -27,9 +27,20 @@ F64 = torch.float64
 
 def _model(placement="pre", eps=EPS, **more):
     torch.manual_seed(0)
-    config = T.TransformerConfig(src_vocab=11, tgt_vocab=13, n_encoder_layers=2, n_decoder_layers=2, d_model=16,
-                                 d_ff=32, n_heads=4, dropout=0.0, attention_dropout=0.0, norm_placement=placement,
-                                 layer_norm_eps=eps, **more)
+    config = T.TransformerConfig(
+        src_vocab=11,
+        tgt_vocab=13,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_model=16,
+        d_ff=32,
+        n_heads=4,
+        dropout=0.0,
+        attention_dropout=0.0,
+        norm_placement=placement,
+        layer_norm_eps=eps,
+        **more,
+    )
     return T.make_model(config).double().eval()
 
 
@@ -46,8 +57,9 @@ def test_every_layer_norm_is_built_with_the_configured_eps(placement, build):
     if build == "config":
         model = _model(placement)
     else:
-        model = T.make_model(11, 13, N=2, d_model=16, d_ff=32, h=4, dropout=0.0, norm_placement=placement,
-                             layer_norm_eps=EPS)
+        model = T.make_model(
+            11, 13, N=2, d_model=16, d_ff=32, h=4, dropout=0.0, norm_placement=placement, layer_norm_eps=EPS
+        )
     norms = _layer_norms(model)
     # 2 per encoder layer, 3 per decoder layer, and each stack's final norm
     assert len(norms) == 2 * 2 + 3 * 2 + 2, [name for name, _ in norms]
@@ -110,22 +122,25 @@ def test_the_stacks_compute_with_the_configured_eps(placement):
             g = _sublayer(layer.sublayer[0].norm, placement, g, lambda z, a=layer.self_attn: a(z, z, z, tgt_mask))
             g = _sublayer(layer.sublayer[1].norm, placement, g, lambda z, a=layer.src_attn: a(z, x, x, src_mask))
             g = _sublayer(layer.sublayer[2].norm, placement, g, layer.feed_forward)
-        torch.testing.assert_close(model.decoder(y, x, src_mask, tgt_mask), _ln(model.decoder.norm, g),
-                                   rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            model.decoder(y, x, src_mask, tgt_mask), _ln(model.decoder.norm, g), rtol=1e-10, atol=1e-10
+        )
         # the check can see the eps: the same stack with the default eps differs
         assert not torch.allclose(expected_memory, _ln(model.encoder.norm, h, eps=1e-6), atol=1e-3)
 
 
 def test_layer_norm_uses_its_eps_on_a_constant_row_and_a_two_valued_row():
-    """Rows written out: a constant row gives the bias; the row (a, -a) gives weight * (+-a) / sqrt(a^2 + eps) + bias."""
+    """Rows written out: a constant row gives the bias; the row (a, -a) gives weight * (+-a) / sqrt(a^2 + eps)
+    + bias."""
     norm = T.LayerNorm(2, eps=EPS).double()
     with torch.no_grad():
         norm.weight.copy_(torch.tensor([2.0, 3.0], dtype=F64))
         norm.bias.copy_(torch.tensor([0.5, -0.5], dtype=F64))
     a = 0.4
     out = norm(torch.tensor([[7.0, 7.0], [a, -a]], dtype=F64))
-    expected = torch.tensor([[0.5, -0.5], [2 * a / math.sqrt(a * a + EPS) + 0.5, -3 * a / math.sqrt(a * a + EPS) - 0.5]],
-                            dtype=F64)
+    expected = torch.tensor(
+        [[0.5, -0.5], [2 * a / math.sqrt(a * a + EPS) + 0.5, -3 * a / math.sqrt(a * a + EPS) - 0.5]], dtype=F64
+    )
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -134,9 +149,20 @@ def test_layer_norm_uses_its_eps_on_a_constant_row_and_a_two_valued_row():
 
 def test_layer_counts_heads_d_ff_and_activation_reach_the_modules():
     torch.manual_seed(0)
-    config = T.TransformerConfig(src_vocab=7, tgt_vocab=9, n_encoder_layers=1, n_decoder_layers=3, d_model=12,
-                                 d_ff=20, n_heads=3, dropout=0.0, attention_dropout=0.0, activation="gelu",
-                                 positional_encoding="learned", max_len=17)
+    config = T.TransformerConfig(
+        src_vocab=7,
+        tgt_vocab=9,
+        n_encoder_layers=1,
+        n_decoder_layers=3,
+        d_model=12,
+        d_ff=20,
+        n_heads=3,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation="gelu",
+        positional_encoding="learned",
+        max_len=17,
+    )
     model = T.make_model(config).double().eval()
     assert len(model.encoder.layers) == 1 and len(model.decoder.layers) == 3
     attentions = [m for m in model.modules() if isinstance(m, T.MultiHeadedAttention)]
@@ -185,7 +211,9 @@ def test_padding_mask_corner_cases():
     assert T.padding_mask(torch.tensor([[0]]), 0).tolist() == [[[False]]]  # one padding token
     assert T.padding_mask(torch.zeros(2, 3, dtype=torch.long), 0).tolist() == [[[False] * 3]] * 2  # all padding
     assert T.padding_mask(torch.tensor([[1, 2, 3]]), 0).tolist() == [[[True, True, True]]]  # pad id absent
-    assert T.padding_mask(torch.tensor([[0, 2, 4, 2]]), 2).tolist() == [[[True, False, True, False]]]  # pad id 2, 0 is real
+    assert T.padding_mask(torch.tensor([[0, 2, 4, 2]]), 2).tolist() == [
+        [[True, False, True, False]]
+    ]  # pad id 2, 0 is real
     assert T.padding_mask(torch.tensor([[4, 0, 5]]), 0).tolist() == [[[True, False, True]]]  # padding in the middle
 
 
@@ -205,7 +233,8 @@ def test_target_mask_corner_cases():
     causal = [[True, False, False], [True, True, False], [True, True, True]]
     assert T.target_mask(torch.tensor([[1, 2, 3]]), 0).tolist() == [causal]  # pad id absent: causal
     # padding in the middle: its key is hidden from later rows and its own row attends nothing
-    assert T.target_mask(torch.tensor([[4, 0, 5]]), 0).tolist() == [[[True, False, False], [False, False, False],
-                                                                      [True, False, True]]]
+    assert T.target_mask(torch.tensor([[4, 0, 5]]), 0).tolist() == [
+        [[True, False, False], [False, False, False], [True, False, True]]
+    ]
     # a pad id other than 0 (0 is then a real token)
     assert T.target_mask(torch.tensor([[0, 2]]), 2).tolist() == [[[True, False], [False, False]]]

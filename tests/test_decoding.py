@@ -60,7 +60,7 @@ def test_greedy_output_has_exactly_the_promised_length(max_len, end_step, batch)
         assert torch.equal(out, free[:, :max_len])
         return
     assert end in out[0, 1:].tolist()  # the end path is taken on row 0 by construction
-    for row, free_row in zip(out.tolist(), free[:, :max_len].tolist()):
+    for row, free_row in zip(out.tolist(), free[:, :max_len].tolist(), strict=True):
         cut = free_row.index(end, 1) if end in free_row[1:] else max_len - 1
         assert row[: cut + 1] == free_row[: cut + 1]  # the free decode up to its first end symbol ...
         assert row[cut + 1 :] == [0] * (max_len - cut - 1)  # ... then the config's pad id, never cut
@@ -126,7 +126,10 @@ def test_incremental_decoding_equals_full_recompute(changes, seed):
     full = greedy_decode(model, src, mask, 30, 1, use_cache=False)
     assert torch.equal(cached, full)
     with_end = dict(end_symbol=int(full[1, 4]))
-    assert torch.equal(greedy_decode(model, src, mask, 30, 1, **with_end), greedy_decode(model, src, mask, 30, 1, use_cache=False, **with_end))
+    assert torch.equal(
+        greedy_decode(model, src, mask, 30, 1, **with_end),
+        greedy_decode(model, src, mask, 30, 1, use_cache=False, **with_end),
+    )
     # and the log-probabilities agree step by step, not just their argmax
     memory = model.encode(src, mask)
     cache = model.new_cache()
@@ -174,8 +177,13 @@ def test_greedy_pads_a_row_that_ended_while_another_row_goes_on():
     model = _model()
     src, mask = _src()
     free = greedy_decode(model, src, mask, 16, 1).tolist()
-    choices = [(i, j, free[i][t]) for i in range(4) for j in range(4) for t in range(1, 6)
-               if i != j and free[i][t] not in free[j][1:]]
+    choices = [
+        (i, j, free[i][t])
+        for i in range(4)
+        for j in range(4)
+        for t in range(1, 6)
+        if i != j and free[i][t] not in free[j][1:]
+    ]
     assert choices, "the data must offer a token that ends one row and never another"
     i, j, end = choices[0]
     out = greedy_decode(model, src, mask, 16, 1, end_symbol=end, pad_symbol=12).tolist()
@@ -202,6 +210,7 @@ def test_greedy_pads_the_rest_once_every_row_has_ended():
 # Everything below is checked against computations written here from model.encode, model.decode
 # and model.generator only (full recompute of every prefix), not against decoding.py's helpers.
 
+
 def _length_penalty(generated: int, alpha: float) -> float:
     """GNMT: lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| = generated tokens (the end symbol counts, the start does not)."""
     return ((5.0 + generated) / 6.0) ** alpha
@@ -219,8 +228,10 @@ def _recomputed_log_prob(model, src, mask, tokens):
     """log P(tokens[1:] | src, tokens[0]): each token's log-probability from a full decode of its prefix."""
     with torch.no_grad():
         memory = model.encode(src, mask)
-        return sum(_prefix_log_probs(model, memory, mask, torch.tensor([tokens[:t]]))[0][tokens[t]]
-                   for t in range(1, len(tokens)))
+        return sum(
+            _prefix_log_probs(model, memory, mask, torch.tensor([tokens[:t]]))[0][tokens[t]]
+            for t in range(1, len(tokens))
+        )
 
 
 def _hypothesis(row, end):
@@ -228,8 +239,9 @@ def _hypothesis(row, end):
     return row[: row.index(end, 1) + 1] if end is not None and end in row[1:] else row
 
 
-def reference_beam_search(model, src, mask, max_len, start, end, beam_size, alpha, stop_early=True,
-                          drop_live_at_max_len=False):
+def reference_beam_search(
+    model, src, mask, max_len, start, end, beam_size, alpha, stop_early=True, drop_live_at_max_len=False
+):
     """beam_search's docstring, written out plainly for one source (1, src_len), by full recompute.
 
     Each step extends every live hypothesis by every token and walks the candidates from the most
@@ -247,7 +259,11 @@ def reference_beam_search(model, src, mask, max_len, start, end, beam_size, alph
         while len(live[0][0]) < max_len:
             log_p = _prefix_log_probs(model, memory, mask, torch.tensor([tokens for tokens, _ in live]))
             candidates = sorted(
-                ((score + row[v], tokens + (v,)) for (tokens, score), row in zip(live, log_p) for v in range(len(row))),
+                (
+                    (score + row[v], tokens + (v,))
+                    for (tokens, score), row in zip(live, log_p, strict=True)
+                    for v in range(len(row))
+                ),
                 key=lambda c: -c[0],
             )
             live = []
@@ -327,8 +343,9 @@ def test_beam_search_equals_a_plain_reference_beam_search(seed):
                 for beam_size in (2, 3, 5):
                     result = beam_search(model, src, mask, max_len, 1, end, beam_size=beam_size, length_penalty=alpha)
                     for b in range(src.size(0)):
-                        score, tokens = reference_beam_search(model, src[b : b + 1], mask[b : b + 1], max_len, 1, end,
-                                                              beam_size, alpha)
+                        score, tokens = reference_beam_search(
+                            model, src[b : b + 1], mask[b : b + 1], max_len, 1, end, beam_size, alpha
+                        )
                         expected = list(tokens) + [0] * (max_len - len(tokens))
                         assert result.tokens[b].tolist() == expected, (end, alpha, beam_size, b)
                         assert result.scores[b].item() == pytest.approx(score, abs=1e-4), (end, alpha, beam_size, b)
@@ -376,11 +393,17 @@ def _exhaustive_optimum(model, src, mask, max_len, start, end, alpha, vocab):
         memory = model.encode(src, mask)
         rows = torch.tensor([(start, *rest) for rest in itertools.product(range(vocab), repeat=max_len - 1)])
         step_log_p = torch.stack(
-            [torch.tensor(_prefix_log_probs(model, memory, mask, rows[:, :t]), dtype=torch.float64)
-             .gather(1, rows[:, t : t + 1]).squeeze(1) for t in range(1, max_len)], dim=1)
+            [
+                torch.tensor(_prefix_log_probs(model, memory, mask, rows[:, :t]), dtype=torch.float64)
+                .gather(1, rows[:, t : t + 1])
+                .squeeze(1)
+                for t in range(1, max_len)
+            ],
+            dim=1,
+        )
     prefix = step_log_p.cumsum(1).tolist()
     scores = {}
-    for row, cum in zip(rows.tolist(), prefix):
+    for row, cum in zip(rows.tolist(), prefix, strict=True):
         tokens = tuple(_hypothesis(row, end))
         scores[tokens] = cum[len(tokens) - 2] / _length_penalty(len(tokens) - 1, alpha)
     best = max(scores, key=scores.get)
@@ -405,7 +428,9 @@ def test_a_beam_wide_enough_finds_the_optimum_which_beats_greedy(end, alpha):
         beam = beam_search(model, src, mask, max_len, 1, end, beam_size=81, length_penalty=alpha)
         greedy = greedy_decode(model, src, mask, max_len, 1, end_symbol=end)
         for b in range(src.size(0)):
-            best, tokens, scores = _exhaustive_optimum(model, src[b : b + 1], mask[b : b + 1], max_len, 1, end, alpha, vocab)
+            best, tokens, scores = _exhaustive_optimum(
+                model, src[b : b + 1], mask[b : b + 1], max_len, 1, end, alpha, vocab
+            )
             assert len(scores) == (vocab ** (max_len - 1) if end is None else 1 + 3 + 9 + 27 + 81)
             assert _hypothesis(beam.tokens[b].tolist(), end) == list(tokens)
             assert beam.scores[b].item() == pytest.approx(best, abs=1e-4)
@@ -463,8 +488,10 @@ def test_beam_options_without_a_meaning_are_refused_naming_the_value_in_both_sea
         with pytest.raises(ValueError, match="beam_generate: " + message):
             beam_generate(lm, torch.tensor([[1, 2]]), 3, end_symbol=2, **options)
     with T.checks(True):  # the signature may name a wrong type first; either way the argument is named
-        for call in (lambda: beam_search(model, src, mask, 5, 1, end_symbol=2, **options),
-                     lambda: beam_generate(lm, torch.tensor([[1, 2]]), 3, end_symbol=2, **options)):
+        for call in (
+            lambda: beam_search(model, src, mask, 5, 1, end_symbol=2, **options),
+            lambda: beam_generate(lm, torch.tensor([[1, 2]]), 3, end_symbol=2, **options),
+        ):
             with pytest.raises((ValueError, T.TypeCheckError), match=name):
                 call()
 

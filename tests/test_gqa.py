@@ -97,8 +97,18 @@ def test_kv_heads_must_divide_the_heads_and_the_message_names_both():
 
 
 def _lm(n_kv_heads=2, **fields):
-    config = T.LMConfig(vocab=23, n_layers=2, d_model=32, d_ff=48, n_heads=4, n_kv_heads=n_kv_heads, dropout=0.0,
-                        attention_dropout=0.0, max_len=16, **fields)
+    config = T.LMConfig(
+        vocab=23,
+        n_layers=2,
+        d_model=32,
+        d_ff=48,
+        n_heads=4,
+        n_kv_heads=n_kv_heads,
+        dropout=0.0,
+        attention_dropout=0.0,
+        max_len=16,
+        **fields,
+    )
     torch.manual_seed(0)
     return T.build_lm(config).eval()
 
@@ -108,7 +118,7 @@ def test_the_lm_cache_holds_kv_heads_and_gives_the_full_recompute():
     tokens = torch.randint(1, 23, (3, 7))
     full = model(tokens)
     cache = model.new_cache()
-    steps = [model(tokens[:, :4], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(4, 7)]
+    steps = [model(tokens[:, :4], cache=cache)] + [model(tokens[:, t : t + 1], cache=cache) for t in range(4, 7)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     for layer in cache.layers:
         assert layer.keys.shape == layer.values.shape == (3, 2, 7, 8)  # kv_heads, not the 4 query heads

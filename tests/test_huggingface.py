@@ -65,8 +65,15 @@ def _compare(models, inputs, real, output):
 
 @pytest.fixture(scope="module")
 def llama():
-    config = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=61,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return _pair(transformers.LlamaForCausalLM, config)
 
 
@@ -95,8 +102,9 @@ def test_llama_generate_with_its_cache_gives_eagers_tokens(llama):
 
 @pytest.fixture(scope="module")
 def gpt2():
-    config = transformers.GPT2Config(vocab_size=53, n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = transformers.GPT2Config(
+        vocab_size=53, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
     return _pair(transformers.GPT2LMHeadModel, config)
 
 
@@ -132,9 +140,16 @@ def test_gpt2_on_the_kernel_under_the_interpreter_matches_eager(gpt2):
 
 
 def test_bert_bidirectional_with_padding_matches_eager(monkeypatch):
-    config = transformers.BertConfig(vocab_size=47, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=48, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                     attention_probs_dropout_prob=0.0)
+    config = transformers.BertConfig(
+        vocab_size=47,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     models = _pair(transformers.BertModel, config)
     ids = torch.randint(1, 47, (2, 7), generator=torch.Generator().manual_seed(5))
     mask = torch.ones(2, 7, dtype=torch.long)
@@ -142,26 +157,34 @@ def test_bert_bidirectional_with_padding_matches_eager(monkeypatch):
     _compare(models, {"input_ids": ids, "attention_mask": mask}, mask.bool(), lambda o: o.last_hidden_state)
     with torch.no_grad():  # no padding: transformers may build no mask at all; attention stays bidirectional
         full = torch.ones(2, 7, dtype=torch.long)
-        torch.testing.assert_close(models[1](input_ids=ids, attention_mask=full).last_hidden_state,
-                                   models[0](input_ids=ids, attention_mask=full).last_hidden_state,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            models[1](input_ids=ids, attention_mask=full).last_hidden_state,
+            models[0](input_ids=ids, attention_mask=full).last_hidden_state,
+            atol=1e-5,
+            rtol=1e-5,
+        )
     calls = []  # BERT's attention is bidirectional: our drop-in gets the padding mask and is_causal=False
     real = huggingface.scaled_dot_product_attention
-    monkeypatch.setattr(huggingface, "scaled_dot_product_attention",
-                        lambda *a, **kw: calls.append((kw["attn_mask"] is not None, kw["is_causal"])) or real(*a, **kw))
+    monkeypatch.setattr(
+        huggingface,
+        "scaled_dot_product_attention",
+        lambda *a, **kw: calls.append((kw["attn_mask"] is not None, kw["is_causal"])) or real(*a, **kw),
+    )
     with torch.no_grad():
         models[1](input_ids=ids, attention_mask=mask)
     assert calls == [(True, False)] * 2
 
 
 def test_attention_dropout_reaches_the_drop_in_while_training_only(monkeypatch):
-    config = transformers.GPT2Config(vocab_size=53, n_positions=32, n_embd=32, n_layer=1, n_head=2, attn_pdrop=0.25,
-                                     resid_pdrop=0.0, embd_pdrop=0.0)
+    config = transformers.GPT2Config(
+        vocab_size=53, n_positions=32, n_embd=32, n_layer=1, n_head=2, attn_pdrop=0.25, resid_pdrop=0.0, embd_pdrop=0.0
+    )
     model = transformers.GPT2LMHeadModel._from_config(config, attn_implementation="typed_transformer")
     seen = []
     real = huggingface.scaled_dot_product_attention
-    monkeypatch.setattr(huggingface, "scaled_dot_product_attention",
-                        lambda *a, **kw: seen.append(kw["dropout_p"]) or real(*a, **kw))
+    monkeypatch.setattr(
+        huggingface, "scaled_dot_product_attention", lambda *a, **kw: seen.append(kw["dropout_p"]) or real(*a, **kw)
+    )
     ids = torch.randint(0, 53, (2, 6), generator=torch.Generator().manual_seed(6))
     model.train()
     first, second = model(input_ids=ids).logits, model(input_ids=ids).logits
@@ -193,8 +216,11 @@ def test_a_missing_or_old_transformers_gets_the_version_and_the_command(monkeypa
         raise huggingface.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(huggingface.metadata, "version", missing)
-    with pytest.raises(ImportError, match=r"needs transformers>=4\.53\.0, which is not installed; install it with: "
-                                          r"pip install \"typed-transformer\[hf\]\""):
+    with pytest.raises(
+        ImportError,
+        match=r"needs transformers>=4\.53\.0, which is not installed; install it with: "
+        r"pip install \"typed-transformer\[hf\]\"",
+    ):
         huggingface.register()
     monkeypatch.setattr(huggingface.metadata, "version", lambda name: "4.52.4")
     with pytest.raises(ImportError, match=r"needs transformers>=4\.53\.0, found 4\.52\.4; upgrade with: pip install"):
@@ -202,10 +228,12 @@ def test_a_missing_or_old_transformers_gets_the_version_and_the_command(monkeypa
 
 
 def test_importing_the_integrations_imports_neither_transformers_nor_the_kernel():
-    code = ("import sys, transformer; before = set(sys.modules); "
-            "import transformer.integrations.huggingface, transformer.integrations.sdpa_registry; "
-            "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('transformers', 'triton') "
-            "or m.startswith('transformer.kernels')))")
+    code = (
+        "import sys, transformer; before = set(sys.modules); "
+        "import transformer.integrations.huggingface, transformer.integrations.sdpa_registry; "
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('transformers', 'triton') "
+        "or m.startswith('transformer.kernels')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -213,8 +241,18 @@ def test_importing_the_integrations_imports_neither_transformers_nor_the_kernel(
 def test_t5_relative_position_bias_with_padding_matches_eager():
     """T5 hands its learned position bias to the attention function (``position_bias``): an additive float mask,
     combined with the padding and causal masks as transformers' SDPA path does (torch's function runs it)."""
-    config = transformers.T5Config(vocab_size=43, d_model=32, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=2,
-                                   num_heads=2, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+    config = transformers.T5Config(
+        vocab_size=43,
+        d_model=32,
+        d_kv=16,
+        d_ff=48,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=2,
+        dropout_rate=0.0,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
     models = _pair(transformers.T5ForConditionalGeneration, config)
     g = torch.Generator().manual_seed(8)
     ids, labels = torch.randint(1, 43, (2, 7), generator=g), torch.randint(1, 43, (2, 5), generator=g)

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 import transformer as T
 from transformer.lm import TransformerLM, build_lm
@@ -56,16 +56,29 @@ def _random_params(vocab, d_model, n_layers, n_heads, d_ff, max_len, seed):
     norm = lambda: {"gain": 1 + r(d_model), "bias": r(d_model)}  # noqa: E731
     d_k = d_model // n_heads
     return {
-        "embeddings": r(vocab, d_model) * 3, "positional_encodings": r(max_len, d_model),
-        "layers": [{"norm_self_attn": norm(), "norm_ff": norm(), "ffn1": lin(d_model, d_ff), "ffn2": lin(d_ff, d_model),
-                    "heads": [{"query": lin(d_model, d_k), "key": lin(d_model, d_k), "value": lin(d_model, d_model)}
-                              for _ in range(n_heads)]} for _ in range(n_layers)],
-        "pre_output_norm": norm(), "output": lin(d_model, vocab),
+        "embeddings": r(vocab, d_model) * 3,
+        "positional_encodings": r(max_len, d_model),
+        "layers": [
+            {
+                "norm_self_attn": norm(),
+                "norm_ff": norm(),
+                "ffn1": lin(d_model, d_ff),
+                "ffn2": lin(d_ff, d_model),
+                "heads": [
+                    {"query": lin(d_model, d_k), "key": lin(d_model, d_k), "value": lin(d_model, d_model)}
+                    for _ in range(n_heads)
+                ],
+            }
+            for _ in range(n_layers)
+        ],
+        "pre_output_norm": norm(),
+        "output": lin(d_model, vocab),
     }
 
 
 def _load_functional(model: TransformerLM, p) -> None:
     """Map the functional layout's parameters into our modules (x @ W in theirs, W x in nn.Linear)."""
+
     def linear(module, params):
         module.weight.copy_(params["weight"].T)
         module.bias.copy_(params["bias"])
@@ -77,7 +90,7 @@ def _load_functional(model: TransformerLM, p) -> None:
     with torch.no_grad():
         model.embed[0].lut.weight.copy_(p["embeddings"])
         model.embed[1].pe.copy_(p["positional_encodings"].unsqueeze(0))
-        for layer, lp in zip(model.layers, p["layers"]):
+        for layer, lp in zip(model.layers, p["layers"], strict=True):
             norm(layer.sublayer[0].norm, lp["norm_self_attn"])
             norm(layer.sublayer[1].norm, lp["norm_ff"])
             attn = layer.self_attn
@@ -104,14 +117,22 @@ def test_the_functional_transformer_head_by_head_is_the_function_our_model_compu
         fields.update(embedding_scale=scales[0], positional_scale=scales[1], attention_scale=scales[2])
     config = LMConfig.functional(vocab, **fields)
     assert (config.norm, config.value_projection, config.positional_init, config.layer_norm_eps) == (
-        "std", "per_head", "zeros", 1e-5)
-    assert config.lambda_e == (scales[0] if scales else 32 ** -0.5) and config.tau == (scales[2] if scales else 0.25)
+        "std",
+        "per_head",
+        "zeros",
+        1e-5,
+    )
+    assert config.lambda_e == (scales[0] if scales else 32**-0.5) and config.tau == (scales[2] if scales else 0.25)
     model = build_lm(config).double().eval()
     p = _random_params(vocab, 32, 2, 2, 48, 24, seed)
     _load_functional(model, p)
     x = torch.randint(0, vocab, (3, L), generator=torch.Generator().manual_seed(seed))
-    expected = torch.stack([F.log_softmax(functional_transformer(p, row, config.lambda_e, config.positional_scale,
-                                                                 config.tau), -1) for row in x])
+    expected = torch.stack(
+        [
+            F.log_softmax(functional_transformer(p, row, config.lambda_e, config.positional_scale, config.tau), -1)
+            for row in x
+        ]
+    )
     with T.use_backend("eager"):
         got = model.generator(model(x))
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
@@ -150,7 +171,7 @@ def _paper_to_per_head(paper: TransformerLM, per_head: TransformerLM) -> None:
     missing, unexpected = per_head.load_state_dict(state, strict=False)
     assert unexpected == [] and all("value_" in name for name in missing)
     with torch.no_grad():
-        for source, target in zip(paper.layers, per_head.layers):
+        for source, target in zip(paper.layers, per_head.layers, strict=True):
             a, b = source.self_attn, target.self_attn
             for i in range(a.h):
                 rows = slice(i * a.d_k, (i + 1) * a.d_k)
@@ -160,8 +181,10 @@ def _paper_to_per_head(paper: TransformerLM, per_head: TransformerLM) -> None:
                 b.value_bias[i] = b_v @ w_o + (a.out_proj.bias if i == 0 else 0)
 
 
-@pytest.mark.parametrize("changes", [{}, {"norm_placement": "post", "positional_encoding": "learned"},
-                                     {"attention_scale": 0.3, "norm": "std"}])
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"norm_placement": "post", "positional_encoding": "learned"}, {"attention_scale": 0.3, "norm": "std"}],
+)
 def test_the_output_projection_form_is_the_per_head_form_with_rank_d_k_value_maps(changes):
     config = LMConfig(vocab=17, dropout=0.0, attention_dropout=0.0, **SIZES, **changes)
     torch.manual_seed(3)
@@ -178,8 +201,10 @@ def test_the_output_projection_form_is_the_per_head_form_with_rank_d_k_value_map
 
 # ---------------------------------------------------------------- every backend, the kernel without a dense mask
 def _configs():
-    return {"paper": LMConfig(vocab=23, dropout=0.0, attention_dropout=0.0, **SIZES),
-            "functional": LMConfig.functional(23, **SIZES)}
+    return {
+        "paper": LMConfig(vocab=23, dropout=0.0, attention_dropout=0.0, **SIZES),
+        "functional": LMConfig.functional(23, **SIZES),
+    }
 
 
 @pytest.mark.parametrize("form", ["paper", "functional"])
@@ -203,7 +228,7 @@ def test_every_backend_computes_the_same_model_with_the_same_gradients(form, bac
         results[name] = (out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
     torch.testing.assert_close(results[backend][0][0], results["eager"][0][0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(results[backend][0][1, :9], results["eager"][0][1, :9], rtol=1e-5, atol=1e-5)
-    for a, b in zip(results[backend][1], results["eager"][1]):
+    for a, b in zip(results[backend][1], results["eager"][1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
@@ -281,16 +306,19 @@ def test_a_prompt_then_one_position_at_a_time_equals_the_full_forward(form, back
 
 
 # ---------------------------------------------------------------- config and guards
-@pytest.mark.parametrize("fields, message", [
-    (dict(vocab=10, d_model=30, n_heads=4), "n_heads=4 does not divide d_model=30"),
-    (dict(vocab=10, d_model=31, n_heads=1), "d_model=31 is odd: sinusoidal"),
-    (dict(vocab=10, positional_init="zeros"), "positional_init='zeros' needs positional_encoding='learned'"),
-    (dict(vocab=10, attention_scale=0.0), "attention_scale must be a positive float"),
-    (dict(vocab=10, value_projection="sum"), "value_projection must be one of 'output', 'per_head'"),
-    (dict(vocab=10, pad_id=10), r"pad_id=10 must be a token id in \[0, 10\)"),
-    (dict(vocab=0), "vocab must be positive"),
-    (dict(vocab=10, dropout=1.0), r"dropout must be a float in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(vocab=10, d_model=30, n_heads=4), "n_heads=4 does not divide d_model=30"),
+        (dict(vocab=10, d_model=31, n_heads=1), "d_model=31 is odd: sinusoidal"),
+        (dict(vocab=10, positional_init="zeros"), "positional_init='zeros' needs positional_encoding='learned'"),
+        (dict(vocab=10, attention_scale=0.0), "attention_scale must be a positive float"),
+        (dict(vocab=10, value_projection="sum"), "value_projection must be one of 'output', 'per_head'"),
+        (dict(vocab=10, pad_id=10), r"pad_id=10 must be a token id in \[0, 10\)"),
+        (dict(vocab=0), "vocab must be positive"),
+        (dict(vocab=10, dropout=1.0), r"dropout must be a float in \[0, 1\)"),
+    ],
+)
 def test_an_impossible_config_is_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         LMConfig(**fields)

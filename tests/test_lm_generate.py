@@ -42,8 +42,9 @@ def test_cached_generation_equals_full_recompute_token_for_token(form, seed):
     assert cached.shape == (3, 34) and torch.equal(cached[:, :4], prompt)
     assert torch.equal(cached, generate(model, prompt, 30, use_cache=False))
     sampled = generate(model, prompt, 30, sample=True, temperature=1.3, top_p=0.95, seed=seed)
-    assert torch.equal(sampled, generate(model, prompt, 30, sample=True, temperature=1.3, top_p=0.95, seed=seed,
-                                         use_cache=False))
+    assert torch.equal(
+        sampled, generate(model, prompt, 30, sample=True, temperature=1.3, top_p=0.95, seed=seed, use_cache=False)
+    )
 
 
 def test_the_step_log_probabilities_with_and_without_the_cache_agree_at_every_step():
@@ -117,8 +118,11 @@ def test_the_maximum_length_is_enforced_with_a_clear_error(checks_on):
     model = _model()
     with T.checks(checks_on):
         assert generate(model, _prompt(steps=4), 36).shape == (3, 40)  # exactly max_len
-        with pytest.raises(ValueError, match=r"the prompt \(4 tokens\) plus max_new_tokens=37 is 41 positions, more "
-                                             r"than the model's max_len=40; ask for at most 36 new tokens"):
+        with pytest.raises(
+            ValueError,
+            match=r"the prompt \(4 tokens\) plus max_new_tokens=37 is 41 positions, more "
+            r"than the model's max_len=40; ask for at most 36 new tokens",
+        ):
             generate(model, _prompt(steps=4), 37)
         with pytest.raises(ValueError, match="max_new_tokens must be a positive int, got 0"):
             generate(model, _prompt(), 0)

@@ -16,9 +16,21 @@ transformers = pytest.importorskip("transformers")
 
 def gpt2_like(vocab=50257, n_layers=12, d_model=768, n_heads=12, max_len=1024, **fields):
     """As written in docs/lm.md, "A GPT-2-like configuration"."""
-    return LMConfig(vocab=vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model,
-                    max_len=max_len, positional_encoding="learned", embedding_scale=1.0, activation="gelu",
-                    layer_norm_eps=1e-5, ffn_hidden_dropout=False, tie_weights=True, **fields)
+    return LMConfig(
+        vocab=vocab,
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=4 * d_model,
+        max_len=max_len,
+        positional_encoding="learned",
+        embedding_scale=1.0,
+        activation="gelu",
+        layer_norm_eps=1e-5,
+        ffn_hidden_dropout=False,
+        tie_weights=True,
+        **fields,
+    )
 
 
 def _copy_gpt2_into(ours, gpt2):
@@ -26,11 +38,11 @@ def _copy_gpt2_into(ours, gpt2):
     with torch.no_grad():
         ours.embed[0].lut.weight.copy_(t.wte.weight)
         ours.embed[1].pe.copy_(t.wpe.weight[None, : ours.embed[1].pe.size(1)])
-        for layer, block in zip(ours.layers, t.h):
+        for layer, block in zip(ours.layers, t.h, strict=True):
             attn, d = layer.self_attn, block.attn.c_attn.weight.size(0)
-            for proj, k in zip((attn.q_proj, attn.k_proj, attn.v_proj), range(3)):  # Conv1D: (in, out)
-                proj.weight.copy_(block.attn.c_attn.weight[:, k * d:(k + 1) * d].T)
-                proj.bias.copy_(block.attn.c_attn.bias[k * d:(k + 1) * d])
+            for proj, k in zip((attn.q_proj, attn.k_proj, attn.v_proj), range(3), strict=True):  # Conv1D: (in, out)
+                proj.weight.copy_(block.attn.c_attn.weight[:, k * d : (k + 1) * d].T)
+                proj.bias.copy_(block.attn.c_attn.bias[k * d : (k + 1) * d])
             attn.out_proj.weight.copy_(block.attn.c_proj.weight.T)
             attn.out_proj.bias.copy_(block.attn.c_proj.bias)
             for norm, theirs in ((layer.sublayer[0].norm, block.ln_1), (layer.sublayer[1].norm, block.ln_2)):
@@ -48,8 +60,15 @@ def _copy_gpt2_into(ours, gpt2):
 
 def test_the_gpt2_like_config_computes_gpt2():
     config = gpt2_like(vocab=97, n_layers=2, d_model=32, n_heads=4, max_len=40)
-    gpt2_config = transformers.GPT2Config(vocab_size=97, n_positions=40, n_embd=32, n_layer=2, n_head=4,
-                                          activation_function="gelu", attn_implementation="sdpa")
+    gpt2_config = transformers.GPT2Config(
+        vocab_size=97,
+        n_positions=40,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        activation_function="gelu",
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     gpt2 = transformers.GPT2LMHeadModel(gpt2_config).double().eval()
     with torch.no_grad():  # GPT-2 starts its biases and norms at 0 and 1: randomise them, so that each one matters

@@ -48,8 +48,10 @@ def test_layer_norm_matches_torch_and_uses_biased_variance():
     x = torch.randn(4, 6, 10) * 3 + 1
     ours, ref = T.LayerNorm(10, eps=1e-5), nn.LayerNorm(10, eps=1e-5)
     with torch.no_grad():
-        ours.weight.copy_(torch.randn(10)); ours.bias.copy_(torch.randn(10))
-        ref.weight.copy_(ours.weight); ref.bias.copy_(ours.bias)
+        ours.weight.copy_(torch.randn(10))
+        ours.bias.copy_(torch.randn(10))
+        ref.weight.copy_(ours.weight)
+        ref.bias.copy_(ours.bias)
     torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
@@ -106,7 +108,9 @@ def test_token_ids_outside_the_vocabulary(tiny_model, batch):
     src, tgt, src_mask, tgt_mask = batch
     bad = src.clone()
     bad[1, 3] = 11
-    with pytest.raises(ValueError, match=r"token id 11 at position \(1, 3\) is outside the vocabulary \[0, 11\) \(vocabulary size 11\)"):
+    with pytest.raises(
+        ValueError, match=r"token id 11 at position \(1, 3\) is outside the vocabulary \[0, 11\) \(vocabulary size 11\)"
+    ):
         tiny_model(bad, tgt, src_mask, tgt_mask)
     bad_tgt = tgt.clone()
     bad_tgt[2, 0] = -1
@@ -196,8 +200,19 @@ def test_weight_tying(tie):
 
 
 def test_config_options_reach_the_modules():
-    model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=4, norm_placement="post", activation="gelu",
-                         positional_encoding="learned", layer_norm_eps=1e-3, attention_backend="torch")
+    model = T.make_model(
+        11,
+        11,
+        N=1,
+        d_model=16,
+        d_ff=32,
+        h=4,
+        norm_placement="post",
+        activation="gelu",
+        positional_encoding="learned",
+        layer_norm_eps=1e-3,
+        attention_backend="torch",
+    )
     layer = model.encoder.layers[0]
     assert layer.sublayer[0].norm_placement == "post" and layer.sublayer[0].norm.eps == 1e-3
     assert layer.feed_forward.activation == "gelu"
@@ -238,11 +253,30 @@ def test_make_model_passes_the_tutorials_defaults_and_its_arguments_to_the_confi
     built = []
     monkeypatch.setattr(model_module, "build_model", lambda config: built.append(config) or config)
     c = T.make_model(11, 13)
-    assert (c.src_vocab, c.tgt_vocab, c.n_encoder_layers, c.n_decoder_layers, c.d_model, c.d_ff, c.n_heads, c.dropout,
-            c.attention_dropout) == (11, 13, 6, 6, 512, 2048, 8, 0.1, 0.1)
+    assert (
+        c.src_vocab,
+        c.tgt_vocab,
+        c.n_encoder_layers,
+        c.n_decoder_layers,
+        c.d_model,
+        c.d_ff,
+        c.n_heads,
+        c.dropout,
+        c.attention_dropout,
+    ) == (11, 13, 6, 6, 512, 2048, 8, 0.1, 0.1)
     c = T.make_model(7, 5, N=2, d_model=24, d_ff=40, h=3, dropout=0.3, attention_dropout=0.05, tie_weights="target")
-    assert (c.src_vocab, c.tgt_vocab, c.n_encoder_layers, c.n_decoder_layers, c.d_model, c.d_ff, c.n_heads, c.dropout,
-            c.attention_dropout, c.tie_weights) == (7, 5, 2, 2, 24, 40, 3, 0.3, 0.05, "target")
+    assert (
+        c.src_vocab,
+        c.tgt_vocab,
+        c.n_encoder_layers,
+        c.n_decoder_layers,
+        c.d_model,
+        c.d_ff,
+        c.n_heads,
+        c.dropout,
+        c.attention_dropout,
+        c.tie_weights,
+    ) == (7, 5, 2, 2, 24, 40, 3, 0.3, 0.05, "target")
     assert T.make_model(c) is c  # a config goes to build_model as it is
     with pytest.raises(ValueError, match="make_model: tgt_vocab is required when src_vocab is an int"):
         T.make_model(11)
@@ -256,6 +290,8 @@ def test_build_model_initialises_every_matrix_glorot_uniform_and_leaves_the_sinu
             fan_out, fan_in = p.shape
             bound = (6.0 / (fan_in + fan_out)) ** 0.5
             assert p.abs().max() <= bound, name
-            assert abs(float(p.detach().std()) - bound / 3**0.5) < 0.15 * bound / 3**0.5, name  # uniform on [-bound, bound]
+            assert abs(float(p.detach().std()) - bound / 3**0.5) < 0.15 * bound / 3**0.5, (
+                name
+            )  # uniform on [-bound, bound]
     pe = model.src_embed[1].pe[0]
     assert torch.allclose(pe[3, 0::2], torch.sin(3 * torch.exp(torch.arange(0, 32, 2) * -(math.log(10000.0) / 32))))

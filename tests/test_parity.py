@@ -31,16 +31,16 @@ def _copy_ffn(ours: T.PositionwiseFeedForward, theirs) -> None:
 
 @torch.no_grad()
 def _copy_weights(model: T.EncoderDecoder, reference: nn.Transformer) -> None:
-    for ours, theirs in zip(model.encoder.layers, reference.encoder.layers):
+    for ours, theirs in zip(model.encoder.layers, reference.encoder.layers, strict=True):
         _copy_attention(ours.self_attn, theirs.self_attn)
         _copy_ffn(ours.feed_forward, theirs)
         _copy_norm(ours.sublayer[0].norm, theirs.norm1)
         _copy_norm(ours.sublayer[1].norm, theirs.norm2)
-    for ours, theirs in zip(model.decoder.layers, reference.decoder.layers):
+    for ours, theirs in zip(model.decoder.layers, reference.decoder.layers, strict=True):
         _copy_attention(ours.self_attn, theirs.self_attn)
         _copy_attention(ours.src_attn, theirs.multihead_attn)
         _copy_ffn(ours.feed_forward, theirs)
-        for sub, norm in zip(ours.sublayer, (theirs.norm1, theirs.norm2, theirs.norm3)):
+        for sub, norm in zip(ours.sublayer, (theirs.norm1, theirs.norm2, theirs.norm3), strict=True):
             _copy_norm(sub.norm, norm)
     _copy_norm(model.encoder.norm, reference.encoder.norm)
     _copy_norm(model.decoder.norm, reference.decoder.norm)
@@ -48,12 +48,29 @@ def _copy_weights(model: T.EncoderDecoder, reference: nn.Transformer) -> None:
 
 def _pair(placement: str, activation: str):
     reference = nn.Transformer(
-        d_model=D_MODEL, nhead=HEADS, num_encoder_layers=N, num_decoder_layers=N, dim_feedforward=D_FF,
-        dropout=0.0, activation=activation, layer_norm_eps=1e-5, batch_first=True,
+        d_model=D_MODEL,
+        nhead=HEADS,
+        num_encoder_layers=N,
+        num_decoder_layers=N,
+        dim_feedforward=D_FF,
+        dropout=0.0,
+        activation=activation,
+        layer_norm_eps=1e-5,
+        batch_first=True,
         norm_first=placement == "pre",
     )
-    model = T.make_model(11, 11, N=N, d_model=D_MODEL, d_ff=D_FF, h=HEADS, dropout=0.0,
-                         norm_placement=placement, activation=activation, layer_norm_eps=1e-5)
+    model = T.make_model(
+        11,
+        11,
+        N=N,
+        d_model=D_MODEL,
+        d_ff=D_FF,
+        h=HEADS,
+        dropout=0.0,
+        norm_placement=placement,
+        activation=activation,
+        layer_norm_eps=1e-5,
+    )
     # perturb the norms so a mis-copied LayerNorm cannot hide behind ones and zeros
     with torch.no_grad():
         for module in reference.modules():
@@ -102,8 +119,7 @@ def test_full_model_parity(placement, activation):
     causal = T.subsequent_mask(6)
     memory = model.encoder(src, src_keep.unsqueeze(1))
     ours = model.decoder(tgt, memory, src_keep.unsqueeze(1), causal)
-    theirs = reference(src, tgt, tgt_mask=~causal[0], src_key_padding_mask=~src_keep,
-                       memory_key_padding_mask=~src_keep)
+    theirs = reference(src, tgt, tgt_mask=~causal[0], src_key_padding_mask=~src_keep, memory_key_padding_mask=~src_keep)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 

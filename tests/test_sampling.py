@@ -20,8 +20,9 @@ class _FixedModel(nn.Module):
         super().__init__()
         self.probs = P if probs is None else probs
         vocab = self.probs.numel()
-        self.config = T.TransformerConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=8, n_heads=2, d_ff=8, max_len=50,
-                                          pad_id=None)
+        self.config = T.TransformerConfig(
+            src_vocab=vocab, tgt_vocab=vocab, d_model=8, n_heads=2, d_ff=8, max_len=50, pad_id=None
+        )
         self.steps_taken = 0
 
     def encode(self, src, src_mask):
@@ -106,12 +107,15 @@ def test_sampling_stops_and_pads_after_the_end_symbol():
     assert ended > 150  # P(end) = 0.5 per step: nearly every row ends within 11 steps
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"temperature": 0.0}, "sample_decode: temperature must be a positive finite number, got 0.0"),
-    ({"top_k": 0}, "sample_decode: top_k must be a positive int or None, got 0"),
-    ({"top_p": 1.5}, r"sample_decode: top_p must be a number in \(0, 1\] or None, got 1.5"),
-    ({"seed": "x"}, "seed"),  # the contract names it; with checks off, the ValueError does
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"temperature": 0.0}, "sample_decode: temperature must be a positive finite number, got 0.0"),
+        ({"top_k": 0}, "sample_decode: top_k must be a positive int or None, got 0"),
+        ({"top_p": 1.5}, r"sample_decode: top_p must be a number in \(0, 1\] or None, got 1.5"),
+        ({"seed": "x"}, "seed"),  # the contract names it; with checks off, the ValueError does
+    ],
+)
 @pytest.mark.parametrize("checks_on", [True, False])
 def test_bad_sampling_options_are_refused(options, message, checks_on):
     with T.checks(checks_on), pytest.raises((ValueError, T.TypeCheckError), match=message):
@@ -142,7 +146,9 @@ def test_with_a_real_model_top_k_1_is_greedy_and_the_cache_changes_nothing():
     model = T.make_model(11, 13, N=2, d_model=32, d_ff=64, h=4, dropout=0.0).eval()
     src = torch.randint(1, 11, (4, 6))
     mask = T.AttentionMask.padding(src, 0)
-    assert torch.equal(T.sample_decode(model, src, mask, 12, 1, top_k=1, seed=3), T.greedy_decode(model, src, mask, 12, 1))
+    assert torch.equal(
+        T.sample_decode(model, src, mask, 12, 1, top_k=1, seed=3), T.greedy_decode(model, src, mask, 12, 1)
+    )
     a = T.sample_decode(model, src, mask, 12, 1, temperature=1.5, top_p=0.9, seed=3)
     assert torch.equal(a, T.sample_decode(model, src, mask, 12, 1, temperature=1.5, top_p=0.9, seed=3, use_cache=False))
     assert not math.isnan(float(a.float().mean()))
@@ -157,8 +163,10 @@ def _support(freq):
     return {i for i, f in enumerate(freq.tolist()) if f > 0}
 
 
-@pytest.mark.parametrize("top_p, kept", [(0.5, {1}), (0.75, {1, 3}), (0.875, {1, 3, 0}), (0.876, None), (0.7499, {1, 3}),
-                                         (0.75 + 5e-7, {1, 3})])
+@pytest.mark.parametrize(
+    "top_p, kept",
+    [(0.5, {1}), (0.75, {1, 3}), (0.875, {1, 3, 0}), (0.876, None), (0.7499, {1, 3}), (0.75 + 5e-7, {1, 3})],
+)
 def test_top_p_exactly_at_a_cumulative_boundary_keeps_the_prefix_that_reaches_it(top_p, kept):
     """0.75 = 0.5 + 0.25 exactly: the nucleus is {1, 3}, not {1, 3, 0}, whichever way float32 rounding of the
     log-probabilities goes (a mass short of top_p by less than TOP_P_SLACK = 1e-6 reaches it); above 0.875 the
@@ -173,8 +181,10 @@ def test_top_p_exactly_at_a_cumulative_boundary_keeps_the_prefix_that_reaches_it
     _assert_frequencies(freq, expected / expected.sum(), n=4000)
 
 
-@pytest.mark.parametrize("top_k, kept", [(1, {1}), (2, {1, 3}), (3, {0, 1, 3}), (4, {0, 1, 2, 3, 4}), (5, set(range(5))),
-                                         (50, set(range(5)))])
+@pytest.mark.parametrize(
+    "top_k, kept",
+    [(1, {1}), (2, {1, 3}), (3, {0, 1, 3}), (4, {0, 1, 2, 3, 4}), (5, set(range(5))), (50, set(range(5)))],
+)
 def test_top_k_keeps_the_k_most_probable_ties_included_and_a_k_past_the_vocabulary_keeps_all(top_k, kept):
     freq = _first_tokens(4000, Q, top_k=top_k)
     assert _support(freq) == kept  # top_k=4: the 4th is tied with the 5th, both are kept
@@ -188,7 +198,9 @@ def test_the_temperature_is_applied_once_and_before_the_nucleus():
     nucleus at 0.6 is three tokens (on the raw Q it would be two), drawn as Q ** 0.5 (not Q ** 0.25, twice)."""
     freq = _first_tokens(8000, Q, temperature=2.0, top_p=0.6)
     tempered = Q.double() ** 0.5
-    expected = torch.where(torch.tensor([True, True, False, True, False]), tempered, torch.zeros(5, dtype=torch.float64))
+    expected = torch.where(
+        torch.tensor([True, True, False, True, False]), tempered, torch.zeros(5, dtype=torch.float64)
+    )
     assert _support(freq) == {0, 1, 3}
     _assert_frequencies(freq, expected / expected.sum(), n=8000)
 
@@ -208,8 +220,9 @@ def test_a_tiny_temperature_with_a_real_model_is_its_greedy_decoding():
     torch.manual_seed(0)
     model = T.make_model(11, 13, N=1, d_model=16, d_ff=32, h=2, dropout=0.0).eval()
     src = torch.randint(1, 11, (3, 5))
-    assert torch.equal(T.sample_decode(model, src, None, 8, 1, temperature=1e-45, seed=0),
-                       T.greedy_decode(model, src, None, 8, 1))
+    assert torch.equal(
+        T.sample_decode(model, src, None, 8, 1, temperature=1e-45, seed=0), T.greedy_decode(model, src, None, 8, 1)
+    )
 
 
 class _Fixed(nn.Module):
@@ -241,8 +254,11 @@ class _Broken:
 @pytest.mark.parametrize("fill", [float("nan"), float("-inf"), float("inf")])
 def test_log_probabilities_that_cannot_be_sampled_are_refused_naming_the_row(fill):
     pick = T.decoding.sampler(1.0, None, None, torch.Generator().manual_seed(0), who="sample_decode")
-    with pytest.raises(ValueError, match=r"sample_decode: the next-token log-probabilities of row 1 are NaN, \+inf or "
-                                         r"all -inf; there is nothing to sample from"):
+    with pytest.raises(
+        ValueError,
+        match=r"sample_decode: the next-token log-probabilities of row 1 are NaN, \+inf or "
+        r"all -inf; there is nothing to sample from",
+    ):
         T.decoding.search(_Broken(fill), torch.zeros(3, 1, dtype=torch.long), 3, None, 0, pick)
 
 
@@ -272,8 +288,11 @@ def test_sampling_options_without_a_meaning_are_refused_naming_the_value_in_both
 
 
 def test_generate_refuses_sampling_options_without_sample_true():
-    for options, named in (({"temperature": 0.7}, "temperature=0.7"), ({"top_k": 3}, "top_k=3"),
-                           ({"top_p": 0.9, "top_k": 2}, "top_k=2, top_p=0.9")):
+    for options, named in (
+        ({"temperature": 0.7}, "temperature=0.7"),
+        ({"top_k": 3}, "top_k=3"),
+        ({"top_p": 0.9, "top_k": 2}, "top_k=2, top_p=0.9"),
+    ):
         with pytest.raises(ValueError, match=f"generate: {named} only applies to sampling; pass sample=True"):
             generate(_Fixed(), torch.tensor([[1]]), 2, **options)
     assert generate(_Fixed(), torch.tensor([[1]]), 2, seed=5).tolist() == [[1, 2, 3]]  # a seed alone is harmless

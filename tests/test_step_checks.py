@@ -50,8 +50,9 @@ class Tripwire(nn.Module):
 
 def _lm():
     torch.manual_seed(0)
-    config = LMConfig(vocab=19, n_layers=2, d_model=32, d_ff=48, n_heads=2, max_len=40, dropout=0.0,
-                      attention_dropout=0.0)
+    config = LMConfig(
+        vocab=19, n_layers=2, d_model=32, d_ff=48, n_heads=2, max_len=40, dropout=0.0, attention_dropout=0.0
+    )
     return build_lm(config).eval()
 
 
@@ -81,20 +82,38 @@ def _policy(policy):
 
 SEARCHES = {
     "generate": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, **_policy(policy))),
-    "generate (sample)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, sample=True, seed=3,
-                                                          **_policy(policy))),
-    "generate (no cache)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, use_cache=False,
-                                                            **_policy(policy))),
-    "generate (stop sequences)": (_lm, lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, end_symbol=0,
-                                                                  stop_sequences=[[1, 2, 1]], **_policy(policy))),
-    "beam_generate": (_lm, lambda m, policy: beam_generate(m, _PROMPT[:1], MAX_LEN - 1, beam_size=2,
-                                                           **_policy(policy))[0]),
-    "greedy_decode": (_encoder_decoder, lambda m, policy: greedy_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1,
-                                                                       **_policy(policy))),
-    "sample_decode": (_encoder_decoder, lambda m, policy: sample_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1,
-                                                                       seed=3, **_policy(policy))),
-    "beam_search": (_encoder_decoder, lambda m, policy: beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0),
-                                                                   MAX_LEN, 1, beam_size=2, **_policy(policy)).tokens),
+    "generate (sample)": (
+        _lm,
+        lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, sample=True, seed=3, **_policy(policy)),
+    ),
+    "generate (no cache)": (
+        _lm,
+        lambda m, policy: generate(m, _PROMPT, MAX_LEN - 1, use_cache=False, **_policy(policy)),
+    ),
+    "generate (stop sequences)": (
+        _lm,
+        lambda m, policy: generate(
+            m, _PROMPT, MAX_LEN - 1, end_symbol=0, stop_sequences=[[1, 2, 1]], **_policy(policy)
+        ),
+    ),
+    "beam_generate": (
+        _lm,
+        lambda m, policy: beam_generate(m, _PROMPT[:1], MAX_LEN - 1, beam_size=2, **_policy(policy))[0],
+    ),
+    "greedy_decode": (
+        _encoder_decoder,
+        lambda m, policy: greedy_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1, **_policy(policy)),
+    ),
+    "sample_decode": (
+        _encoder_decoder,
+        lambda m, policy: sample_decode(m, _SRC, T.padding_mask(_SRC, 0), MAX_LEN, 1, seed=3, **_policy(policy)),
+    ),
+    "beam_search": (
+        _encoder_decoder,
+        lambda m, policy: (
+            beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0), MAX_LEN, 1, beam_size=2, **_policy(policy)).tokens
+        ),
+    ),
 }
 
 
@@ -179,10 +198,12 @@ def test_always_and_never_on_every_step():
 def test_first_checks_the_step_where_the_beam_grows(name):
     """A beam wider than the vocabulary: batch 1, then every token (up to the beam), then the full beam at step 2,
     after beam search's reorder: "first" checks that step, "never" does not."""
-    wide = {"beam_search": lambda m, policy: beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0), MAX_LEN, 1,
-                                                         beam_size=20, checks=policy).tokens,
-            "beam_generate": lambda m, policy: beam_generate(m, _PROMPT[:1], MAX_LEN - 1, beam_size=20,
-                                                             checks=policy)[0]}[name]
+    wide = {
+        "beam_search": lambda m, policy: (
+            beam_search(m, _SRC[:1], T.padding_mask(_SRC[:1], 0), MAX_LEN, 1, beam_size=20, checks=policy).tokens
+        ),
+        "beam_generate": lambda m, policy: beam_generate(m, _PROMPT[:1], MAX_LEN - 1, beam_size=20, checks=policy)[0],
+    }[name]
     build, _ = SEARCHES[name]
     model = _arm(build(), set())
     batches = []
@@ -212,8 +233,11 @@ def test_the_cache_bookkeeping_guard_runs_on_unchecked_steps(model, policy):
         for _ in range(3):  # the prompt, then two one-token steps: the checked ones under "first"
             token = steps(prefix).argmax(-1, keepdim=True)
             prefix = torch.cat([prefix, token], dim=1)
-        with pytest.raises(ValueError, match=rf"{holder} holds {prefix.size(1) - 1} positions but ys has "
-                                             rf"{prefix.size(1) + 1}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"{holder} holds {prefix.size(1) - 1} positions but ys has "
+            rf"{prefix.size(1) + 1}",
+        ):
             steps(torch.cat([prefix, prefix[:, -1:]], dim=1))  # a token skipped
 
 
@@ -237,8 +261,14 @@ def test_guards_run_on_unchecked_steps():
 @pytest.mark.parametrize("value", [None, True, 0, ["first"]])
 def test_a_policy_that_is_not_a_string_is_refused_with_checks_off(name, value):
     function = name.split(" ")[0]
-    with T.checks(False), pytest.raises(ValueError, match=rf"{function}: checks must be one of .*, got "
-                                                          rf"{re.escape(repr(value))}"):
+    with (
+        T.checks(False),
+        pytest.raises(
+            ValueError,
+            match=rf"{function}: checks must be one of .*, got "
+            rf"{re.escape(repr(value))}",
+        ),
+    ):
         _run(name, value)
 
 
@@ -246,6 +276,12 @@ def test_a_policy_that_is_not_a_string_is_refused_with_checks_off(name, value):
 @pytest.mark.parametrize("switch", [True, False])
 def test_an_unknown_policy_is_refused_naming_the_argument(name, switch):
     function = name.split(" ")[0]
-    with T.checks(switch), pytest.raises(ValueError, match=rf"{function}: checks must be one of 'first', 'always', "
-                                                            r"'never', got 'sometimes'"):
+    with (
+        T.checks(switch),
+        pytest.raises(
+            ValueError,
+            match=rf"{function}: checks must be one of 'first', 'always', "
+            r"'never', got 'sometimes'",
+        ),
+    ):
         _run(name, "sometimes")
