@@ -1,6 +1,20 @@
-"""Turn the optional masks into kernel arguments (pointers and strides) without materializing anything."""
+"""Turn the optional masks into kernel arguments (pointers and strides) without materializing anything; the
+launch's device guard."""
+
+import contextlib
 
 import torch
+
+_NO_GUARD = contextlib.nullcontext()
+
+
+def device_guard(device: torch.device):
+    """A context manager making ``device`` the current CUDA device for the launches inside it: Triton launches on
+    the current device, so a tensor on cuda:1 while cuda:0 is current would otherwise be read by a kernel running
+    on cuda:0. A no-op context (no device switch) when ``device`` is already current or not a CUDA device."""
+    if device.type != "cuda" or device.index is None or device.index == torch.cuda.current_device():
+        return _NO_GUARD
+    return torch.cuda.device(device.index)
 
 
 def side_inputs(q: torch.Tensor, mask, key_mask, key_lengths, batch: int, heads: int, q_len: int, k_len: int):

@@ -6,20 +6,15 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, block_d, dot_precision, side_inputs
-from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_row_stats, load_rows,
-                      load_seed, program_coords, tile_offsets)
+from ._args import acc_dtype, block_d, device_guard, dot_precision, side_inputs
+from ._common import (BLOCKS_ASCENDING, BLOCKS_DESCENDING, HEAD_MAJOR, allowed_block, head_ptr, keep_block,
+                      key_blocks, key_end, load_row_stats, load_rows, load_seed, program_tile, tile_offsets)
 from ._grid import blocks_grid
 
 @triton.jit
 def _delta_kernel(O, DO, DELTA, s_ob, s_oh, s_om, s_od, s_db, s_dh, s_dm, s_dd, heads, q_len,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
-    b = bh // heads
-    h = bh % heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    bh, b, h, _, offs_m, offs_d, d_ok = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, HEAD_MAJOR)
     o = load_rows(head_ptr(O, b, h, s_ob, s_oh), offs_m, offs_d, s_om, s_od, q_len, d_ok)
     do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     delta = tl.sum(o.to(DELTA.dtype.element_ty) * do.to(DELTA.dtype.element_ty), 1)
@@ -35,8 +30,7 @@ def _probs(rows, cols, lse2, qi, kj, b, h, q_len, kv_end, qk_scale,
     an interior block, where every score is allowed). Query-major (dQ): rows = q, cols = k, qi / kj / lse2
     shaped [BLOCK_M, 1] / [1, BLOCK_N] / [BLOCK_M, 1]. Key-major (dK/dV): rows = k, cols = q, transposed shapes.
     A padded query row has lse2 = +inf, so its P is 0 in both cases."""
-    s = tl.dot(rows, tl.trans(cols), input_precision=PRECISION) * qk_scale
-    p = tl.exp2(s - lse2)
+    p = tl.exp2(tl.dot(rows, tl.trans(cols), input_precision=PRECISION) * qk_scale - lse2)  # one multiply-add
     if MASKED:
         allowed = allowed_block(b, h, qi, kj, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
                                 KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
@@ -85,13 +79,9 @@ def _dkdv_kernel(
 ):
     # One program per (batch, kv head, key block). With grouped-query attention (group > 1 query heads per kv
     # head) it sums the contributions of its group's query heads, one after another: no atomics.
-    kv_heads = heads // group
-    bkv, pid_n = program_coords(k_len, BLOCK_N, 1)
-    b = bkv // kv_heads
-    kvh = bkv % kv_heads
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    # causal: block-major from the first key block, which the most query blocks see (longest first)
+    _, b, kvh, pid_n, offs_n, offs_d, d_ok = program_tile(k_len, heads // group, 1, HEAD_DIM, BLOCK_N, BLOCK_D,
+                                                          BLOCKS_ASCENDING * CAUSAL)
     k = load_rows(head_ptr(K, b, kvh, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
     v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
 
@@ -169,12 +159,8 @@ def _dq_kernel(
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
-    b = bh // heads
-    h = bh % heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D,
+                                                         BLOCKS_DESCENDING * CAUSAL)  # causal: longest first
     m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
     q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
@@ -220,26 +206,36 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
     k_len = k.shape[2]
     pairs = batch * heads
     block_d_ = block_d(head_dim)
-    delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)](
-        out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d_)
-    if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
-        delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if do.stride(-1) != 1 or (do.stride(-2) == 0 and q_len > 1):
+        # out.sum().backward() gives an expanded grad_out (every stride 0), a transposed one a strided head_dim:
+        # the loads of dO would not be vectorised. FlashAttention copies it to a contiguous layout first too.
+        do = do.contiguous()
+    kv_heads = k.shape[1]
     (mask_ptr, kmask_ptr, klen_ptr), side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads,
                                                                 q_len, k_len)
     sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
     strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    kv_heads = k.shape[1]
-    scalars = (*side_strides, heads, heads // kv_heads, q_len, k_len, scale, dropout_p,
-               *_tuning.buckets(q_len, k_len, pairs))
+    tuning = _tuning.buckets(q_len, k_len, pairs)
+    scalars = (*side_strides, heads, heads // kv_heads, q_len, k_len, scale, dropout_p, *tuning)
     constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
                       HAS_KLEN=key_lengths is not None, CAUSAL=causal, DROPOUT=dropout_p > 0.0,
                       PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
-    wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads)](
-        q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, **constexprs)
-    wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
-        q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs)
+    klen_dtype = key_lengths.dtype if key_lengths is not None else None
+    _tuning.check_ready(("dkdv", "dq"), ("backward", *tuning, *constexprs.values(), heads // kv_heads, q.dtype,
+                                         klen_dtype), q.device)
+    with device_guard(q.device):
+        delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
+        wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)](
+            out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32,
+            BLOCK_D=block_d_)
+        if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
+            delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads)](
+            q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars,
+            **constexprs)
+        wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
+            q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs)
     return dq, dk, dv
 
 

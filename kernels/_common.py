@@ -59,14 +59,37 @@ def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.
     return tl.reshape(bits, (BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p * 65536.0, tl.uint16)
 
 
+# program orders (program_tile's ORDER); constexpr, so jit functions may read them
+HEAD_MAJOR = tl.constexpr(0)
+BLOCKS_ASCENDING = tl.constexpr(1)
+BLOCKS_DESCENDING = tl.constexpr(2)
+
+
 @triton.jit
-def program_coords(length, BLOCK: tl.constexpr, splits):
-    """(batch x head index, block index) of this program on the 1-D grid of _grid.blocks_grid: the ``splits``
-    programs of one block are adjacent (the split is ``program_id % splits``), then the blocks of ``length`` rows
-    of one (batch, head)."""
+def program_tile(length, heads, splits, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+                 ORDER: tl.constexpr):
+    """This program's place on the 1-D grid of _grid.blocks_grid, as (bh, b, h, block, offs, offs_d, d_ok): the
+    (batch x heads) index and its batch and head (of ``heads`` heads), the block index among the blocks of
+    ``length`` rows, the block's row indices, the head-dim columns and which of them are real (< HEAD_DIM).
+
+    The ``splits`` programs of one block are adjacent (the split is ``program_id % splits``). ``ORDER`` orders the
+    blocks: HEAD_MAJOR, the blocks of one (batch, head) adjacent; BLOCKS_ASCENDING / BLOCKS_DESCENDING, block-major
+    (the same block of every (batch, head), then the next), first block first / last block first. A causal kernel
+    takes the order that starts the longest programs first (the GPU runs programs roughly in id order, so the
+    long ones no longer trail in a last, mostly idle wave)."""
     pid = tl.program_id(0) // splits
     blocks = tl.cdiv(length, BLOCK)
-    return pid // blocks, pid % blocks
+    if ORDER == HEAD_MAJOR:
+        bh = pid // blocks
+        block = pid % blocks
+    else:
+        pairs = tl.num_programs(0) // splits // blocks
+        bh = pid % pairs
+        block = pid // pairs
+        if ORDER == BLOCKS_DESCENDING:
+            block = blocks - 1 - block
+    offs_d = tl.arange(0, BLOCK_D)
+    return bh, bh // heads, bh % heads, block, block * BLOCK + tl.arange(0, BLOCK), offs_d, offs_d < HEAD_DIM
 
 
 @triton.jit

@@ -5,9 +5,9 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, block_d, dot_precision, side_inputs
-from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed,
-                      program_coords, tile_offsets)
+from ._args import acc_dtype, block_d, device_guard, dot_precision, side_inputs
+from ._common import (BLOCKS_DESCENDING, HEAD_MAJOR, allowed_block, head_ptr, keep_block, key_blocks, key_end,
+                      load_rows, load_seed, program_tile, tile_offsets)
 from ._grid import blocks_grid
 
 
@@ -22,17 +22,18 @@ def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_o
     compare or select, and the running max is always finite."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if MASKED:
         allowed = allowed_block(b, h, offs_m[:, None], offs_n[None, :], q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
                                 KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
-        s = tl.where(allowed, s, float("-inf"))
+        s = tl.where(allowed, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-    else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_safe[:, None])
+    else:  # the scale folds into one multiply-add per score (qk_scale >= 0: the API makes it so)
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_safe = m_new
-    p = tl.exp2(s - m_safe[:, None])
+        p = tl.exp2(qk * qk_scale - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
@@ -55,17 +56,9 @@ def _fwd_kernel(
     """One program per (batch, head, query block), or with ``SPLIT`` per (batch, head, query block, key split):
     then it attends only keys [split * split_keys, (split + 1) * split_keys) and writes its normalized partial
     output (float32, to O[b, h, split]) and logsumexp (LSE[(b, h), split]) for _combine_kernel (FlashDecoding)."""
-    if SPLIT:
-        bh, pid_m = program_coords(q_len, BLOCK_M, n_splits)
-        split = tl.program_id(0) % n_splits
-    else:
-        bh, pid_m = program_coords(q_len, BLOCK_M, 1)
-        split = 0
-    b = bh // heads
-    h = bh % heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    split = tl.program_id(0) % n_splits  # (n_splits is 1 without SPLIT)
+    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(q_len, heads, n_splits, HEAD_DIM, BLOCK_M, BLOCK_D,
+                                                         BLOCKS_DESCENDING * CAUSAL)  # causal: longest first
     q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
     v_base = head_ptr(V, b, h // group, s_vb, s_vh)
@@ -110,12 +103,7 @@ def _combine_kernel(OW, LW, O, LSE, s_wb, s_wh, s_ws, s_wm, s_wd, s_ob, s_oh, s_
                     heads, q_len, n_splits, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """FlashDecoding's reduction: out = sum over splits of exp(lse_s - lse) * out_s, lse = log sum exp(lse_s),
     per (batch, head, query block); a row no split saw a key of gets 0 and -inf."""
-    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
-    b = bh // heads
-    h = bh % heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, HEAD_MAJOR)
     row_ok = offs_m < q_len
     lse_base = LW + bh.to(tl.int64) * n_splits * q_len + offs_m
     m = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)
@@ -162,7 +150,7 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
     splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, q.device)
     pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
     inputs = (q, k, v)
-    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)
+    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)  # (heads, group, ...)
     strides_qkv = (*q.stride(), *k.stride(), *v.stride())
     block_d_ = block_d(head_dim)
     constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
@@ -170,20 +158,24 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
                       PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
     seed = seed if seed is not None else q
     tuning = _tuning.buckets(q_len, k_len, pairs)
-    if splits == 1:
-        o_b, o_h, o_m, o_d = out.stride()
-        wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
-            *inputs, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d, *side_strides, *scalars,
-            1, k_len, *tuning, SPLIT=False, **constexprs)
-        return out, lse
-    parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
-    part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
-    wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
-        *inputs, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride(), *side_strides, *scalars,
-        splits, split_keys, *tuning, SPLIT=True, **constexprs)
-    wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
-        parts, part_lse, out, lse, *parts.stride(), *out.stride(), heads, q_len, splits,
-        HEAD_DIM=head_dim, BLOCK_M=COMBINE_BLOCK_M, BLOCK_D=block_d_)
+    klen_dtype = key_lengths.dtype if key_lengths is not None else None
+    _tuning.check_ready(("forward",) if splits == 1 else ("split",),
+                        ("forward", splits, *tuning, *constexprs.values(), scalars[1], q.dtype, klen_dtype), q.device)
+    with device_guard(q.device):
+        if splits == 1:
+            o_b, o_h, o_m, o_d = out.stride()
+            wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
+                *inputs, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d, *side_strides, *scalars,
+                1, k_len, *tuning, SPLIT=False, **constexprs)
+            return out, lse
+        parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
+        part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
+        wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
+            *inputs, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride(), *side_strides, *scalars,
+            splits, split_keys, *tuning, SPLIT=True, **constexprs)
+        wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
+            parts, part_lse, out, lse, *parts.stride(), *out.stride(), heads, q_len, splits,
+            HEAD_DIM=head_dim, BLOCK_M=COMBINE_BLOCK_M, BLOCK_D=block_d_)
     return out, lse
 
 

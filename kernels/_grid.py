@@ -1,7 +1,7 @@
 """Launch grids. Every kernel runs on a 1-D grid: CUDA allows 2**31 - 1 programs on axis 0 but only 65535 on
 axes 1 and 2, so (batch x heads) on axis 1 would stop large-batch decoding (2048 x 32 heads = 65536) from
-launching. Each program finds its (batch x head, block) from its one id (``program_coords`` in _common.py), with
-the blocks of one (batch, head) adjacent, as the 2-D grid ordered them.
+launching. Each program finds its (batch x head, block) from its one id (``program_tile`` in _common.py): the blocks of one
+(batch, head) adjacent, as a 2-D grid would order them, or (causal) block-major, longest programs first.
 
 Pure Python, so the grids are tested as functions and the support check can decline what no launch can take.
 """

@@ -137,3 +137,20 @@ def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, d
     except ValueError as error:
         return str(error)
     return run_reason(q, k)
+
+
+AUTO_MAX_HEAD_DIM = 128  # auto backend selection: above this, SDPA until a GPU measures the kernel
+
+
+def auto_reason(q) -> str | None:
+    """Why automatic backend selection should not pick the kernel for these (supported) inputs, or None.
+
+    head_dim above 128 runs with a 256-wide head-dim tile: compiled for sm_90, every dK/dV config spills registers
+    there and the fitting forward configs have small blocks (benchmarks/results/kernel_resources_*.json), so
+    SDPA is expected to be faster. The kernel still runs them when asked for by name; this stands until a GPU
+    figure says otherwise (docs/kernels.md)."""
+    head_dim = q.shape[-1]
+    if head_dim > AUTO_MAX_HEAD_DIM:
+        return (f"head_dim {head_dim} > {AUTO_MAX_HEAD_DIM}: the kernel's head_dim-256 configs spill registers "
+                "in the backward on sm_90 and are expected to be slower than SDPA (not yet measured on a GPU)")
+    return None

@@ -38,8 +38,8 @@ def test_interpret_blocks_setting():
     assert before == (32, 32)
     with _tuning.interpret_blocks(16, 64):
         assert _tuning.get_interpret_blocks() == (16, 64)
-        extra = _tuning.launch_kwargs(5, 40, 6)
-        assert (extra["Q_BUCKET"], extra["K_BUCKET"], extra["BH_BUCKET"]) == (16, 64, 16)
+        extra = _tuning.launch_kwargs(100, 40, 6)
+        assert (extra["Q_BUCKET"], extra["K_BUCKET"], extra["BH_BUCKET"]) == (128, 64, 16)
         if _tuning.interpreting():
             assert (extra["BLOCK_M"], extra["BLOCK_N"]) == (16, 64)
         else:  # the autotuner picks the blocks on CUDA

@@ -31,8 +31,7 @@ def test_every_tuned_launch_gets_the_buckets():
 
 def test_pinned_configs_from_the_environment_variable():
     first = _tuning.pinned_configs("first")
-    assert set(first) == {"forward", "split", "dkdv", "dq"}
-    assert first["dkdv"] is _tuning.DKDV_CONFIGS[0]
+    assert first == dict.fromkeys(("forward", "split", "dkdv", "dq"), _tuning.FIRST)
     pinned = _tuning.pinned_configs(" forward=128x64x8x3, dq=64x32x4x2")
     assert set(pinned) == {"forward", "dq"}
     config = pinned["dq"]
@@ -55,7 +54,53 @@ def test_build_pins_and_persists_on_cuda(monkeypatch):
     assert isinstance(tuned, triton.runtime.autotuner.Autotuner)
     assert tuned.configs == _tuning.DKDV_CONFIGS and tuned.keys == _tuning.TUNE_KEY and tuned.cache_results
     assert len(pinned.configs) == 1 and pinned.configs[0].kwargs == {"BLOCK_M": 64, "BLOCK_N": 32}
-    monkeypatch.setenv(_tuning.CONFIGS_ENV, "first")
-    assert _tuning.build(_forward._fwd_kernel, "split").configs == [_tuning.SPLIT_CONFIGS[0]]
+    assert "dkdv" in _tuning._tuned and "dq" not in _tuning._tuned  # only a tuned kernel can time at capture
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert _tuning.build(_forward._fwd_kernel, "forward") is _forward._fwd_kernel
+
+
+def _pruned(kernel, head_dim, dtype=torch.bfloat16):
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    return kernel.early_config_prune(kernel.configs, {"Q": torch.empty(1, dtype=dtype)}, BLOCK_D=block_d)
+
+
+def test_configs_that_do_not_fit_shared_memory_are_pruned_and_first_pins_one_that_fits(monkeypatch):
+    """Issue 27: at head_dim 256 the forward's first config (128x64, 3 stages) needs 256 KiB of shared memory and
+    128x128 x 2 stages 320 KiB (the limit is 227 KiB): a launch never tries them, and ``first`` pins the first
+    config that fits the launch's head_dim and dtype, not one that cannot launch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.delenv(_tuning.CONFIGS_ENV, raising=False)
+    forward = _tuning.build(_forward._fwd_kernel, "forward")
+    assert _tuning.shared_bytes("forward", _tuning.FWD_CONFIGS[0], 256, 2) == 256 * 1024
+    assert _tuning.shared_bytes("forward", _tuning.FWD_CONFIGS[2], 256, 2) == 320 * 1024
+    at_256 = _pruned(forward, 256)
+    assert _tuning.FWD_CONFIGS[0] not in at_256 and _tuning.FWD_CONFIGS[2] not in at_256 and at_256
+    assert _pruned(forward, 64) == _tuning.FWD_CONFIGS  # everything fits at head_dim 64 in bf16
+    assert len(_pruned(forward, 256, torch.float32)) < len(at_256)  # float32 tiles are twice as large
+    monkeypatch.setenv(_tuning.CONFIGS_ENV, "first")
+    for name, fn in (("forward", _forward._fwd_kernel), ("split", _forward._fwd_kernel),
+                     ("dkdv", _backward._dkdv_kernel), ("dq", _backward._dq_kernel)):
+        kernel = _tuning.build(fn, name)
+        assert name not in _tuning._tuned
+        for head_dim in (16, 64, 128, 256):
+            for dtype in (torch.bfloat16, torch.float32):
+                (config,) = _pruned(kernel, head_dim, dtype)
+                block_d = max(16, triton.next_power_of_2(head_dim))
+                assert _tuning.fits(name, config, block_d, dtype.itemsize), (name, head_dim, dtype, config)
+        assert _pruned(kernel, 64) == [_tuning.KERNEL_CONFIGS[name][0]]
+
+
+def test_every_kernel_has_a_config_that_fits_at_every_head_dim():
+    for name, configs in _tuning.KERNEL_CONFIGS.items():
+        smallest = configs[-1]
+        assert _tuning.fits(name, smallest, 256, 4), name
+        assert len({(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in configs}) == len(
+            configs), name
+
+
+def test_decoding_keys_tune_in_powers_of_four():
+    """A decoding loop (one query, k_len growing one by one up to 16k) meets 4 key buckets, not 11; longer queries
+    keep powers of two."""
+    assert sorted({_tuning.buckets(1, k, 8)[1] for k in range(1, 20000, 7)}) == [256, 1024, 4096, 16384]
+    assert _tuning.buckets(64, 300, 8)[1] == 1024 and _tuning.buckets(65, 300, 8)[1] == 512
+    assert {"HAS_MASK", "HAS_KMASK", "HAS_KLEN", "group", "CAUSAL", "DROPOUT"} <= set(_tuning.TUNE_KEY)
