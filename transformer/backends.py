@@ -167,7 +167,7 @@ def _zero_padded_queries(out: Tensor, mask: Tensor | AttentionMask | None) -> Te
 
 
 def _triton_reason(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float,
-                   scale: float | None = None) -> str | None:
+                   scale: float | None = None, auto: bool = False) -> str | None:
     missing = triton_missing_reason()
     if missing is not None:
         return missing
@@ -177,7 +177,8 @@ def _triton_reason(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask
         return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
     parts = _kernel_masks(mask)
     parts.pop("causal", None)
-    return kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
+    reason = kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
+    return reason if reason is not None or not auto else kernels.auto_reason(q)
 
 
 class Refusal:
@@ -249,7 +250,7 @@ def resolve_backend(requested: str | None, q: Tensor, k: Tensor, v: Tensor, mask
                  "float32 dots run without tensor cores; torch's SDPA is used (ask for backend 'triton' by name to "
                  "use the kernel)")
         else:
-            reason = _triton_reason(q, k, v, mask, dropout_p, scale)
+            reason = _triton_reason(q, k, v, mask, dropout_p, scale, True)  # True: auto's own rule too (issue 27)
             if reason is None:
                 return "triton"
             _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)
