@@ -72,16 +72,21 @@ def _dkdv_kernel(
     s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_db, s_dh, s_dm, s_dd,
     s_dkb, s_dkh, s_dkn, s_dkd, s_dvb, s_dvh, s_dvn, s_dvd,
     s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, group, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET,
+    heads, group, q_len, k_len, sm_scale, dropout_p, Q_BUCKET, K_BUCKET, BH_BUCKET, group_splits,
     HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    # One program per (batch, kv head, key block). With grouped-query attention (group > 1 query heads per kv
-    # head) it sums the contributions of its group's query heads, one after another: no atomics.
+    # One program per (batch, kv head, key block, share of the GQA group). With grouped-query attention (group > 1
+    # query heads per kv head) a program sums the contributions of its share (group // group_splits query heads),
+    # one after another, and writes them to DK/DV's head kvh * group_splits + share: no atomics. With
+    # group_splits > 1 DK and DV are a float32 workspace that the launcher sums over the shares in a fixed order.
     # causal: block-major from the first key block, which the most query blocks see (longest first)
-    _, b, kvh, pid_n, offs_n, offs_d, d_ok = program_tile(k_len, heads // group, 1, HEAD_DIM, BLOCK_N, BLOCK_D,
-                                                          BLOCKS_ASCENDING * CAUSAL)
+    _, b, hs, pid_n, offs_n, offs_d, d_ok = program_tile(k_len, heads // group * group_splits, 1, HEAD_DIM, BLOCK_N,
+                                                         BLOCK_D, BLOCKS_ASCENDING * CAUSAL)
+    kvh = hs // group_splits
+    share = group // group_splits
+    g_lo = (hs % group_splits) * share
     k = load_rows(head_ptr(K, b, kvh, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
     v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
 
@@ -104,7 +109,7 @@ def _dkdv_kernel(
     mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
-    for g in range(0, group):
+    for g in range(g_lo, g_lo + share):
         h = kvh * group + g  # the query heads of kv head kvh (repeat_interleave order, torch's enable_gqa)
         bh = b * heads + h
         q_base = head_ptr(Q, b, h, s_qb, s_qh)
@@ -122,9 +127,9 @@ def _dkdv_kernel(
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
-    tl.store(head_ptr(DK, b, kvh, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
+    tl.store(head_ptr(DK, b, hs, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
              dk.to(DK.dtype.element_ty), mask=out_ok)
-    tl.store(head_ptr(DV, b, kvh, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
+    tl.store(head_ptr(DV, b, hs, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
              dv.to(DV.dtype.element_ty), mask=out_ok)
 
 
@@ -230,10 +235,18 @@ def backward(do, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
             BLOCK_D=block_d_)
         if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
             delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads)](
-            q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars,
+        dq = torch.empty_like(q)
+        shares = _tuning.group_splits(batch, kv_heads, heads // kv_heads, k_len, q.device)
+        if shares == 1:
+            dk, dv = torch.empty_like(k), torch.empty_like(v)
+        else:  # float32 partial sums, one per share of the group, summed below in a fixed order
+            dk, dv = (torch.empty((batch, kv_heads * shares, k_len, head_dim), device=q.device,
+                                  dtype=acc_dtype(q.dtype)) for _ in range(2))
+        wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads * shares)](
+            q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, shares,
             **constexprs)
+        if shares > 1:
+            dk, dv = (t.view(batch, kv_heads, shares, k_len, head_dim).sum(2).to(k.dtype) for t in (dk, dv))
         wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
             q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs)
     return dq, dk, dv

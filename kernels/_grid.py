@@ -68,3 +68,14 @@ def kv_splits(batch_heads: int, q_len: int, k_len: int, sm_count: int, granulari
     best = max(efficiency(s) for s in candidates)
     splits = next(s for s in candidates if efficiency(s) >= 0.85 * best)
     return (1, k_len) if splits == 1 else split_plan(k_len, splits, granularity)
+
+
+def group_splits(batch: int, kv_heads: int, group: int, k_len: int, sm_count: int, granularity: int) -> int:
+    """How many programs share one (batch, kv head, key block) of the dK/dV kernel under grouped-query attention:
+    1 when the grid already has ``sm_count`` programs (one per key block of ``granularity`` keys, the largest key
+    block), else the smallest divisor of ``group`` that fills it (or ``group``). MQA at batch 1, 32 heads, 4k keys
+    has 32 key blocks for 132 SMs: 8 shares of 4 query heads each give 256 programs."""
+    programs = cdiv(k_len, granularity) * batch * kv_heads
+    if group == 1 or programs >= sm_count:
+        return 1
+    return next(d for d in range(1, group + 1) if group % d == 0 and (programs * d >= sm_count or d == group))

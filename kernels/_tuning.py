@@ -88,6 +88,7 @@ LENGTH_BUCKETS = (16, 16384)  # lengths tune in powers of two from 16 to 16384: 
 DECODE_K_BUCKETS = (256, 16384)  # keys of short queries (decoding) tune in powers of 4 from 256 to 16384
 BH_BUCKET_MAX = 4096  # (batch x heads) tunes in powers of 4 up to 4096 pairs; more share a config
 SMEM_LIMIT = 227 * 1024  # shared memory one H100 (sm_90) block may use
+SMEM_SCRATCH = 2048  # beyond the tiles: reductions and barriers (512 bytes seen in float32 with masks and dropout)
 
 
 def shared_bytes(name: str, config, block_d: int, itemsize: int) -> int:
@@ -95,14 +96,14 @@ def shared_bytes(name: str, config, block_d: int, itemsize: int) -> int:
     ``itemsize`` bytes: the tiles the loop streams, once per pipeline stage, plus the tiles held for the whole loop.
     An upper bound of what Triton allocates (compiled for sm_90 with launch specialisation: the bytes are checked
     against the compiler's own figure in benchmarks/results/kernel_resources_*.json by tests/kernels)."""
-    m, n, stages = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], max(config.num_stages, 1)
+    m, n, stages = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], max(config.num_stages, 2)
     if name in ("forward", "split"):  # K and V stream, Q stays
         tiles = stages * 2 * n + m
     elif name == "dkdv":  # Q and dO stream, K and V stay
         tiles = stages * 2 * m + 2 * n
     else:  # dq: K and V stream, Q and dO stay
         tiles = stages * 2 * n + 2 * m
-    return tiles * block_d * itemsize
+    return tiles * block_d * itemsize + SMEM_SCRATCH
 
 
 def fits(name: str, config, block_d: int, itemsize: int) -> bool:
@@ -188,6 +189,28 @@ def kv_splits(batch_heads: int, q_len: int, k_len: int, device) -> tuple[int, in
     if _forced_splits:
         return _grid.split_plan(k_len, _forced_splits[-1], SPLIT_GRANULARITY)
     return _grid.kv_splits(batch_heads, q_len, k_len, sm_count(device), SPLIT_GRANULARITY)
+
+
+_forced_group_splits: list = []  # tests: the dK/dV group split to use instead of the rule's
+
+
+def group_splits(batch: int, kv_heads: int, group: int, k_len: int, device) -> int:
+    """Programs per (batch, kv head, key block) of the dK/dV kernel: _grid.group_splits's rule for ``device`` (or a
+    forced count, see :func:`force_group_splits`)."""
+    if _forced_group_splits:
+        return _forced_group_splits[-1]
+    return _grid.group_splits(batch, kv_heads, group, k_len, sm_count(device), SPLIT_GRANULARITY)
+
+
+@contextlib.contextmanager
+def force_group_splits(splits: int):
+    """Tests: inside this block the dK/dV kernel splits each GQA group in ``splits`` shares (a divisor of the
+    group) whatever the rule says."""
+    _forced_group_splits.append(splits)
+    try:
+        yield
+    finally:
+        _forced_group_splits.pop()
 
 
 @contextlib.contextmanager

@@ -58,7 +58,7 @@ def launch_integers(heads: int, q_len: int, k_len: int, head_dim: int, splits: i
     """The integer arguments a launch on contiguous (batch, heads, len, head_dim) tensors passes, no masks; with
     ``splits`` > 1, the split-KV forward's (its output: the (batch, heads, splits, q_len, head_dim) workspace)."""
     values = dict(heads=heads, group=1, q_len=q_len, k_len=k_len, s_mb=0, s_mh=0, s_mm=0, s_mn=0, s_kmb=0,
-                  s_kmn=0, s_klb=0, Q_BUCKET=q_len, K_BUCKET=k_len, BH_BUCKET=64, n_splits=splits,
+                  s_kmn=0, s_klb=0, Q_BUCKET=q_len, K_BUCKET=k_len, BH_BUCKET=64, n_splits=splits, group_splits=1,
                   split_keys=k_len // splits, s_os=q_len * head_dim if splits > 1 else 0)
     for prefix in ("q", "k", "v", "o", "d", "dq", "dk", "dv"):
         seq, length = ("n", k_len) if prefix in ("k", "v", "dk", "dv") else ("m", q_len)

@@ -71,8 +71,8 @@ def test_configs_that_do_not_fit_shared_memory_are_pruned_and_first_pins_one_tha
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.delenv(_tuning.CONFIGS_ENV, raising=False)
     forward = _tuning.build(_forward._fwd_kernel, "forward")
-    assert _tuning.shared_bytes("forward", _tuning.FWD_CONFIGS[0], 256, 2) == 256 * 1024
-    assert _tuning.shared_bytes("forward", _tuning.FWD_CONFIGS[2], 256, 2) == 320 * 1024
+    assert _tuning.shared_bytes("forward", _tuning.FWD_CONFIGS[0], 256, 2) >= 256 * 1024
+    assert _tuning.shared_bytes("forward", _tuning.FWD_CONFIGS[2], 256, 2) >= 320 * 1024
     at_256 = _pruned(forward, 256)
     assert _tuning.FWD_CONFIGS[0] not in at_256 and _tuning.FWD_CONFIGS[2] not in at_256 and at_256
     assert _pruned(forward, 64) == _tuning.FWD_CONFIGS  # everything fits at head_dim 64 in bf16
