@@ -8,7 +8,6 @@ from ._op import attention
 from ._validate import run_reason
 from ._validate import validate as check_inputs
 
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -33,8 +32,20 @@ def philox_state(seed, device) -> torch.Tensor:
     return state
 
 
-def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
-                             dropout_p=0.0, seed=None, validate: bool = True):
+def flash_attention_with_lse(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    causal=False,
+    scale=None,
+    dropout_p=0.0,
+    seed=None,
+    validate: bool = True,
+):
     """Fused attention; returns (out, logsumexp). See :func:`flash_attention` and docs/kernels.md.
 
     The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled and masked scores
@@ -53,8 +64,20 @@ def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=N
     return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
 
 
-def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
-                    dropout_p=0.0, seed=None, validate: bool = True) -> torch.Tensor:
+def flash_attention(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    causal=False,
+    scale=None,
+    dropout_p=0.0,
+    seed=None,
+    validate: bool = True,
+) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v with dropout on the probabilities, in one fused Triton kernel.
 
     q: (batch, heads, q_len, head_dim); k, v: (batch, heads, k_len, head_dim). Masks say True = may attend:
@@ -68,12 +91,34 @@ def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, caus
     ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
     check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """
-    return flash_attention_with_lse(q, k, v, mask=mask, key_mask=key_mask, key_lengths=key_lengths, causal=causal,
-                                    scale=scale, dropout_p=dropout_p, seed=seed, validate=validate)[0]
+    return flash_attention_with_lse(
+        q,
+        k,
+        v,
+        mask=mask,
+        key_mask=key_mask,
+        key_lengths=key_lengths,
+        causal=causal,
+        scale=scale,
+        dropout_p=dropout_p,
+        seed=seed,
+        validate=validate,
+    )[0]
 
 
-def tune(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None, dropout_p=0.0,
-         backward: bool = True) -> None:
+def tune(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    causal=False,
+    scale=None,
+    dropout_p=0.0,
+    backward: bool = True,
+) -> None:
     """Autotune (and compile) the kernels for these inputs now, outside any CUDA graph capture: one forward call,
     and with ``backward`` one backward, on copies of the inputs (their values do not matter, only what the
     autotune key reads: the length buckets, (batch x heads) bucket, head_dim, dtype, the masks present, causal,
@@ -85,7 +130,15 @@ def tune(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, s
         raise RuntimeError("transformer.kernels.tune must be called before CUDA graph capture, not during it")
     leaves = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
     with torch.enable_grad():
-        out = flash_attention(*leaves, mask=mask, key_mask=key_mask, key_lengths=key_lengths, causal=causal,
-                              scale=scale, dropout_p=dropout_p, seed=0)
+        out = flash_attention(
+            *leaves,
+            mask=mask,
+            key_mask=key_mask,
+            key_lengths=key_lengths,
+            causal=causal,
+            scale=scale,
+            dropout_p=dropout_p,
+            seed=0,
+        )
         if backward:
             torch.autograd.grad(out, leaves, torch.ones_like(out))

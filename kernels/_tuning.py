@@ -61,27 +61,47 @@ def interpreting() -> bool:
 
 
 def _configs(pairs):
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-        for (m, n, w, s) in pairs
-    ]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for (m, n, w, s) in pairs]
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages), best guess first; the small last one fits in shared memory at every
 # head_dim and dtype. Configs that do not fit a launch's head_dim and dtype are pruned before it (see fits()).
-FWD_CONFIGS = _configs([(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3),
-                        (64, 32, 4, 2), (32, 32, 4, 1)])
-DKDV_CONFIGS = _configs([(32, 128, 8, 3), (32, 128, 8, 2), (32, 128, 8, 4), (64, 128, 8, 2), (64, 64, 4, 3),
-                         (32, 64, 4, 2), (16, 32, 4, 1)])
-DQ_CONFIGS = _configs([(128, 64, 8, 3), (128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 3),
-                       (64, 32, 4, 2), (32, 16, 4, 1)])
+FWD_CONFIGS = _configs(
+    [
+        (128, 64, 8, 3),
+        (128, 128, 8, 3),
+        (128, 128, 8, 2),
+        (128, 32, 4, 3),
+        (64, 64, 4, 3),
+        (64, 32, 4, 2),
+        (32, 32, 4, 1),
+    ]
+)
+DKDV_CONFIGS = _configs(
+    [(32, 128, 8, 3), (32, 128, 8, 2), (32, 128, 8, 4), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 1)]
+)
+DQ_CONFIGS = _configs(
+    [(128, 64, 8, 3), (128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 3), (64, 32, 4, 2), (32, 16, 4, 1)]
+)
 # the split-KV forward (short queries: 16-row query blocks first; long key blocks)
-SPLIT_CONFIGS = _configs([(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2), (16, 32, 4, 1)])
+SPLIT_CONFIGS = _configs(
+    [(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2), (16, 32, 4, 1)]
+)
 # What changes the best config: the lengths (bucketed), the grid's (batch x heads) bucket, head_dim, causal,
 # dropout, which masks are present (a mask tensor adds a load per score; masks turn off the interior fast path), and
 # the GQA group (dK/dV loops over it). Triton adds the tensors' dtypes.
-TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "BH_BUCKET", "HEAD_DIM", "CAUSAL", "DROPOUT", "HAS_MASK", "HAS_KMASK", "HAS_KLEN",
-            "group"]
+TUNE_KEY = [
+    "Q_BUCKET",
+    "K_BUCKET",
+    "BH_BUCKET",
+    "HEAD_DIM",
+    "CAUSAL",
+    "DROPOUT",
+    "HAS_MASK",
+    "HAS_KMASK",
+    "HAS_KLEN",
+    "group",
+]
 KERNEL_CONFIGS = {"forward": FWD_CONFIGS, "split": SPLIT_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}
 CONFIGS_ENV = "TYPED_TRANSFORMER_KERNEL_CONFIGS"
 LENGTH_BUCKETS = (16, 16384)  # lengths tune in powers of two from 16 to 16384: longer ones share a config
@@ -155,8 +175,10 @@ def pinned_configs(value: str | None = None) -> dict:
     for part in value.split(","):
         match = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)x(\d+)x(\d+)x(\d+)\s*", part)
         if match is None or match.group(1) not in KERNEL_CONFIGS:
-            raise ValueError(f"{CONFIGS_ENV} must be 'first' or comma-separated KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES "
-                             f"with KERNEL in {sorted(KERNEL_CONFIGS)}, e.g. 'forward=128x64x8x3'; got {part!r}")
+            raise ValueError(
+                f"{CONFIGS_ENV} must be 'first' or comma-separated KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES "
+                f"with KERNEL in {sorted(KERNEL_CONFIGS)}, e.g. 'forward=128x64x8x3'; got {part!r}"
+            )
         name, block_m, block_n, warps, stages = match.group(1), *map(int, match.groups()[1:])
         for label, size in (("BLOCK_M", block_m), ("BLOCK_N", block_n)):
             if size not in BLOCK_SIZES:
@@ -271,11 +293,13 @@ def check_ready(names, key: tuple, device) -> None:
             f"flash_attention: the kernels {untuned} have not been autotuned for this input key {key} and are "
             "called during CUDA graph capture, where timing configs is not allowed. Call "
             "transformer.kernels.tune(q, k, v, ...) with the same shapes, dtype, masks, causal and dropout before "
-            f"capturing (or pin configs with {CONFIGS_ENV}).")
+            f"capturing (or pin configs with {CONFIGS_ENV})."
+        )
     if torch._C._len_torch_dispatch_stack() == 0:  # a real launch (not fake tensors being traced)
         _ready.add(key)
 
 
+@functools.lru_cache(maxsize=4096)
 def buckets(q_len: int, k_len: int, batch_heads: int) -> tuple[int, int, int]:
     """The launch arguments the tuning key reads: (Q_BUCKET, K_BUCKET, BH_BUCKET). Lengths go in powers of two,
     except the keys of short queries (decoding, q_len <= 64): powers of 4 from 256, so a decoding loop whose k_len
@@ -292,7 +316,7 @@ def block_kwargs() -> dict:
     return dict(_interpret_blocks) if interpreting() else {}
 
 
-
 def launch_kwargs(q_len: int, k_len: int, batch_heads: int) -> dict:
     """The tuning buckets by name, plus the current interpreter blocks when interpreting."""
-    return dict(zip(("Q_BUCKET", "K_BUCKET", "BH_BUCKET"), buckets(q_len, k_len, batch_heads)), **block_kwargs())
+    names = ("Q_BUCKET", "K_BUCKET", "BH_BUCKET")
+    return dict(zip(names, buckets(q_len, k_len, batch_heads), strict=True), **block_kwargs())

@@ -85,8 +85,10 @@ def sdpa_backends():
 
     if DRY:
         return [("sdpa-math", lambda: sdpa_kernel([SDPBackend.MATH]))]
-    return [("cudnn", lambda: sdpa_kernel([SDPBackend.CUDNN_ATTENTION])),
-            ("fa2", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION]))]
+    return [
+        ("cudnn", lambda: sdpa_kernel([SDPBackend.CUDNN_ATTENTION])),
+        ("fa2", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])),
+    ]
 
 
 def check_accuracy(dtype, batch, heads, q_len, k_len, head_dim, causal):
@@ -106,13 +108,25 @@ def check_accuracy(dtype, batch, heads, q_len, k_len, head_dim, causal):
             errors[name] = [err(g, r) for g, r in zip(got, ref, strict=True)]
         except Exception as error:  # a backend that does not take this case: no yardstick from it
             errors[name] = f"{type(error).__name__}: {str(error)[:120]}"
-    mine = [err(g, r) for g, r in zip(outputs_and_grads(
-        lambda *x: kernels.flash_attention(*x, causal=causal), q, k, v, grad), ref, strict=True)]
+    mine = [
+        err(g, r)
+        for g, r in zip(
+            outputs_and_grads(lambda *x: kernels.flash_attention(*x, causal=causal), q, k, v, grad), ref, strict=True
+        )
+    ]
     yardsticks = [e for e in errors.values() if isinstance(e, list)]
     worst = [max(e[i] for e in yardsticks) for i in range(4)] if yardsticks else [0.0] * 4
     ok = all(m <= 2 * w + floor(dtype, r) for m, w, r in zip(mine, worst, ref, strict=True))
-    return record("accuracy", ok=ok, dtype=str(dtype), shape=[batch, heads, q_len, k_len, head_dim], causal=causal,
-                  ours=mine, yardsticks=errors, order="out, dq, dk, dv")
+    return record(
+        "accuracy",
+        ok=ok,
+        dtype=str(dtype),
+        shape=[batch, heads, q_len, k_len, head_dim],
+        causal=causal,
+        ours=mine,
+        yardsticks=errors,
+        order="out, dq, dk, dv",
+    )
 
 
 def check_fully_masked_rows(dtype):
@@ -136,8 +150,15 @@ def check_split_kv(dtype, k_len):
     with sdpa_backends()[0][1]():
         yard = err(F.scaled_dot_product_attention(q, k, v), ref)
     mine = err(out, ref)
-    return record("split_kv", ok=splits > 1 and mine <= 2 * yard + 1e-3, splits=splits, ours=mine, yardstick=yard,
-                  k_len=k_len, dtype=str(dtype))
+    return record(
+        "split_kv",
+        ok=splits > 1 and mine <= 2 * yard + 1e-3,
+        splits=splits,
+        ours=mine,
+        yardstick=yard,
+        k_len=k_len,
+        dtype=str(dtype),
+    )
 
 
 def check_dropout(dtype, repeats):
@@ -153,8 +174,14 @@ def check_dropout(dtype, repeats):
     same = torch.equal(first, kernels.flash_attention(q, q, v, dropout_p=p, seed=11))
     other = not torch.equal(first, kernels.flash_attention(q, q, v, dropout_p=p, seed=12))
     binary = bool(((kept == 0) | (kept == 1)).all())
-    record("dropout_mask", ok=same and other and binary and abs(rate - (1 - p)) < 0.02, keep_rate=rate,
-           expected=1 - p, same_seed_same_mask=same, other_seed_other_mask=other)
+    record(
+        "dropout_mask",
+        ok=same and other and binary and abs(rate - (1 - p)) < 0.02,
+        keep_rate=rate,
+        expected=1 - p,
+        same_seed_same_mask=same,
+        other_seed_other_mask=other,
+    )
     x = [torch.randn(2, 4, 48 if DRY else 1024, 64, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3)]
     grad = torch.randn_like(x[0])
     results = []
@@ -206,12 +233,23 @@ def check_gqa(dtype, q_len):
     grad = torch.randn_like(q)
     allowed = causal_allowed(q_len, q_len, True)
     ref = outputs_and_grads(lambda *x: reference(*x, allowed), q, k, v, grad.double())
-    mine = [err(g, r) for g, r in zip(outputs_and_grads(lambda *x: kernels.flash_attention(*x, causal=True), q, k, v,
-                                                        grad), ref, strict=True)]
+    mine = [
+        err(g, r)
+        for g, r in zip(
+            outputs_and_grads(lambda *x: kernels.flash_attention(*x, causal=True), q, k, v, grad), ref, strict=True
+        )
+    ]
     with sdpa_backends()[0][1]() if DRY else torch.nn.attention.sdpa_kernel(list(torch.nn.attention.SDPBackend)):
-        yard = [err(g, r) for g, r in zip(outputs_and_grads(
-            lambda *x: F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=True), q, k, v, grad), ref,
-            strict=True)]
+        yard = [
+            err(g, r)
+            for g, r in zip(
+                outputs_and_grads(
+                    lambda *x: F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=True), q, k, v, grad
+                ),
+                ref,
+                strict=True,
+            )
+        ]
     ok = all(m <= 2 * y + floor(dtype, r) for m, y, r in zip(mine, yard, ref, strict=True))
     return record("gqa", ok=ok, ours=mine, sdpa=yard, heads=8, kv_heads=2, q_len=q_len)
 
@@ -222,17 +260,23 @@ def check_other_device():
     q = torch.randn(1, 2, 128, 64, device="cuda:1", dtype=torch.float16)
     with torch.cuda.device(0):
         out = kernels.flash_attention(q, q, q)
-    return record("second_device", ok=err(out, reference(q, q, q, torch.ones(128, 128, dtype=torch.bool,
-                                                                              device="cuda:1"))) < 1e-2)
+    return record(
+        "second_device", ok=err(out, reference(q, q, q, torch.ones(128, 128, dtype=torch.bool, device="cuda:1"))) < 1e-2
+    )
 
 
 def correctness(args):
     dtypes = (torch.float16, torch.float32) if DRY else (torch.bfloat16, torch.float16)
     lengths = [(40, 53)] if DRY else [(1024, 1024), (1000, 1037)]
     head_dims = (64,) if DRY else (64, 128, 80, 256)
-    steps = [lambda: check_fully_masked_rows(dtypes[0]), lambda: check_split_kv(dtypes[0], 300 if DRY else 8192),
-             lambda: check_dropout(dtypes[0], 2 if DRY else 20), check_capture,
-             lambda: check_gqa(dtypes[0], 40 if DRY else 1024), check_other_device]
+    steps = [
+        lambda: check_fully_masked_rows(dtypes[0]),
+        lambda: check_split_kv(dtypes[0], 300 if DRY else 8192),
+        lambda: check_dropout(dtypes[0], 2 if DRY else 20),
+        check_capture,
+        lambda: check_gqa(dtypes[0], 40 if DRY else 1024),
+        check_other_device,
+    ]
     for dtype in dtypes:  # bf16 everywhere; fp16 (the second dtype) at the first length and two head_dims
         for q_len, k_len in lengths if dtype == dtypes[0] else lengths[:1]:
             for head_dim in head_dims if dtype == dtypes[0] else head_dims[:2]:
@@ -276,42 +320,58 @@ def speed_case(dtype, batch, heads, length, head_dim, causal):
     row = {}
     candidates = [("ours", lambda: kernels.flash_attention(q, k, v, causal=causal))]
     for name, context in sdpa_backends():
+
         def run(context=context):
             with context():
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         candidates.append((name, run))
     for name, fn in candidates:
         try:
             fn()  # compile and autotune outside the timing
             fwd = bench(fn)
             out = fn()
-            bwd_total = bench(lambda: torch.autograd.grad(fn(), (q, k, v), grad)) if not DRY else bench(
-                lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True))
-            row[name] = {"fwd_ms": fwd, "fwd_tflops": tflops(*shape[:2], length, length, head_dim, causal, fwd),
-                         "fwd_bwd_ms": bwd_total,
-                         "bwd_tflops": tflops(*shape[:2], length, length, head_dim, causal,
-                                              max(bwd_total - fwd, 1e-9), backward=True)}
+            bwd_total = (
+                bench(lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), grad))
+                if not DRY
+                else bench(lambda out=out: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True))
+            )
+            row[name] = {
+                "fwd_ms": fwd,
+                "fwd_tflops": tflops(*shape[:2], length, length, head_dim, causal, fwd),
+                "fwd_bwd_ms": bwd_total,
+                "bwd_tflops": tflops(
+                    *shape[:2], length, length, head_dim, causal, max(bwd_total - fwd, 1e-9), backward=True
+                ),
+            }
         except Exception as error:
             row[name] = f"{type(error).__name__}: {str(error)[:160]}"
     kernels_ = {"forward": _forward.fwd_kernel, "dkdv": _backward.dkdv_kernel, "dq": _backward.dq_kernel}
     tuned = {name: config_timings(kernel) for name, kernel in kernels_.items()}  # of the last key each timed
     best = {name: str(getattr(kernel, "best_config", None)) for name, kernel in kernels_.items()}
-    return record("speed", dtype=str(dtype), shape=shape, causal=causal, results=row, config_timings_ms=tuned,
-                  best_config=best)
+    return record(
+        "speed", dtype=str(dtype), shape=shape, causal=causal, results=row, config_timings_ms=tuned, best_config=best
+    )
 
 
 def host_time():
     """CPU time per call (time.thread_time: what the host spends, kernels launched asynchronously), small shapes
     where the host decides the speed: forward, and forward + backward."""
     shape = (1, 2, 32, 16) if DRY else (2, 8, 128, 64)
-    q, k, v = (torch.randn(*shape, device=DEVICE, dtype=torch.float32 if DRY else torch.bfloat16,
-                           requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(*shape, device=DEVICE, dtype=torch.float32 if DRY else torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
     grad = torch.randn_like(q)
     kernels.tune(q, k, v, causal=True)
     rows = {}
-    for name, fn in (("forward", lambda: kernels.flash_attention(q.detach(), k.detach(), v.detach())),
-                     ("forward+backward", lambda: torch.autograd.grad(
-                         kernels.flash_attention(q, k, v, causal=True), (q, k, v), grad))):
+    for name, fn in (
+        ("forward", lambda: kernels.flash_attention(q.detach(), k.detach(), v.detach())),
+        (
+            "forward+backward",
+            lambda: torch.autograd.grad(kernels.flash_attention(q, k, v, causal=True), (q, k, v), grad),
+        ),
+    ):
         number = 1 if DRY else 200
         fn()
         best = []
@@ -329,9 +389,18 @@ def host_time():
 def speed(args):
     dtype = torch.float32 if DRY else torch.bfloat16
     # most important first (the stage's timeout keeps what finished); 16k causal reuses 4k causal's compiled configs
-    cases = [(dtype, 1, 2, 64, 64, False)] if DRY else [
-        (dtype, 4, 16, 4096, 128, False), (dtype, 4, 16, 4096, 128, True), (dtype, 4, 8, 16384, 128, True),
-        (dtype, 4, 32, 4096, 64, True), (dtype, 4, 8, 4096, 256, False), (dtype, 4, 32, 1024, 64, False)]
+    cases = (
+        [(dtype, 1, 2, 64, 64, False)]
+        if DRY
+        else [
+            (dtype, 4, 16, 4096, 128, False),
+            (dtype, 4, 16, 4096, 128, True),
+            (dtype, 4, 8, 16384, 128, True),
+            (dtype, 4, 32, 4096, 64, True),
+            (dtype, 4, 8, 4096, 256, False),
+            (dtype, 4, 32, 1024, 64, False),
+        ]
+    )
     steps = [host_time] + [lambda c=c: speed_case(*c) for c in cases]
     for step in steps:
         try:
@@ -354,8 +423,14 @@ def main(argv=None) -> int:
         DEVICE = "cpu"
     elif not torch.cuda.is_available():
         parser.error("no CUDA device: pass --dry-run (with TRITON_INTERPRET=1) to run on the CPU")
-    record("stage_start", stage=args.stage, dry_run=DRY, device=torch.cuda.get_device_name() if not DRY else "cpu",
-           torch=torch.__version__, triton=__import__("triton").__version__)
+    record(
+        "stage_start",
+        stage=args.stage,
+        dry_run=DRY,
+        device=torch.cuda.get_device_name() if not DRY else "cpu",
+        torch=torch.__version__,
+        triton=__import__("triton").__version__,
+    )
     {"correctness": correctness, "speed": speed}[args.stage](args)
     record("stage_end", stage=args.stage)
     return 0

@@ -6,9 +6,9 @@ import contextlib
 
 import pytest
 import torch
+from launch_capture import launched, launches
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from launch_capture import launched, launches
 from transformer.kernels import _api, _args, _backward, _forward, _op, _tuning, auto_reason, flash_attention, tune
 
 
@@ -64,8 +64,11 @@ def test_an_untuned_key_during_capture_raises_a_clear_error_and_tune_ahead_allow
     out = flash_attention(q, k, v, causal=True)  # same key: no timing needed, so capture may go on
     out.sum().backward()
     assert q.grad is not None and k.grad is not None
-    for other in (dict(causal=False), dict(causal=True, dropout_p=0.1),  # what changes the key is not tuned
-                  dict(causal=True, key_lengths=torch.tensor([30, 20]))):
+    for other in (
+        dict(causal=False),
+        dict(causal=True, dropout_p=0.1),  # what changes the key is not tuned
+        dict(causal=True, key_lengths=torch.tensor([30, 20])),
+    ):
         with pytest.raises(RuntimeError, match="not been autotuned"):
             flash_attention(q, k, v, **other)
     q8, k8, v8 = _inputs(heads=8, kv_heads=2)  # another GQA group (and batch x heads bucket)
@@ -134,8 +137,10 @@ def test_expanded_or_strided_grad_out_is_made_contiguous():
     """out.sum().backward() hands the backward an expanded grad_out (every stride 0) and a transposed one has a
     strided head_dim: the kernels get a contiguous copy (unit head_dim stride, rows head_dim apart)."""
     q, k, v = _inputs()
-    for make_grad in (lambda out: out.sum().backward(),
-                      lambda out: out.backward(torch.randn(2, 4, 16, 40).transpose(-1, -2))):
+    for make_grad in (
+        lambda out: out.sum().backward(),
+        lambda out: out.backward(torch.randn(2, 4, 16, 40).transpose(-1, -2)),
+    ):
         with launches(run=False) as seen:
             make_grad(flash_attention(q, k, v))
         for kernel in ("_dkdv_kernel", "_dq_kernel"):
@@ -187,8 +192,9 @@ def test_resolve_backend_auto_consults_the_kernels_auto_rule():
 
     chosen = {}
     for head_dim in (64, 256):
-        q, k, v = (torch.Tensor._make_subclass(_OnCuda, torch.randn(1, 2, 8, head_dim, dtype=torch.float16))
-                   for _ in range(3))
+        q, k, v = (
+            torch.Tensor._make_subclass(_OnCuda, torch.randn(1, 2, 8, head_dim, dtype=torch.float16)) for _ in range(3)
+        )
         chosen[head_dim] = backends.resolve_backend("auto", q, k, v, None, 0.0)
         assert backends.resolve_backend("triton", q, k, v, None, 0.0) == "triton"  # by name: still the kernel
     assert chosen[64] == "triton" and chosen[256] != "triton", chosen

@@ -18,8 +18,9 @@ SCRIPT = pathlib.Path(__file__).parents[2] / "scripts" / "compile_kernels.py"
 def test_kernels_compile_for_sm90():
     pytest.importorskip("triton")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--quick"], env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "compiled 14/14 variants" in result.stdout, result.stdout
 
@@ -31,9 +32,21 @@ def test_hopper_code_uses_warp_group_mma_and_pipelined_loads_without_spills(tmp_
     pytest.importorskip("triton")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     report, table = tmp_path / "inspect.json", tmp_path / "inspect.md"
-    result = subprocess.run([sys.executable, str(SCRIPT.with_name("inspect_kernels.py")), "--quick", "--json",
-                             str(report), "--markdown", str(table)], env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT.with_name("inspect_kernels.py")),
+            "--quick",
+            "--json",
+            str(report),
+            "--markdown",
+            str(table),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(report.read_text())["rows"]
     assert {row["kernel"] for row in rows} == {"forward", "dk/dv", "dq"}

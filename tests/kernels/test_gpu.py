@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from attention_reference import allowed_matrix, attention, compiled_and_eager, max_err
+
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
 pytestmark = pytest.mark.gpu
@@ -16,14 +16,17 @@ def _check_against_fp64(dtype, batch, heads, q_len, k_len, head_dim, causal):
     allowed = allowed_matrix(batch, heads, q_len, k_len, key_lengths=key_lengths, causal=causal, device="cuda")
     grad_out = torch.randn_like(q)
     results = []
-    for fn, cast in ((lambda *x: attention(*x, allowed)[0], torch.float64), (lambda *x: attention(*x, allowed)[0], dtype),
-                     (lambda *x: flash_attention(*x, key_lengths=key_lengths, causal=causal), dtype)):
+    for fn, cast in (
+        (lambda *x: attention(*x, allowed)[0], torch.float64),
+        (lambda *x: attention(*x, allowed)[0], dtype),
+        (lambda *x: flash_attention(*x, key_lengths=key_lengths, causal=causal), dtype),
+    ):
         leaves = [t.to(cast).requires_grad_() for t in (q, k, v)]
         out = fn(*leaves)
         out.backward(grad_out.to(cast))
         results.append([out] + [t.grad for t in leaves])
     ref, eager, mine = results
-    for name, m, e, r in zip(("out", "dq", "dk", "dv"), mine, eager, ref):
+    for name, m, e, r in zip(("out", "dq", "dk", "dv"), mine, eager, ref, strict=True):
         assert max_err(m, r) <= 2 * max_err(e, r) + 1e-3 * max(1.0, r.abs().max().item()), name
 
 
@@ -45,7 +48,7 @@ def test_backward_is_deterministic():
         grads = [t.grad.clone() for t in (q, k, v)]
         if first is None:
             first = grads
-        for a, b in zip(first, grads):
+        for a, b in zip(first, grads, strict=True):
             assert torch.equal(a, b)
 
 
@@ -59,7 +62,7 @@ def test_torch_compile_fullgraph():
 
     (loss, grads), (expected, expected_grads) = compiled_and_eager(f, (q, k, v))
     assert torch.allclose(loss, expected, rtol=1e-3)
-    for a, b in zip(grads, expected_grads):
+    for a, b in zip(grads, expected_grads, strict=True):
         assert torch.allclose(a.float(), b.float(), atol=1e-2, rtol=1e-2)
 
 

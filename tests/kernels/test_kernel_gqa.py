@@ -5,11 +5,11 @@ sums dK and dV over each group (in one program per kv head and key block, no ato
 import pytest
 import torch
 import torch.nn.functional as F
-
 from attention_reference import allowed_matrix, attention, max_err
 from launch_capture import launched, launches
 from philox_model import P, model_keep
 from test_flash_attention import compare_on_views, rand
+
 from transformer.kernels import _tuning, flash_attention, flash_attention_with_lse, unsupported_reason
 
 HEADS = 8
@@ -18,8 +18,11 @@ HEADS = 8
 def _masks(batch, q_len, k_len, device):
     """causal + key_lengths + a dense mask that differs per query head (so reading it per kv head shows)."""
     g = torch.Generator().manual_seed(6)
-    return {"causal": True, "key_lengths": torch.tensor([k_len, k_len - 9], device=device),
-            "mask": (torch.rand(batch, HEADS, q_len, k_len, generator=g) < 0.75).to(device)}
+    return {
+        "causal": True,
+        "key_lengths": torch.tensor([k_len, k_len - 9], device=device),
+        "mask": (torch.rand(batch, HEADS, q_len, k_len, generator=g) < 0.75).to(device),
+    }
 
 
 @pytest.mark.parametrize("kv_heads", [8, 4, 2, 1], ids=["ratio1", "ratio2", "ratio4", "mqa-ratio8"])
@@ -69,7 +72,7 @@ def test_gqa_dropout_draws_the_query_heads_masks(device):
     ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0].backward(grad)
     assert max_err(out, attention(q, k, v, allowed, keep=keep, dropout_p=P)[0]) < 1e-5
-    for mine, theirs in zip(leaves, ref_leaves):
+    for mine, theirs in zip(leaves, ref_leaves, strict=True):
         assert max_err(mine.grad, theirs.grad) < 1e-5
 
 
@@ -80,8 +83,11 @@ def test_gqa_split_kv(device):
     bases += [rand((batch, kv_heads, k_len, 16), torch.float32, device) for _ in range(2)]
     bases.append(rand((batch, heads, 1, 16), torch.float32, device))
     with _tuning.force_kv_splits(3):
-        _, _, (seen, _) = compare_on_views(bases, key_lengths=torch.tensor([260, 200], device=device),
-                                           forward_kernels=("_fwd_kernel", "_combine_kernel"))
+        _, _, (seen, _) = compare_on_views(
+            bases,
+            key_lengths=torch.tensor([260, 200], device=device),
+            forward_kernels=("_fwd_kernel", "_combine_kernel"),
+        )
     assert launched(seen, "_fwd_kernel")["n_splits"] == 3 and launched(seen, "_fwd_kernel")["group"] == 4
 
 
@@ -120,6 +126,8 @@ def test_split_group_gradients_match_and_are_deterministic(shares, device):
         ref, mine, (seen, _) = compare_on_views(bases, **_masks(batch, q_len, k_len, device))
         assert launched(seen, "_dkdv_kernel")["group_splits"] == shares
         q, k, v, grad = (b.clone().requires_grad_() for b in bases)
-        runs = [torch.autograd.grad(flash_attention(q, k, v, causal=True, dropout_p=0.2, seed=4), (q, k, v), grad)
-                for _ in range(2)]
+        runs = [
+            torch.autograd.grad(flash_attention(q, k, v, causal=True, dropout_p=0.2, seed=4), (q, k, v), grad)
+            for _ in range(2)
+        ]
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))

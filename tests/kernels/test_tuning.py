@@ -4,8 +4,8 @@ TYPED_TRANSFORMER_KERNEL_CONFIGS, tuned choices persisted, and what every launch
 import pytest
 import torch
 import triton
-
 from launch_capture import launches
+
 from transformer.kernels import _backward, _forward, _tuning, flash_attention
 
 
@@ -13,9 +13,27 @@ def test_length_and_batch_heads_buckets():
     """Lengths tune in powers of two from 16 to 16384 (longer ones share a config); batch x heads in powers of 4
     up to 4096, so a config tuned on 8 (batch, head) pairs is not reused on 8000."""
     assert [_tuning.length_bucket(n) for n in (1, 16, 17, 1000, 1024, 1025, 16384, 10**6)] == [
-        16, 16, 32, 1024, 1024, 2048, 16384, 16384]
+        16,
+        16,
+        32,
+        1024,
+        1024,
+        2048,
+        16384,
+        16384,
+    ]
     assert [_tuning.bh_bucket(n) for n in (1, 2, 4, 5, 16, 17, 1000, 4096, 4097, 2048 * 32)] == [
-        1, 4, 4, 16, 16, 64, 1024, 4096, 4096, 4096]
+        1,
+        4,
+        4,
+        16,
+        16,
+        64,
+        1024,
+        4096,
+        4096,
+        4096,
+    ]
     assert "BH_BUCKET" in _tuning.TUNE_KEY and {"Q_BUCKET", "K_BUCKET", "HEAD_DIM"} <= set(_tuning.TUNE_KEY)
 
 
@@ -37,9 +55,11 @@ def test_pinned_configs_from_the_environment_variable():
     config = pinned["dq"]
     assert (config.kwargs, config.num_warps, config.num_stages) == ({"BLOCK_M": 64, "BLOCK_N": 32}, 4, 2)
     assert _tuning.pinned_configs("") == {}
-    for bad, message in (("fwd=128x64x8x3", r"KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES .* got 'fwd=128x64x8x3'"),
-                         ("forward=128x64x8", r"got 'forward=128x64x8'"),
-                         ("dq=48x32x4x2", r"BLOCK_M of dq must be one of \(16, 32, 64, 128\), got 48")):
+    for bad, message in (
+        ("fwd=128x64x8x3", r"KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES .* got 'fwd=128x64x8x3'"),
+        ("forward=128x64x8", r"got 'forward=128x64x8'"),
+        ("dq=48x32x4x2", r"BLOCK_M of dq must be one of \(16, 32, 64, 128\), got 48"),
+    ):
         with pytest.raises(ValueError, match="TYPED_TRANSFORMER_KERNEL_CONFIGS" + ".*" + message):
             _tuning.pinned_configs(bad)
 
@@ -78,8 +98,12 @@ def test_configs_that_do_not_fit_shared_memory_are_pruned_and_first_pins_one_tha
     assert _pruned(forward, 64) == _tuning.FWD_CONFIGS  # everything fits at head_dim 64 in bf16
     assert len(_pruned(forward, 256, torch.float32)) < len(at_256)  # float32 tiles are twice as large
     monkeypatch.setenv(_tuning.CONFIGS_ENV, "first")
-    for name, fn in (("forward", _forward._fwd_kernel), ("split", _forward._fwd_kernel),
-                     ("dkdv", _backward._dkdv_kernel), ("dq", _backward._dq_kernel)):
+    for name, fn in (
+        ("forward", _forward._fwd_kernel),
+        ("split", _forward._fwd_kernel),
+        ("dkdv", _backward._dkdv_kernel),
+        ("dq", _backward._dq_kernel),
+    ):
         kernel = _tuning.build(fn, name)
         assert name not in _tuning._tuned
         for head_dim in (16, 64, 128, 256):
@@ -95,7 +119,8 @@ def test_every_kernel_has_a_config_that_fits_at_every_head_dim():
         smallest = configs[-1]
         assert _tuning.fits(name, smallest, 256, 4), name
         assert len({(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in configs}) == len(
-            configs), name
+            configs
+        ), name
 
 
 def test_decoding_keys_tune_in_powers_of_four():

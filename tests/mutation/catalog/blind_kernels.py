@@ -39,9 +39,9 @@ MUTANTS = [
            "denominator: the output is renormalised over the kept keys (then scaled by 1/(1-p) again), and the "
            "logsumexp sees dropout (documented: it does not); the backward, which uses the true probabilities, no "
            "longer matches the forward"),
-    Mutant("blind-kernels-gqa-dkdv-group-order", "kernels/_backward.py",
+    Mutant("blind-kernels-gqa-dkdv-group-order", "kernels/_dkdv.py",
            (("        h = kvh * group + g  # the query heads of kv head kvh (repeat_interleave order, torch's enable_gqa)",
-             "        h = g * kv_heads + kvh  # the query heads of kv head kvh"),),
+             "        h = g * (heads // group) + kvh  # the query heads of kv head kvh"),),
            "grouped-query attention with kv_heads > 1 and group > 1: the dK/dV kernel sums the query heads "
            "kvh, kvh + kv_heads, ... (repeat order) while the forward and dQ use h // group (repeat_interleave): "
            "dK and dV get the gradients of the wrong query heads (forward and dQ stay right)"),
@@ -61,8 +61,8 @@ MUTANTS = [
            "head_dim 256, documented as supported ([16, 256]), raises ValueError in flash_attention and "
            "unsupported_reason declines it (the dispatcher falls back), with a message that claims 256 is allowed"),
     Mutant("blind-kernels-philox-offset-high-word-dropped", "kernels/_common.py",
-           (("rows.to(tl.uint32)[:, None] + zero, (rows >> 32).to(tl.uint32)[:, None] + zero,",
-             "rows.to(tl.uint32)[:, None] + zero, zero,"),),
+           (("rows.to(tl.uint32)[:, None] + zero,\n        (rows >> 32).to(tl.uint32)[:, None] + zero,",
+             "rows.to(tl.uint32)[:, None] + zero,\n        zero,"),),
            "the dropout counter's second word is always 0 instead of the high 32 bits of offset + row: offsets that "
            "differ only above bit 32 (seed=None draws a random 64-bit offset) give the same mask, and the mask is "
            "not the documented Philox stream for any offset >= 2**32"),
