@@ -99,3 +99,80 @@ def test_dropout_compiled_with_reduce_overhead_draws_a_new_mask_every_call():
     f = torch.compile(lambda *x: flash_attention(*x, dropout_p=0.3), mode="reduce-overhead")
     outs = [f(q, k, v).clone() for _ in range(4)]
     assert not torch.equal(outs[2], outs[3])
+
+
+def test_explicit_seed_dropout_is_captured_and_replayed_with_the_same_mask():
+    """seed=int inside torch.cuda.graph: no host-to-device copy (it used to raise during capture); every replay
+    draws the seed's mask, equal to an eager call with that seed. Tuned ahead with kernels.tune."""
+    from transformer.kernels import tune
+
+    q, k, v = _dropout_inputs()
+    tune(q, k, v, dropout_p=0.3, backward=False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attention(q, k, v, dropout_p=0.3, seed=9)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    assert torch.equal(first, out)
+    assert torch.equal(out, flash_attention(q, k, v, dropout_p=0.3, seed=9))
+
+
+def test_untuned_key_during_capture_raises_a_clear_error():
+    from transformer.kernels import _tuning
+
+    if not _tuning._tuned:
+        pytest.skip("configs are pinned: nothing is timed during capture")
+    q = torch.randn(3, 4, 333, 64, device="cuda", dtype=torch.float16)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="kernels.tune"):
+        with torch.cuda.graph(graph):
+            flash_attention(q, q, q, causal=True)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_the_second_gpu_while_the_first_is_current():
+    q, k, v = (torch.randn(2, 4, 300, 64, device="cuda:1", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    with torch.cuda.device(0):
+        out = flash_attention(q, k, v, causal=True)
+        out.float().sum().backward()
+    ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True)
+    expected.float().sum().backward()
+    assert max_err(out, expected) < 1e-2
+    for mine, theirs in zip((q, k, v), ref, strict=True):
+        assert max_err(mine.grad, theirs.grad) < 2e-2
+
+
+def test_expanded_grad_out_matches_a_contiguous_one():
+    q, k, v = (torch.randn(2, 4, 500, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grads = []
+    for grad in (torch.ones(2, 4, 500, 64, device="cuda", dtype=torch.bfloat16), None):
+        out = flash_attention(q, k, v)
+        grads.append(torch.autograd.grad(out if grad is not None else out.sum(), (q, k, v), grad))
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("pinned", ["first"])
+def test_first_configs_launch_at_head_dim_256(pinned, monkeypatch):
+    """TYPED_TRANSFORMER_KERNEL_CONFIGS=first at head_dim 256 pins the first config that fits in shared memory (the
+    first of the list needs 256 KiB, more than an H100 block has): forward and backward launch."""
+    import importlib
+
+    from transformer.kernels import _backward, _forward
+
+    monkeypatch.setenv("TYPED_TRANSFORMER_KERNEL_CONFIGS", pinned)
+    for module in (_forward, _backward):
+        importlib.reload(module)
+    try:
+        q, k, v = (
+            torch.randn(1, 2, 512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+        )
+        flash_attention(q, k, v, causal=True).float().sum().backward()
+        torch.cuda.synchronize()
+        assert torch.isfinite(q.grad).all()
+    finally:
+        monkeypatch.delenv("TYPED_TRANSFORMER_KERNEL_CONFIGS")
+        for module in (_forward, _backward):
+            importlib.reload(module)
