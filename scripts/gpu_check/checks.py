@@ -214,16 +214,24 @@ def check_capture():
         else:
             ok = not changes and torch.equal(out, kernels.flash_attention(q, k, v, dropout_p=0.3, seed=seed))
         rows.append(record("cuda_graph_capture", ok=ok, seed=seed, new_mask_per_replay=changes))
-    untuned = torch.randn(3, 4, 200, 64, device=DEVICE, dtype=torch.float16)
+    torch.cuda.synchronize()
+    return rows
+
+
+def check_untuned_capture():
+    """With autotuning on (the speed stage), a key never tuned in this process, called during capture, must raise
+    the RuntimeError that names kernels.tune (not fail inside Triton's benchmark). Run last: a failed capture can
+    leave the device unusable for later checks."""
+    if DRY or not _tuning._tuned:
+        return record("capture_untuned_key", skipped="needs CUDA and autotuned (not pinned) configs")
+    untuned = torch.randn(3, 4, 333, 64, device=DEVICE, dtype=torch.float16)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
             kernels.flash_attention(untuned, untuned, untuned, causal=True)
-        rows.append(record("capture_untuned_key", ok=bool(_tuning._tuned) is False, note="no error raised"))
     except RuntimeError as error:
-        rows.append(record("capture_untuned_key", ok="kernels.tune" in str(error), error=str(error)[:200]))
-    torch.cuda.synchronize()
-    return rows
+        return record("capture_untuned_key", ok="kernels.tune" in str(error), error=str(error)[:200])
+    return record("capture_untuned_key", ok=False, note="no error raised")
 
 
 def check_gqa(dtype, q_len):
@@ -328,7 +336,8 @@ def speed_case(dtype, batch, heads, length, head_dim, causal):
         candidates.append((name, run))
     for name, fn in candidates:
         try:
-            fn()  # compile and autotune outside the timing
+            fn()  # compile and autotune outside the timing (the backward too)
+            torch.autograd.grad(fn(), (q, k, v), grad)
             fwd = bench(fn)
             out = fn()
             bwd_total = (
@@ -401,7 +410,7 @@ def speed(args):
             (dtype, 4, 32, 1024, 64, False),
         ]
     )
-    steps = [host_time] + [lambda c=c: speed_case(*c) for c in cases]
+    steps = [host_time] + [lambda c=c: speed_case(*c) for c in cases] + [check_untuned_capture]
     for step in steps:
         try:
             step()

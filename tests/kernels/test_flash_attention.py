@@ -310,12 +310,19 @@ def test_strided_inputs(layout, device):
     # every kernel got the very views (same memory, same strides) and was told their strides
     reads = {"_fwd_kernel": "Q K V", "_delta_kernel": "DO", "_dkdv_kernel": "Q K V DO", "_dq_kernel": "Q K V DO"}
     prefix = {"Q": ("q", "m"), "K": ("k", "n"), "V": ("v", "n"), "DO": ("d", "m")}
+    # except grad_out with a strided head_dim: the backward copies it to a contiguous layout first (vectorised
+    # loads, as FlashAttention does), and every backward kernel reads that one copy with its strides
+    copied = given["DO"].stride(-1) != 1
     for kernel, tensors in reads.items():
         args = launched(seen, kernel)
         for name in tensors.split():
             view, (p, seq) = given[name], prefix[name]
+            if name == "DO" and copied:
+                view = launched(seen, "_delta_kernel")["DO"]
+                assert view.is_contiguous() and torch.equal(view, given["DO"]), kernel
             assert args[name].data_ptr() == view.data_ptr() and args[name].stride() == view.stride(), (kernel, name)
             assert tuple(args[f"s_{p}{axis}"] for axis in ("b", "h", seq, "d")) == view.stride(), (kernel, name)
+    assert copied == (layout == "sliced")  # the other layouts' grad_out reaches the kernels uncopied
     out, delta_args = launched(seen, "_fwd_kernel")["O"], launched(seen, "_delta_kernel")
     assert delta_args["O"].data_ptr() == out.data_ptr()
     assert tuple(delta_args[f"s_o{axis}"] for axis in "bhmd") == out.stride()
