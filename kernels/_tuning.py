@@ -221,6 +221,8 @@ def group_splits(batch: int, kv_heads: int, group: int, k_len: int, device) -> i
     forced count, see :func:`force_group_splits`)."""
     if _forced_group_splits:
         return _forced_group_splits[-1]
+    if group == 1:
+        return 1
     return _grid.group_splits(batch, kv_heads, group, k_len, sm_count(device), SPLIT_GRANULARITY)
 
 
