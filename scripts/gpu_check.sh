@@ -34,7 +34,7 @@ stage() {  # stage NAME SECONDS COMMAND...: run it under timeout, record its exi
 if [ $DRY = 1 ]; then
   export TRITON_INTERPRET=1
   DRYFLAG=--dry-run
-  LIMITS=(20 60 300 60 300)
+  LIMITS=(60 180 300 120 300)
 else
   unset TRITON_INTERPRET
   DRYFLAG=
