@@ -310,3 +310,25 @@ def test_double_backward_is_refused():
     grads = torch.autograd.grad(loss, (q, k, v), create_graph=True)
     with pytest.raises(RuntimeError, match="marked with @once_differentiable"):
         grads[0].sum().backward()
+
+
+def test_a_dispatch_mode_sees_the_registered_op():
+    """Under any dispatch mode (here one that records the ops it sees), plain tensors also go through the registered
+    op, so the mode sees ``typed_transformer::flash_attn_fwd_interpreted`` (and, on CUDA, its triton_op), not the
+    kernels' raw launches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recording(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = qkv()
+    with Recording() as mode:
+        out = flash_attention(q, k, v, causal=True)
+    assert any("typed_transformer" in op and "flash_attn_fwd" in op for op in mode.ops), mode.ops
+    assert torch.equal(out, flash_attention(q, k, v, causal=True))
