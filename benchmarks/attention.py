@@ -42,6 +42,7 @@ def providers():
         def run(q, k, v, causal):
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         return run
 
     return {
@@ -62,8 +63,10 @@ def eager_fits(batch, heads, n, dtype_bytes=2):
 def measure(fn, batch, heads, n, head_dim, causal, mode):
     from triton.testing import do_bench
 
-    q, k, v = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, n, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -103,16 +106,32 @@ def main(argv=None):
                             result = measure(fn, batch, heads, n, head_dim, causal, mode)
                         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # a backend may refuse
                             result = {"error": str(error).splitlines()[0][:120]}
-                        row = {"provider": name, "head_dim": head_dim, "heads": heads, "n": n, "causal": causal,
-                               "mode": mode, **result}
+                        row = {
+                            "provider": name,
+                            "head_dim": head_dim,
+                            "heads": heads,
+                            "n": n,
+                            "causal": causal,
+                            "mode": mode,
+                            **result,
+                        }
                         rows.append(row)
-                        cells = (f"{row['tflops']:8.1f} TFLOP/s {row['ms']:9.3f} ms {row['peak_mib']:9.1f} MiB"
-                                 if "tflops" in row else f"skipped: {row['error']}")
+                        cells = (
+                            f"{row['tflops']:8.1f} TFLOP/s {row['ms']:9.3f} ms {row['peak_mib']:9.1f} MiB"
+                            if "tflops" in row
+                            else f"skipped: {row['error']}"
+                        )
                         print(f"{name:15s} D={head_dim:3d} N={n:6d} causal={causal!s:5s} {mode}  {cells}", flush=True)
-    meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-            "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "batch": batch, "dtype": "bfloat16",
-            "flops": "4*B*H*N^2*D, x0.5 causal, x2.5 backward"}
+    meta = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "batch": batch,
+        "dtype": "bfloat16",
+        "flops": "4*B*H*N^2*D, x0.5 causal, x2.5 backward",
+    }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
@@ -135,16 +154,27 @@ def markdown_table(rows, meta):
     """One row per (head_dim, length, causal, direction); TFLOP/s per provider, peak MiB of ours."""
     providers_seen = list(dict.fromkeys(r["provider"] for r in rows))
     header = "| D | N | causal | pass | " + " | ".join(providers_seen) + " | ours: peak MiB |"
-    lines = [f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, {meta['dtype']}, "
-             f"batch {meta['batch']}, {meta['date']}; TFLOP/s ({meta['flops']})", "", header,
-             "|" + "---|" * (len(providers_seen) + 5)]
+    lines = [
+        f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, {meta['dtype']}, "
+        f"batch {meta['batch']}, {meta['date']}; TFLOP/s ({meta['flops']})",
+        "",
+        header,
+        "|" + "---|" * (len(providers_seen) + 5),
+    ]
     for head_dim, n, causal, mode in dict.fromkeys((r["head_dim"], r["n"], r["causal"], r["mode"]) for r in rows):
         cells = []
         for name in providers_seen:
             value = _tflops(rows, name, head_dim, n, causal, mode)
             cells.append("-" if value is None else f"{value:.1f}")
-        ours = next((r for r in rows if (r["provider"], r["head_dim"], r["n"], r["causal"], r["mode"]) ==
-                     ("triton (ours)", head_dim, n, causal, mode)), {})
+        ours = next(
+            (
+                r
+                for r in rows
+                if (r["provider"], r["head_dim"], r["n"], r["causal"], r["mode"])
+                == ("triton (ours)", head_dim, n, causal, mode)
+            ),
+            {},
+        )
         peak = f"{ours['peak_mib']:.0f}" if "peak_mib" in ours else "-"
         lines.append(f"| {head_dim} | {n} | {causal} | {mode} | " + " | ".join(cells) + f" | {peak} |")
     return "\n".join(lines) + "\n"
@@ -178,14 +208,23 @@ def plot(rows, path, meta):
         return
     combos = sorted({(r["head_dim"], r["causal"], r["mode"]) for r in rows})
     fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.5), squeeze=False)
-    for ax, (head_dim, causal, mode) in zip(axes[0], combos):
+    for ax, (head_dim, causal, mode) in zip(axes[0], combos, strict=True):
         for name in dict.fromkeys(r["provider"] for r in rows):
-            pts = [(r["n"], r["tflops"]) for r in rows if "tflops" in r and r["provider"] == name
-                   and (r["head_dim"], r["causal"], r["mode"]) == (head_dim, causal, mode)]
+            pts = [
+                (r["n"], r["tflops"])
+                for r in rows
+                if "tflops" in r
+                and r["provider"] == name
+                and (r["head_dim"], r["causal"], r["mode"]) == (head_dim, causal, mode)
+            ]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=name)
-        ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s",
-               title=f"D={head_dim} {'causal' if causal else 'full'} {mode}")
+                ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+        ax.set(
+            xscale="log",
+            xlabel="sequence length",
+            ylabel="TFLOP/s",
+            title=f"D={head_dim} {'causal' if causal else 'full'} {mode}",
+        )
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, bf16, batch {meta['batch']}")
     fig.tight_layout()

@@ -10,11 +10,13 @@ autotuner's key, are not included: they need a driver).
     python benchmarks/kernel_host_cost.py --json benchmarks/results/kernel_host_cost.json --label after
 
 Timings: the best of ``--repeats`` runs of ``--number`` calls each (the intrinsic cost; the median is printed too),
-CPU time of the calling thread in microseconds per call, on CPU tensors (the interpreted op registration; the CUDA registration is timed directly as
+CPU time of the calling thread in microseconds per call, on CPU tensors (the interpreted op registration; the CUDA
+registration is timed directly as
 ``triton_op``). The goal (issue 18) is under 30 us for a forward call.
 """
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -30,8 +32,10 @@ import triton  # noqa: E402
 from transformer import kernels  # noqa: E402
 from transformer.kernels import _backward, _forward, _op  # noqa: E402
 
-KERNEL_NAMES = {_forward: ("fwd_kernel", "fwd_split_kernel", "combine_kernel"),
-                _backward: ("delta_kernel", "dkdv_kernel", "dq_kernel")}
+KERNEL_NAMES = {
+    _forward: ("fwd_kernel", "fwd_split_kernel", "combine_kernel"),
+    _backward: ("delta_kernel", "dkdv_kernel", "dq_kernel"),
+}
 
 
 def stub_launches() -> int:
@@ -69,17 +73,28 @@ def cases(batch=2, heads=8, length=128, head_dim=64):
         out = kernels.flash_attention(qg, kg, vg, causal=True)
         torch.autograd.grad(out, (qg, kg, vg), grad)
 
+    q1, cache = torch.randn(1, heads, 1, head_dim), torch.randn(1, heads, 4096, head_dim)
+    steps = itertools.cycle([cache[:, :, :n] for n in range(3000, 3400)])  # a cache growing by one key a step
+
+    def decoding_step():  # split-KV: the split search runs per call unless cached
+        keys = next(steps)
+        kernels.flash_attention(q1, keys, keys, validate=False)
+
     return {
         "forward": lambda: kernels.flash_attention(q, k, v),
-        "forward, validate=False (as the attention dispatcher calls it)":
-            lambda: kernels.flash_attention(q, k, v, validate=False),
+        "forward, validate=False (as the attention dispatcher calls it)": lambda: kernels.flash_attention(
+            q, k, v, validate=False
+        ),
         "forward, inputs requiring grad (a training step's forward)": lambda: kernels.flash_attention(qg, kg, vg),
         "forward, causal + key_lengths + dropout": lambda: kernels.flash_attention(
-            q, k, v, causal=True, key_lengths=lengths, dropout_p=0.1),
+            q, k, v, causal=True, key_lengths=lengths, dropout_p=0.1
+        ),
         "unsupported_reason (the dispatcher's check)": lambda: kernels.unsupported_reason(q, k, v),
         "triton_op (the CUDA registration) called directly": lambda: _op.flash_attn_fwd(
-            q, k, v, None, None, None, None, False, 0.125, 0.0),
+            q, k, v, None, None, None, None, False, 0.125, 0.0
+        ),
         "forward + backward (autograd)": forward_backward,
+        "decoding step: q_len 1, k_len 3000..3399 (split-KV), validate=False": decoding_step,
     }
 
 
@@ -92,8 +107,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     stubbed = stub_launches()
     torch.set_num_threads(1)
-    print(f"{stubbed} kernels stubbed; torch {torch.__version__}, triton {triton.__version__}, "
-          f"python {platform.python_version()}; microseconds per call, best / median of {args.repeats}")
+    print(
+        f"{stubbed} kernels stubbed; torch {torch.__version__}, triton {triton.__version__}, "
+        f"python {platform.python_version()}; microseconds per call, best / median of {args.repeats}"
+    )
     rows = []
     for name, fn in cases().items():
         number = max(20, args.number // 5) if "backward" in name else args.number
@@ -104,11 +121,20 @@ def main(argv=None) -> int:
         runs = json.load(open(args.json)) if os.path.exists(args.json) else []
         runs = [run for run in runs if run["label"] != args.label]
         load = os.getloadavg()
-        runs.append({"label": args.label, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                     "triton": triton.__version__, "python": platform.python_version(), "cpu": platform.processor()
-                     or platform.machine(), "load_average_1_5_15": [round(x, 2) for x in load],
-                     "shapes": "q, k, v (2, 8, 128, 64) float32 on the CPU, torch.set_num_threads(1)",
-                     "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "rows": rows})
+        runs.append(
+            {
+                "label": args.label,
+                "date": time.strftime("%Y-%m-%d"),
+                "torch": torch.__version__,
+                "triton": triton.__version__,
+                "python": platform.python_version(),
+                "cpu": platform.processor() or platform.machine(),
+                "load_average_1_5_15": [round(x, 2) for x in load],
+                "shapes": "q, k, v (2, 8, 128, 64) float32 on the CPU, torch.set_num_threads(1)",
+                "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+                "rows": rows,
+            }
+        )
         with open(args.json, "w") as handle:
             json.dump(runs, handle, indent=1)
         print(f"wrote {args.json}")

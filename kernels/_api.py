@@ -8,7 +8,6 @@ from ._op import attention
 from ._validate import run_reason
 from ._validate import validate as check_inputs
 
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -21,16 +20,32 @@ def philox_state(seed, device) -> torch.Tensor:
     draw is a device kernel: no host sync, and under CUDA graph capture it is recorded with the generator's
     graph-safe Philox state, so every replay draws a new pair (and advances the generator's offset as any random
     op does), while ``torch.manual_seed`` makes a run reproducible. An explicit ``seed`` (any int, taken modulo
-    2**64) gives (seed, 0): the same mask every call, also in every graph replay.
+    2**64) gives (seed, 0): the same mask every call, also in every graph replay. It is written by two fill
+    kernels on ``device`` (the value travels as a kernel argument): no host-to-device copy, so no wait for the GPU
+    and nothing that graph capture forbids (``torch.tensor([seed, 0], device="cuda")`` would copy from pageable
+    host memory, synchronising, and raises inside ``torch.cuda.graph``).
     """
     if seed is None:
         return torch.randint(INT64_MIN, INT64_MAX, (2,), dtype=torch.int64, device=device)
-    seed = (int(seed) - INT64_MIN) % 2**64 + INT64_MIN
-    return torch.tensor([seed, 0], dtype=torch.int64, device=device)
+    state = torch.full((2,), (int(seed) - INT64_MIN) % 2**64 + INT64_MIN, dtype=torch.int64, device=device)
+    state[1:].zero_()
+    return state
 
 
-def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
-                             dropout_p=0.0, seed=None, validate: bool = True):
+def flash_attention_with_lse(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    causal=False,
+    scale=None,
+    dropout_p=0.0,
+    seed=None,
+    validate: bool = True,
+):
     """Fused attention; returns (out, logsumexp). See :func:`flash_attention` and docs/kernels.md.
 
     The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled and masked scores
@@ -42,13 +57,27 @@ def flash_attention_with_lse(q, k, v, *, mask=None, key_mask=None, key_lengths=N
         if reason is not None:
             raise RuntimeError(f"flash_attention cannot run here: {reason}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if scale < 0.0:  # the kernels need scale >= 0 (running max of unscaled scores); softmax((-q) k^T * -scale)
+        q, scale = -q, -scale  # is the same, and autograd carries dq back through the negation
     dropout_p = float(dropout_p)
     seed_t = philox_state(seed, q.device) if dropout_p > 0.0 else None
     return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
 
 
-def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, causal=False, scale=None,
-                    dropout_p=0.0, seed=None, validate: bool = True) -> torch.Tensor:
+def flash_attention(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    causal=False,
+    scale=None,
+    dropout_p=0.0,
+    seed=None,
+    validate: bool = True,
+) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v with dropout on the probabilities, in one fused Triton kernel.
 
     q: (batch, heads, q_len, head_dim); k, v: (batch, heads, k_len, head_dim). Masks say True = may attend:
@@ -62,5 +91,54 @@ def flash_attention(q, k, v, *, mask=None, key_mask=None, key_lengths=None, caus
     ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
     check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """
-    return flash_attention_with_lse(q, k, v, mask=mask, key_mask=key_mask, key_lengths=key_lengths, causal=causal,
-                                    scale=scale, dropout_p=dropout_p, seed=seed, validate=validate)[0]
+    return flash_attention_with_lse(
+        q,
+        k,
+        v,
+        mask=mask,
+        key_mask=key_mask,
+        key_lengths=key_lengths,
+        causal=causal,
+        scale=scale,
+        dropout_p=dropout_p,
+        seed=seed,
+        validate=validate,
+    )[0]
+
+
+def tune(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    causal=False,
+    scale=None,
+    dropout_p=0.0,
+    backward: bool = True,
+) -> None:
+    """Autotune (and compile) the kernels for these inputs now, outside any CUDA graph capture: one forward call,
+    and with ``backward`` one backward, on copies of the inputs (their values do not matter, only what the
+    autotune key reads: the length buckets, (batch x heads) bucket, head_dim, dtype, the masks present, causal,
+    dropout and the GQA group). A later call with the same key never times configs, so it may then be captured
+    (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``); a call during capture whose key was not
+    tuned raises a RuntimeError that names this function. Without CUDA (the interpreter) it just runs the calls."""
+    check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("transformer.kernels.tune must be called before CUDA graph capture, not during it")
+    leaves = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
+    with torch.enable_grad():
+        out = flash_attention(
+            *leaves,
+            mask=mask,
+            key_mask=key_mask,
+            key_lengths=key_lengths,
+            causal=causal,
+            scale=scale,
+            dropout_p=dropout_p,
+            seed=0,
+        )
+        if backward:
+            torch.autograd.grad(out, leaves, torch.ones_like(out))

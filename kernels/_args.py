@@ -1,6 +1,20 @@
-"""Turn the optional masks into kernel arguments (pointers and strides) without materializing anything."""
+"""Turn the optional masks into kernel arguments (pointers and strides) without materializing anything; the
+launch's device guard."""
+
+import contextlib
 
 import torch
+
+_NO_GUARD = contextlib.nullcontext()
+
+
+def device_guard(device: torch.device):
+    """A context manager making ``device`` the current CUDA device for the launches inside it: Triton launches on
+    the current device, so a tensor on cuda:1 while cuda:0 is current would otherwise be read by a kernel running
+    on cuda:0. A no-op context (no device switch) when ``device`` is already current or not a CUDA device."""
+    if device.type != "cuda" or device.index == torch.cuda.current_device():
+        return _NO_GUARD
+    return torch.cuda.device(device.index)
 
 
 def side_inputs(q: torch.Tensor, mask, key_mask, key_lengths, batch: int, heads: int, q_len: int, k_len: int):
@@ -38,3 +52,20 @@ def dot_precision(dtype: torch.dtype) -> str:
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """Accumulator and logsumexp dtype: float32, or float64 for float64 inputs (interpreter only)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def kernel_constexprs(q: torch.Tensor, mask, key_mask, key_lengths, causal: bool, dropout_p: float, blocks: dict):
+    """The compile-time switches every attention kernel (forward, dK/dV, dQ) is launched with; ``blocks``: the
+    interpreter's BLOCK_M and BLOCK_N ({} on CUDA, where the autotuner passes its config's)."""
+    head_dim = q.shape[-1]
+    return dict(
+        HEAD_DIM=head_dim,
+        HAS_MASK=mask is not None,
+        HAS_KMASK=key_mask is not None,
+        HAS_KLEN=key_lengths is not None,
+        CAUSAL=causal,
+        DROPOUT=dropout_p > 0.0,
+        PRECISION=dot_precision(q.dtype),
+        BLOCK_D=block_d(head_dim),
+        **blocks,
+    )

@@ -8,9 +8,25 @@ import triton.language as tl
 
 
 @triton.jit
-def allowed_block(b, h, qi, kj, q_len, kv_end,
-                  MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kb, s_kn,
-                  HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr):
+def allowed_block(
+    b,
+    h,
+    qi,
+    kj,
+    q_len,
+    kv_end,
+    MASK,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    KMASK,
+    s_kb,
+    s_kn,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     """Bool tile: query ``qi`` may attend key ``kj`` (True = may attend).
 
     ``qi`` and ``kj`` are the query and key indices as broadcastable 2-D tiles: ``offs_m[:, None]`` and
@@ -24,8 +40,9 @@ def allowed_block(b, h, qi, kj, q_len, kv_end,
         key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj.to(tl.int64) * s_kn, mask=kj < kv_end, other=0)
         allowed = allowed & (key_ok != 0)
     if HAS_MASK:
-        ptrs = (MASK + b.to(tl.int64) * s_mb + h.to(tl.int64) * s_mh
-                + qi.to(tl.int64) * s_mm + kj.to(tl.int64) * s_mn)  # q_len x k_len may pass 2**31
+        ptrs = (
+            MASK + b.to(tl.int64) * s_mb + h.to(tl.int64) * s_mh + qi.to(tl.int64) * s_mm + kj.to(tl.int64) * s_mn
+        )  # q_len x k_len may pass 2**31
         allowed = allowed & (tl.load(ptrs, mask=allowed, other=0) != 0)
     return allowed
 
@@ -52,21 +69,50 @@ def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.
     rows = offset + (bh.to(tl.int64) * q_len + offs_m)
     groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.uint32)
     zero = tl.zeros([BLOCK_M, BLOCK_N // 8], tl.uint32)
-    r0, r1, r2, r3 = tl.philox(seed, rows.to(tl.uint32)[:, None] + zero, (rows >> 32).to(tl.uint32)[:, None] + zero,
-                               groups[None, :] + zero, zero)
+    r0, r1, r2, r3 = tl.philox(
+        seed,
+        rows.to(tl.uint32)[:, None] + zero,
+        (rows >> 32).to(tl.uint32)[:, None] + zero,
+        groups[None, :] + zero,
+        zero,
+    )
     # join appends an axis: [g, half, w // 2, w % 2] flattens to key 8g + 4 * half + w
     bits = tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))
     return tl.reshape(bits, (BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p * 65536.0, tl.uint16)
 
 
+# program orders (program_tile's ORDER); constexpr, so jit functions may read them
+HEAD_MAJOR = tl.constexpr(0)
+BLOCKS_ASCENDING = tl.constexpr(1)
+BLOCKS_DESCENDING = tl.constexpr(2)
+
+
 @triton.jit
-def program_coords(length, BLOCK: tl.constexpr, splits):
-    """(batch x head index, block index) of this program on the 1-D grid of _grid.blocks_grid: the ``splits``
-    programs of one block are adjacent (the split is ``program_id % splits``), then the blocks of ``length`` rows
-    of one (batch, head)."""
+def program_tile(
+    length, heads, splits, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ORDER: tl.constexpr
+):
+    """This program's place on the 1-D grid of _grid.blocks_grid, as (bh, b, h, block, offs, offs_d, d_ok): the
+    (batch x heads) index and its batch and head (of ``heads`` heads), the block index among the blocks of
+    ``length`` rows, the block's row indices, the head-dim columns and which of them are real (< HEAD_DIM).
+
+    The ``splits`` programs of one block are adjacent (the split is ``program_id % splits``). ``ORDER`` orders the
+    blocks: HEAD_MAJOR, the blocks of one (batch, head) adjacent; BLOCKS_ASCENDING / BLOCKS_DESCENDING, block-major
+    (the same block of every (batch, head), then the next), first block first / last block first. A causal kernel
+    takes the order that starts the longest programs first (the GPU runs programs roughly in id order, so the
+    long ones no longer trail in a last, mostly idle wave)."""
     pid = tl.program_id(0) // splits
     blocks = tl.cdiv(length, BLOCK)
-    return pid // blocks, pid % blocks
+    if ORDER == HEAD_MAJOR:
+        bh = pid // blocks
+        block = pid % blocks
+    else:
+        pairs = tl.num_programs(0) // splits // blocks
+        bh = pid % pairs
+        block = pid // pairs
+        if ORDER == BLOCKS_DESCENDING:
+            block = blocks - 1 - block
+    offs_d = tl.arange(0, BLOCK_D)
+    return bh, bh // heads, bh % heads, block, block * BLOCK + tl.arange(0, BLOCK), offs_d, offs_d < HEAD_DIM
 
 
 @triton.jit
@@ -104,8 +150,15 @@ def key_end(KLEN, s_klb, b, k_len, HAS_KLEN: tl.constexpr):
 
 
 @triton.jit
-def key_blocks(kv_end, pid_m, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def key_blocks(
+    kv_end,
+    pid_m,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """The keys query block ``pid_m`` visits, as (full_end, hi). Key blocks in [0, full_end) are interior: every
     key valid, the whole block below the causal diagonal, no mask tensor, so they need no per-element mask.
     Blocks in [full_end, hi) need it. Keys from hi on are never allowed (past the key length, or, causal, after
@@ -140,3 +193,42 @@ def load_row_stats(LSE, DELTA, bh, offs_m, q_len):
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     delta = tl.load(DELTA + bh.to(tl.int64) * q_len + offs_m, mask=row_ok, other=0.0)
     return lse2, delta
+
+
+@triton.jit
+def probs(
+    rows,
+    cols,
+    lse2,
+    qi,
+    kj,
+    b,
+    h,
+    q_len,
+    kv_end,
+    qk_scale,
+    MASK,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    KMASK,
+    s_kmb,
+    s_kmn,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Recompute P = exp2(rows @ cols^T * scale - lse2) for one block, 0 where not allowed (``MASKED=False``:
+    an interior block, where every score is allowed). Query-major (dQ): rows = q, cols = k, qi / kj / lse2
+    shaped [BLOCK_M, 1] / [1, BLOCK_N] / [BLOCK_M, 1]. Key-major (dK/dV): rows = k, cols = q, transposed shapes.
+    A padded query row has lse2 = +inf, so its P is 0 in both cases."""
+    p = tl.exp2(tl.dot(rows, tl.trans(cols), input_precision=PRECISION) * qk_scale - lse2)  # one multiply-add
+    if MASKED:
+        allowed = allowed_block(
+            b, h, qi, kj, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL
+        )
+        p = tl.where(allowed, p, 0.0)
+    return p

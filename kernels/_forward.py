@@ -5,34 +5,100 @@ import triton
 import triton.language as tl
 
 from . import _tuning
-from ._args import acc_dtype, block_d, dot_precision, side_inputs
-from ._common import (allowed_block, head_ptr, keep_block, key_blocks, key_end, load_rows, load_seed,
-                      program_coords, tile_offsets)
+from ._args import acc_dtype, block_d, device_guard, kernel_constexprs, side_inputs
+from ._combine import _combine_kernel
+from ._common import (
+    BLOCKS_DESCENDING,
+    allowed_block,
+    head_ptr,
+    keep_block,
+    key_blocks,
+    key_end,
+    load_rows,
+    load_seed,
+    program_tile,
+    tile_offsets,
+)
 from ._grid import blocks_grid
 
 
 @triton.jit
-def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh, q_len, k_len, kv_end,
-                  qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
-                  MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                  HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+def _softmax_step(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    start_n,
+    offs_m,
+    offs_d,
+    d_ok,
+    b,
+    h,
+    bh,
+    q_len,
+    k_len,
+    kv_end,
+    qk_scale,
+    seed,
+    offset,
+    dropout_p,
+    s_kn,
+    s_kd,
+    s_vn,
+    s_vd,
+    MASK,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    KMASK,
+    s_kmb,
+    s_kmn,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
     rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
     compare or select, and the running max is always finite."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if MASKED:
-        allowed = allowed_block(b, h, offs_m[:, None], offs_n[None, :], q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn,
-                                KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL)
-        s = tl.where(allowed, s, float("-inf"))
+        allowed = allowed_block(
+            b,
+            h,
+            offs_m[:, None],
+            offs_n[None, :],
+            q_len,
+            kv_end,
+            MASK,
+            s_mb,
+            s_mh,
+            s_mm,
+            s_mn,
+            KMASK,
+            s_kmb,
+            s_kmn,
+            HAS_MASK,
+            HAS_KMASK,
+            CAUSAL,
+        )
+        s = tl.where(allowed, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-    else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_safe[:, None])
+    else:  # the scale folds into one multiply-add per score (qk_scale >= 0: the API makes it so)
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_safe = m_new
-    p = tl.exp2(s - m_safe[:, None])
+        p = tl.exp2(qk * qk_scale - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
@@ -44,28 +110,69 @@ def _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_o
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, O, LSE, MASK, KMASK, KLEN, SEED,
-    s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_ob, s_oh, s_os, s_om, s_od,
-    s_mb, s_mh, s_mm, s_mn, s_kmb, s_kmn, s_klb,
-    heads, group, q_len, k_len, sm_scale, dropout_p, n_splits, split_keys, Q_BUCKET, K_BUCKET, BH_BUCKET,
-    HEAD_DIM: tl.constexpr, HAS_MASK: tl.constexpr, HAS_KMASK: tl.constexpr, HAS_KLEN: tl.constexpr,
-    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,  # noqa: E741  (the output; the kernels name tensors by capital letters)
+    LSE,
+    MASK,
+    KMASK,
+    KLEN,
+    SEED,
+    s_qb,
+    s_qh,
+    s_qm,
+    s_qd,
+    s_kb,
+    s_kh,
+    s_kn,
+    s_kd,
+    s_vb,
+    s_vh,
+    s_vn,
+    s_vd,
+    s_ob,
+    s_oh,
+    s_os,
+    s_om,
+    s_od,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    s_kmb,
+    s_kmn,
+    s_klb,
+    heads,
+    group,
+    q_len,
+    k_len,
+    sm_scale,
+    dropout_p,
+    n_splits,
+    split_keys,
+    Q_BUCKET,
+    K_BUCKET,
+    BH_BUCKET,
+    HEAD_DIM: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    HAS_KLEN: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """One program per (batch, head, query block), or with ``SPLIT`` per (batch, head, query block, key split):
     then it attends only keys [split * split_keys, (split + 1) * split_keys) and writes its normalized partial
     output (float32, to O[b, h, split]) and logsumexp (LSE[(b, h), split]) for _combine_kernel (FlashDecoding)."""
-    if SPLIT:
-        bh, pid_m = program_coords(q_len, BLOCK_M, n_splits)
-        split = tl.program_id(0) % n_splits
-    else:
-        bh, pid_m = program_coords(q_len, BLOCK_M, 1)
-        split = 0
-    b = bh // heads
-    h = bh % heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    split = tl.program_id(0) % n_splits  # (n_splits is 1 without SPLIT)
+    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(
+        q_len, heads, n_splits, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCKS_DESCENDING * CAUSAL
+    )  # causal: longest first
     q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
     v_base = head_ptr(V, b, h // group, s_vb, s_vh)
@@ -84,16 +191,54 @@ def _fwd_kernel(
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
     acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
     # Interior key blocks first, with no per-element mask; only the blocks from full_end to hi pay for masking.
-    for start_n in range(lo, full_end, BLOCK_N):
-        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
-                                      q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
-                                      MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=False)
-    for start_n in range(full_end, hi, BLOCK_N):
-        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_d, d_ok, b, h, bh,
-                                      q_len, k_len, kv_end, qk_scale, seed, offset, dropout_p, s_kn, s_kd, s_vn, s_vd,
-                                      MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn,
-                                      HAS_MASK, HAS_KMASK, CAUSAL, DROPOUT, PRECISION, BLOCK_M, BLOCK_N, MASKED=True)
+    for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
+        if phase == 0:
+            start, end = lo, full_end
+        else:
+            start, end = full_end, hi
+        for start_n in range(start, end, BLOCK_N):
+            acc, l_i, m_i = _softmax_step(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_base,
+                v_base,
+                start_n,
+                offs_m,
+                offs_d,
+                d_ok,
+                b,
+                h,
+                bh,
+                q_len,
+                k_len,
+                kv_end,
+                qk_scale,
+                seed,
+                offset,
+                dropout_p,
+                s_kn,
+                s_kd,
+                s_vn,
+                s_vd,
+                MASK,
+                s_mb,
+                s_mh,
+                s_mm,
+                s_mn,
+                KMASK,
+                s_kmb,
+                s_kmn,
+                HAS_MASK,
+                HAS_KMASK,
+                CAUSAL,
+                DROPOUT,
+                PRECISION,
+                BLOCK_M,
+                BLOCK_N,
+                MASKED=phase == 1,
+            )
 
     empty = l_i == 0.0  # no allowed key: output 0, logsumexp -inf
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -105,47 +250,15 @@ def _fwd_kernel(
     tl.store(LSE + (bh.to(tl.int64) * n_splits + split) * q_len + offs_m, lse, mask=offs_m < q_len)
 
 
-@triton.jit
-def _combine_kernel(OW, LW, O, LSE, s_wb, s_wh, s_ws, s_wm, s_wd, s_ob, s_oh, s_om, s_od,
-                    heads, q_len, n_splits, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """FlashDecoding's reduction: out = sum over splits of exp(lse_s - lse) * out_s, lse = log sum exp(lse_s),
-    per (batch, head, query block); a row no split saw a key of gets 0 and -inf."""
-    bh, pid_m = program_coords(q_len, BLOCK_M, 1)
-    b = bh // heads
-    h = bh % heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    row_ok = offs_m < q_len
-    lse_base = LW + bh.to(tl.int64) * n_splits * q_len + offs_m
-    m = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)
-    for split in range(0, n_splits):
-        m = tl.maximum(m, tl.load(lse_base + split * q_len, mask=row_ok, other=float("-inf")))
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    total = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
-    w_base = head_ptr(OW, b, h, s_wb, s_wh)
-    for split in range(0, n_splits):
-        weight = tl.exp(tl.load(lse_base + split * q_len, mask=row_ok, other=float("-inf")) - m_safe)
-        part = load_rows(w_base + split * s_ws, offs_m, offs_d, s_wm, s_wd, q_len, d_ok)
-        acc += weight[:, None] * part
-        total += weight
-    empty = total == 0.0
-    acc = acc / tl.where(empty, 1.0, total)[:, None]
-    lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, total)))
-    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + tile_offsets(offs_m, offs_d, s_om, s_od)
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
-    tl.store(LSE + bh.to(tl.int64) * q_len + offs_m, lse, mask=row_ok)
-
-
 fwd_kernel = _tuning.build(_fwd_kernel, "forward")
 fwd_split_kernel = _tuning.build(_fwd_kernel, "split")
 combine_kernel = _combine_kernel
 COMBINE_BLOCK_M = 16
 
 
-def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float,
-            kernel_wrapper=None):
+def forward(
+    q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float, kernel_wrapper=None
+):
     """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton or None.
 
     Short queries over long keys with few (batch, head) pairs would leave most of the GPU idle with one program
@@ -162,28 +275,72 @@ def forward(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: flo
     splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, q.device)
     pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
     inputs = (q, k, v)
-    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)
+    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)  # (heads, group, ...)
     strides_qkv = (*q.stride(), *k.stride(), *v.stride())
     block_d_ = block_d(head_dim)
-    constexprs = dict(HEAD_DIM=head_dim, HAS_MASK=mask is not None, HAS_KMASK=key_mask is not None,
-                      HAS_KLEN=key_lengths is not None, CAUSAL=causal, DROPOUT=dropout_p > 0.0,
-                      PRECISION=dot_precision(q.dtype), BLOCK_D=block_d_, **_tuning.block_kwargs())
+    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, _tuning.block_kwargs())
     seed = seed if seed is not None else q
     tuning = _tuning.buckets(q_len, k_len, pairs)
-    if splits == 1:
-        o_b, o_h, o_m, o_d = out.stride()
-        wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
-            *inputs, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d, *side_strides, *scalars,
-            1, k_len, *tuning, SPLIT=False, **constexprs)
-        return out, lse
-    parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
-    part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
-    wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
-        *inputs, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride(), *side_strides, *scalars,
-        splits, split_keys, *tuning, SPLIT=True, **constexprs)
-    wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
-        parts, part_lse, out, lse, *parts.stride(), *out.stride(), heads, q_len, splits,
-        HEAD_DIM=head_dim, BLOCK_M=COMBINE_BLOCK_M, BLOCK_D=block_d_)
+    if _tuning._tuned:  # some kernel may time configs at a new key (CUDA, not pinned): not while capturing
+        klen_dtype = key_lengths.dtype if key_lengths is not None else None
+        key = ("forward", splits, *tuning, *constexprs.values(), scalars[1], q.dtype, klen_dtype)
+        _tuning.check_ready(("forward",) if splits == 1 else ("split",), key, q.device)
+    with device_guard(q.device):
+        if splits == 1:
+            o_b, o_h, o_m, o_d = out.stride()
+            wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
+                *inputs,
+                out,
+                lse,
+                *pointers,
+                seed,
+                *strides_qkv,
+                o_b,
+                o_h,
+                0,
+                o_m,
+                o_d,
+                *side_strides,
+                *scalars,
+                1,
+                k_len,
+                *tuning,
+                SPLIT=False,
+                **constexprs,
+            )
+            return out, lse
+        parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
+        part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
+        wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
+            *inputs,
+            parts,
+            part_lse,
+            *pointers,
+            seed,
+            *strides_qkv,
+            *parts.stride(),
+            *side_strides,
+            *scalars,
+            splits,
+            split_keys,
+            *tuning,
+            SPLIT=True,
+            **constexprs,
+        )
+        wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
+            parts,
+            part_lse,
+            out,
+            lse,
+            *parts.stride(),
+            *out.stride(),
+            heads,
+            q_len,
+            splits,
+            HEAD_DIM=head_dim,
+            BLOCK_M=COMBINE_BLOCK_M,
+            BLOCK_D=block_d_,
+        )
     return out, lse
 
 

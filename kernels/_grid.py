@@ -1,10 +1,12 @@
 """Launch grids. Every kernel runs on a 1-D grid: CUDA allows 2**31 - 1 programs on axis 0 but only 65535 on
 axes 1 and 2, so (batch x heads) on axis 1 would stop large-batch decoding (2048 x 32 heads = 65536) from
-launching. Each program finds its (batch x head, block) from its one id (``program_coords`` in _common.py), with
-the blocks of one (batch, head) adjacent, as the 2-D grid ordered them.
+launching. Each program finds its (batch x head, block) from its one id (``program_tile`` in _common.py): the
+blocks of one (batch, head) adjacent, as a 2-D grid would order them, or (causal) block-major, longest programs first.
 
 Pure Python, so the grids are tested as functions and the support check can decline what no launch can take.
 """
+
+import functools
 
 MAX_PROGRAMS = 2**31 - 1  # CUDA's limit on grid axis 0 (axes 1 and 2: 65535)
 MAX_AXIS_YZ = 65535
@@ -26,12 +28,16 @@ def launch_reason(batch: int, heads: int, kv_heads: int, q_len: int, k_len: int)
     """Why no launch can take these sizes (a sentence), or None. Checked with the smallest block any launch
     uses, so that no autotune config can exceed the limit either."""
     if max(q_len, k_len) > MAX_LENGTH:
-        return (f"q_len and k_len must be at most {MAX_LENGTH} (the kernels index rows with 32-bit integers), "
-                f"got q_len={q_len}, k_len={k_len}")
+        return (
+            f"q_len and k_len must be at most {MAX_LENGTH} (the kernels index rows with 32-bit integers), "
+            f"got q_len={q_len}, k_len={k_len}"
+        )
     most = max(cdiv(q_len, MIN_BLOCK) * batch * heads, cdiv(k_len, MIN_BLOCK) * batch * kv_heads)
     if most > MAX_PROGRAMS:
-        return (f"a launch would need up to {most} programs (batch {batch} x heads {heads} x blocks of "
-                f"{MIN_BLOCK} rows), more than CUDA's grid limit of {MAX_PROGRAMS}")
+        return (
+            f"a launch would need up to {most} programs (batch {batch} x heads {heads} x blocks of "
+            f"{MIN_BLOCK} rows), more than CUDA's grid limit of {MAX_PROGRAMS}"
+        )
     return None
 
 
@@ -53,18 +59,38 @@ def kv_splits(batch_heads: int, q_len: int, k_len: int, sm_count: int, granulari
 
     FlashAttention-2's rule (``num_splits_heuristic``): no split when the query blocks already give 80 % of a
     wave (``sm_count`` programs); else the fewest splits whose wave efficiency (waves / whole waves) is at least
-    85 % of the best any split count reaches, counting only split counts that change the split size."""
+    85 % of the best any split count reaches, counting only split counts that change the split size. The search
+    depends on the key blocks, not the exact length, and is cached: a decoding loop, whose k_len grows by one each
+    step, searches once per 128 keys (the search itself takes tens of microseconds)."""
     programs = cdiv(q_len, MIN_BLOCK) * batch_heads
     if q_len > SPLIT_MAX_Q_LEN or programs >= 0.8 * sm_count:
         return 1, k_len
-    key_blocks = cdiv(k_len, granularity)
-    candidates = [s for s in range(1, min(MAX_SPLITS, sm_count, key_blocks) + 1)
-                  if s == 1 or cdiv(key_blocks, s) != cdiv(key_blocks, s - 1)]
+    splits = _split_count(programs, cdiv(k_len, granularity), sm_count)
+    return (1, k_len) if splits == 1 else split_plan(k_len, splits, granularity)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_count(programs: int, key_blocks: int, sm_count: int) -> int:
+    candidates = [
+        s
+        for s in range(1, min(MAX_SPLITS, sm_count, key_blocks) + 1)
+        if s == 1 or cdiv(key_blocks, s) != cdiv(key_blocks, s - 1)
+    ]
 
     def efficiency(splits: int) -> float:
         waves = programs * splits / sm_count
         return waves / cdiv(programs * splits, sm_count)
 
     best = max(efficiency(s) for s in candidates)
-    splits = next(s for s in candidates if efficiency(s) >= 0.85 * best)
-    return (1, k_len) if splits == 1 else split_plan(k_len, splits, granularity)
+    return next(s for s in candidates if efficiency(s) >= 0.85 * best)
+
+
+def group_splits(batch: int, kv_heads: int, group: int, k_len: int, sm_count: int, granularity: int) -> int:
+    """How many programs share one (batch, kv head, key block) of the dK/dV kernel under grouped-query attention:
+    1 when the grid already has ``sm_count`` programs (one per key block of ``granularity`` keys, the largest key
+    block), else the smallest divisor of ``group`` that fills it (or ``group``). MQA at batch 1, 32 heads, 4k keys
+    has 32 key blocks for 132 SMs: 8 shares of 4 query heads each give 256 programs."""
+    programs = cdiv(k_len, granularity) * batch * kv_heads
+    if group == 1 or programs >= sm_count:
+        return 1
+    return next(d for d in range(1, group + 1) if group % d == 0 and (programs * d >= sm_count or d == group))

@@ -16,8 +16,6 @@ traces the op), an active dispatch mode (FakeTensorMode, FlopCounterMode, ...), 
 subclasses and functorch transforms.
 """
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 from torch.library import custom_op, register_autograd, triton_op, wrap_triton
@@ -28,27 +26,62 @@ NAMESPACE = "typed_transformer"
 
 
 def _fwd(
-    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], key_mask: Optional[Tensor],
-    key_lengths: Optional[Tensor], seed: Optional[Tensor], causal: bool, scale: float, dropout_p: float,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    key_mask: Tensor | None,
+    key_lengths: Tensor | None,
+    seed: Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
 ) -> tuple[Tensor, Tensor]:
     """(out, logsumexp). ``seed`` is the Philox (seed, offset) pair, a 2-element int64 tensor on q's device (or
     None without dropout)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
-    return _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,
-                            kernel_wrapper=wrap_triton)
+    return _forward.forward(
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=wrap_triton
+    )
 
 
 def _bwd(
-    grad_out: Tensor, grad_lse: Optional[Tensor], q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-    mask: Optional[Tensor], key_mask: Optional[Tensor], key_lengths: Optional[Tensor], seed: Optional[Tensor],
-    causal: bool, scale: float, dropout_p: float,
+    grad_out: Tensor,
+    grad_lse: Tensor | None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    mask: Tensor | None,
+    key_mask: Tensor | None,
+    key_lengths: Tensor | None,
+    seed: Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from the saved forward inputs and outputs."""
     from . import _backward
 
-    return _backward.backward(grad_out, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
-                              causal, scale, dropout_p, kernel_wrapper=wrap_triton)
+    return _backward.backward(
+        grad_out,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        grad_lse,
+        mask,
+        key_mask,
+        key_lengths,
+        seed,
+        causal,
+        scale,
+        dropout_p,
+        kernel_wrapper=wrap_triton,
+    )
 
 
 def _fwd_fake(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
@@ -92,8 +125,22 @@ def _register(suffix: str, interpreted: bool):
 
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse, mask, key_mask, key_lengths, seed = ctx.saved_tensors
-        dq, dk, dv = bwd(grad_out, grad_lse, q, k, v, out, lse, mask, key_mask, key_lengths, seed,
-                         ctx.causal, ctx.scale, ctx.dropout_p)
+        dq, dk, dv = bwd(
+            grad_out,
+            grad_lse,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            mask,
+            key_mask,
+            key_lengths,
+            seed,
+            ctx.causal,
+            ctx.scale,
+            ctx.dropout_p,
+        )
         return dq, dk, dv, None, None, None, None, None, None, None
 
     register_autograd(f"{NAMESPACE}::flash_attn_fwd{suffix}", backward, setup_context=_setup_context)
@@ -116,8 +163,9 @@ class _EagerFlashAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
         from . import _forward
 
-        out, lse = _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,
-                                    kernel_wrapper=eager_launch)
+        out, lse = _forward.forward(
+            q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
+        )
         ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
         ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to fold in)
@@ -131,8 +179,23 @@ class _EagerFlashAttention(torch.autograd.Function):
             grad_out = torch.zeros_like(out)
         from . import _backward
 
-        dq, dk, dv = _backward.backward(grad_out, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed,
-                                        ctx.causal, ctx.scale, ctx.dropout_p, kernel_wrapper=eager_launch)
+        dq, dk, dv = _backward.backward(
+            grad_out,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            grad_lse,
+            mask,
+            key_mask,
+            key_lengths,
+            seed,
+            ctx.causal,
+            ctx.scale,
+            ctx.dropout_p,
+            kernel_wrapper=eager_launch,
+        )
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
@@ -142,10 +205,17 @@ _PLAIN = (Tensor, torch.nn.Parameter)
 def needs_registered_op(q: Tensor, k: Tensor, v: Tensor) -> bool:
     """Whether this call must go through the registered op (see the module docstring) rather than the eager
     autograd.Function."""
-    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._is_torch_function_mode_enabled() or type(q) not in _PLAIN or type(k) not in _PLAIN
-            or type(v) not in _PLAIN or torch._C._functorch.is_functorch_wrapped_tensor(q)
-            or torch._C._functorch.is_functorch_wrapped_tensor(k) or torch._C._functorch.is_functorch_wrapped_tensor(v))
+    return (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack() > 0
+        or torch._C._is_torch_function_mode_enabled()
+        or type(q) not in _PLAIN
+        or type(k) not in _PLAIN
+        or type(v) not in _PLAIN
+        or torch._C._functorch.is_functorch_wrapped_tensor(q)
+        or torch._C._functorch.is_functorch_wrapped_tensor(k)
+        or torch._C._functorch.is_functorch_wrapped_tensor(v)
+    )
 
 
 def attention(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float):
@@ -158,5 +228,6 @@ def attention(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: f
         return _EagerFlashAttention.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
     from . import _forward
 
-    return _forward.forward(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p,
-                            kernel_wrapper=eager_launch)
+    return _forward.forward(
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
+    )

@@ -13,6 +13,7 @@ on the CPU. It has no effect on CUDA, where the autotuner picks the blocks.
 """
 
 import contextlib
+import functools
 import inspect
 import os
 import re
@@ -60,29 +61,87 @@ def interpreting() -> bool:
 
 
 def _configs(pairs):
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-        for (m, n, w, s) in pairs
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for (m, n, w, s) in pairs]
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages), best guess first; the small last one fits in shared memory at every
+# head_dim and dtype. Configs that do not fit a launch's head_dim and dtype are pruned before it (see fits()).
+FWD_CONFIGS = _configs(
+    [
+        (128, 64, 8, 3),
+        (128, 128, 8, 3),
+        (128, 128, 8, 2),
+        (128, 32, 4, 3),
+        (64, 64, 4, 3),
+        (64, 32, 4, 2),
+        (32, 32, 4, 1),
     ]
-
-
-# (BLOCK_M, BLOCK_N, num_warps, num_stages); the small last one always fits in shared memory.
-FWD_CONFIGS = _configs([(128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)])
-DKDV_CONFIGS = _configs([(32, 128, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2), (16, 32, 4, 1)])
-DQ_CONFIGS = _configs([(128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 16, 4, 1)])
+)
+DKDV_CONFIGS = _configs(
+    [(32, 128, 8, 3), (32, 128, 8, 2), (32, 128, 8, 4), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 1)]
+)
+DQ_CONFIGS = _configs(
+    [(128, 64, 8, 3), (128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 3), (64, 32, 4, 2), (32, 16, 4, 1)]
+)
 # the split-KV forward (short queries: 16-row query blocks first; long key blocks)
-SPLIT_CONFIGS = _configs([(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)])
-TUNE_KEY = ["Q_BUCKET", "K_BUCKET", "BH_BUCKET", "HEAD_DIM", "CAUSAL", "DROPOUT"]
+SPLIT_CONFIGS = _configs(
+    [(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2), (16, 32, 4, 1)]
+)
+# What changes the best config: the lengths (bucketed), the grid's (batch x heads) bucket, head_dim, causal,
+# dropout, which masks are present (a mask tensor adds a load per score; masks turn off the interior fast path), and
+# the GQA group (dK/dV loops over it). Triton adds the tensors' dtypes.
+TUNE_KEY = [
+    "Q_BUCKET",
+    "K_BUCKET",
+    "BH_BUCKET",
+    "HEAD_DIM",
+    "CAUSAL",
+    "DROPOUT",
+    "HAS_MASK",
+    "HAS_KMASK",
+    "HAS_KLEN",
+    "group",
+]
 KERNEL_CONFIGS = {"forward": FWD_CONFIGS, "split": SPLIT_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}
 CONFIGS_ENV = "TYPED_TRANSFORMER_KERNEL_CONFIGS"
 LENGTH_BUCKETS = (16, 16384)  # lengths tune in powers of two from 16 to 16384: longer ones share a config
+DECODE_K_BUCKETS = (256, 16384)  # keys of short queries (decoding) tune in powers of 4 from 256 to 16384
 BH_BUCKET_MAX = 4096  # (batch x heads) tunes in powers of 4 up to 4096 pairs; more share a config
+SMEM_LIMIT = 227 * 1024  # shared memory one H100 (sm_90) block may use
+SMEM_SCRATCH = 2048  # beyond the tiles: reductions and barriers (512 bytes seen in float32 with masks and dropout)
 
 
-def length_bucket(n: int) -> int:
-    """The power of two at or above ``n``, clamped to LENGTH_BUCKETS."""
-    low, high = LENGTH_BUCKETS
-    return min(max(1 << (n - 1).bit_length(), low), high)
+def shared_bytes(name: str, config, block_d: int, itemsize: int) -> int:
+    """Shared memory a launch of kernel ``name`` with ``config`` needs at head-dim tile ``block_d`` for inputs of
+    ``itemsize`` bytes: the tiles the loop streams, once per pipeline stage, plus the tiles held for the whole loop.
+    An upper bound of what Triton allocates (compiled for sm_90 with launch specialisation: the bytes are checked
+    against the compiler's own figure in benchmarks/results/kernel_resources_*.json by tests/kernels)."""
+    m, n, stages = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], max(config.num_stages, 2)
+    if name in ("forward", "split"):  # K and V stream, Q stays
+        tiles = stages * 2 * n + m
+    elif name == "dkdv":  # Q and dO stream, K and V stay
+        tiles = stages * 2 * m + 2 * n
+    else:  # dq: K and V stream, Q and dO stay
+        tiles = stages * 2 * n + 2 * m
+    return tiles * block_d * itemsize + SMEM_SCRATCH
+
+
+def fits(name: str, config, block_d: int, itemsize: int) -> bool:
+    """Whether ``config`` of kernel ``name`` fits an H100 block's shared memory at this head-dim tile and dtype."""
+    return shared_bytes(name, config, block_d, itemsize) <= SMEM_LIMIT
+
+
+def fitting(name: str, configs, block_d: int, itemsize: int) -> list:
+    """The configs that fit (in their order); the last config if none does (it is the smallest)."""
+    return [c for c in configs if fits(name, c, block_d, itemsize)] or [configs[-1]]
+
+
+def length_bucket(n: int, low: int = LENGTH_BUCKETS[0], high: int = LENGTH_BUCKETS[1], base: int = 2) -> int:
+    """The power of ``base`` at or above ``n`` (counting from ``low``), clamped to [low, high]."""
+    bucket = low
+    while bucket < n and bucket < high:
+        bucket *= base
+    return min(bucket, high)
 
 
 def bh_bucket(batch_heads: int) -> int:
@@ -94,10 +153,14 @@ def bh_bucket(batch_heads: int) -> int:
     return bucket
 
 
+FIRST = "first"  # pinned_configs' value for "the first config that fits"
+
+
 def pinned_configs(value: str | None = None) -> dict:
     """{kernel name: the one triton.Config it uses} from ``TYPED_TRANSFORMER_KERNEL_CONFIGS`` (or ``value``):
 
-    * ``first``: every kernel uses the first config of its list (no timing at all);
+    * ``first``: every kernel uses the first config of its list that fits the launch's head_dim and dtype in shared
+      memory (no timing at all; the value is :data:`FIRST` for every kernel);
     * ``forward=128x64x8x3,dkdv=32x128x8x2``: BLOCK_M x BLOCK_N x num_warps x num_stages for the named kernels
       (forward, split, dkdv, dq); the others keep autotuning.
 
@@ -107,13 +170,15 @@ def pinned_configs(value: str | None = None) -> dict:
     if not value:
         return {}
     if value == "first":
-        return {name: configs[0] for name, configs in KERNEL_CONFIGS.items()}
+        return dict.fromkeys(KERNEL_CONFIGS, FIRST)
     pinned = {}
     for part in value.split(","):
         match = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)x(\d+)x(\d+)x(\d+)\s*", part)
         if match is None or match.group(1) not in KERNEL_CONFIGS:
-            raise ValueError(f"{CONFIGS_ENV} must be 'first' or comma-separated KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES "
-                             f"with KERNEL in {sorted(KERNEL_CONFIGS)}, e.g. 'forward=128x64x8x3'; got {part!r}")
+            raise ValueError(
+                f"{CONFIGS_ENV} must be 'first' or comma-separated KERNEL=BLOCK_MxBLOCK_NxWARPSxSTAGES "
+                f"with KERNEL in {sorted(KERNEL_CONFIGS)}, e.g. 'forward=128x64x8x3'; got {part!r}"
+            )
         name, block_m, block_n, warps, stages = match.group(1), *map(int, match.groups()[1:])
         for label, size in (("BLOCK_M", block_m), ("BLOCK_N", block_n)):
             if size not in BLOCK_SIZES:
@@ -148,6 +213,30 @@ def kv_splits(batch_heads: int, q_len: int, k_len: int, device) -> tuple[int, in
     return _grid.kv_splits(batch_heads, q_len, k_len, sm_count(device), SPLIT_GRANULARITY)
 
 
+_forced_group_splits: list = []  # tests: the dK/dV group split to use instead of the rule's
+
+
+def group_splits(batch: int, kv_heads: int, group: int, k_len: int, device) -> int:
+    """Programs per (batch, kv head, key block) of the dK/dV kernel: _grid.group_splits's rule for ``device`` (or a
+    forced count, see :func:`force_group_splits`)."""
+    if _forced_group_splits:
+        return _forced_group_splits[-1]
+    if group == 1:
+        return 1
+    return _grid.group_splits(batch, kv_heads, group, k_len, sm_count(device), SPLIT_GRANULARITY)
+
+
+@contextlib.contextmanager
+def force_group_splits(splits: int):
+    """Tests: inside this block the dK/dV kernel splits each GQA group in ``splits`` shares (a divisor of the
+    group) whatever the rule says."""
+    _forced_group_splits.append(splits)
+    try:
+        yield
+    finally:
+        _forced_group_splits.pop()
+
+
 @contextlib.contextmanager
 def force_kv_splits(splits: int):
     """Tests: inside this block the forward splits the keys in (at most) ``splits`` parts of a multiple of
@@ -159,21 +248,69 @@ def force_kv_splits(splits: int):
         _forced_splits.pop()
 
 
+_tuned: set = set()  # kernels whose autotuner may time configs at a new key (not pinned, not interpreting)
+_ready: set = set()  # launch keys already seen outside capture (so tuned, or pinned)
+
+
+def _prune(name: str, keep, configs, named_args, **kwargs) -> list:
+    """The autotuner's ``early_config_prune``: the configs that fit this launch's head_dim and dtype in shared
+    memory (the first ``keep`` of them when pinned to the first that fits)."""
+    return fitting(name, configs, kwargs["BLOCK_D"], named_args["Q"].element_size())[:keep]
+
+
 def build(jit_fn, name: str):
     """The kernel to launch: the plain jit function when interpreting, else an autotuner over the configs of
-    KERNEL_CONFIGS[name] (only the pinned one when ``TYPED_TRANSFORMER_KERNEL_CONFIGS`` names it), whose tuned
-    choices persist in Triton's cache directory where this Triton can (``cache_results``, Triton >= 3.2)."""
+    KERNEL_CONFIGS[name] that fit the launch in shared memory (only the pinned one when
+    ``TYPED_TRANSFORMER_KERNEL_CONFIGS`` names it, only the first that fits for ``first``), whose tuned choices
+    persist in Triton's cache directory where this Triton can (``cache_results``, Triton >= 3.2)."""
+    _tuned.discard(name)
     if interpreting():
         return jit_fn
     pinned = pinned_configs().get(name)
-    configs = [pinned] if pinned is not None else KERNEL_CONFIGS[name]
+    configs, keep = ([pinned], None) if isinstance(pinned, triton.Config) else (KERNEL_CONFIGS[name], None)
+    if pinned is FIRST:
+        keep = 1
+    elif pinned is None and len(configs) > 1:
+        _tuned.add(name)
     persist = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
-    return triton.autotune(configs=configs, key=TUNE_KEY, **persist)(jit_fn)
+    prune = {"early_config_prune": functools.partial(_prune, name, keep)}
+    return triton.autotune(configs=configs, key=TUNE_KEY, prune_configs_by=prune, **persist)(jit_fn)
 
 
+def capturing(device) -> bool:
+    """Whether the current CUDA stream of ``device`` is capturing a graph (torch.cuda.graph, or torch.compile's
+    mode="reduce-overhead")."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def check_ready(names, key: tuple, device) -> None:
+    """Before a launch with tuning key ``key`` (the launcher's values of TUNE_KEY and the input dtypes): raise a
+    RuntimeError while a CUDA graph is being captured if any kernel of ``names`` has not been tuned at this key (timing
+    configs synchronises, which capture forbids). Tune ahead with :func:`transformer.kernels.tune`."""
+    if key in _ready:
+        return
+    untuned = [name for name in names if name in _tuned]
+    if untuned and capturing(device):
+        raise RuntimeError(
+            f"flash_attention: the kernels {untuned} have not been autotuned for this input key {key} and are "
+            "called during CUDA graph capture, where timing configs is not allowed. Call "
+            "transformer.kernels.tune(q, k, v, ...) with the same shapes, dtype, masks, causal and dropout before "
+            f"capturing (or pin configs with {CONFIGS_ENV})."
+        )
+    if torch._C._len_torch_dispatch_stack() == 0:  # a real launch (not fake tensors being traced)
+        _ready.add(key)
+
+
+@functools.lru_cache(maxsize=4096)
 def buckets(q_len: int, k_len: int, batch_heads: int) -> tuple[int, int, int]:
-    """The launch arguments the tuning key reads: (Q_BUCKET, K_BUCKET, BH_BUCKET)."""
-    return length_bucket(q_len), length_bucket(k_len), bh_bucket(batch_heads)
+    """The launch arguments the tuning key reads: (Q_BUCKET, K_BUCKET, BH_BUCKET). Lengths go in powers of two,
+    except the keys of short queries (decoding, q_len <= 64): powers of 4 from 256, so a decoding loop whose k_len
+    grows one by one tunes 4 times up to 16k keys (256, 1k, 4k, 16k), not 11."""
+    if q_len <= _grid.SPLIT_MAX_Q_LEN:
+        k_bucket = length_bucket(k_len, *DECODE_K_BUCKETS, base=4)
+    else:
+        k_bucket = length_bucket(k_len)
+    return length_bucket(q_len), k_bucket, bh_bucket(batch_heads)
 
 
 def block_kwargs() -> dict:
@@ -183,4 +320,5 @@ def block_kwargs() -> dict:
 
 def launch_kwargs(q_len: int, k_len: int, batch_heads: int) -> dict:
     """The tuning buckets by name, plus the current interpreter blocks when interpreting."""
-    return dict(zip(("Q_BUCKET", "K_BUCKET", "BH_BUCKET"), buckets(q_len, k_len, batch_heads)), **block_kwargs())
+    names = ("Q_BUCKET", "K_BUCKET", "BH_BUCKET")
+    return dict(zip(names, buckets(q_len, k_len, batch_heads), strict=True), **block_kwargs())

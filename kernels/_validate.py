@@ -36,13 +36,17 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
     for axis, label in ((0, "batch"), (3, "head_dim")):
         for name, t in (("k", k), ("v", v)):
             if t.shape[axis] != q.shape[axis]:
-                raise ValueError(f"{name} {label} (dim {axis}) must equal q's {q.shape[axis]}: "
-                                 f"q has shape {_shape(q)}, {name} has shape {_shape(t)}")
+                raise ValueError(
+                    f"{name} {label} (dim {axis}) must equal q's {q.shape[axis]}: "
+                    f"q has shape {_shape(q)}, {name} has shape {_shape(t)}"
+                )
     kv_heads = k.shape[1]
     if kv_heads < 1 or heads % kv_heads:
-        raise ValueError(f"k heads (dim 1) must divide q's {heads} (grouped-query attention: each key/value head "
-                         f"serves heads // kv_heads query heads), got {kv_heads}: q has shape {_shape(q)}, "
-                         f"k has shape {_shape(k)}")
+        raise ValueError(
+            f"k heads (dim 1) must divide q's {heads} (grouped-query attention: each key/value head "
+            f"serves heads // kv_heads query heads), got {kv_heads}: q has shape {_shape(q)}, "
+            f"k has shape {_shape(k)}"
+        )
     if v.shape[1] != kv_heads:
         raise ValueError(f"v heads (dim 1) must equal k's {kv_heads}: k has shape {_shape(k)}, v has shape {_shape(v)}")
     if v.shape[2] != k_len:
@@ -54,22 +58,32 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
     if mask is not None:
         _check_bool(mask, "mask", q)
         if mask.dim() > 4:
-            raise ValueError(f"mask must have at most 4 dims, broadcastable to "
-                             f"(batch, heads, q_len, k_len)=({batch}, {heads}, {q_len}, {k_len}), got {_shape(mask)}")
+            raise ValueError(
+                f"mask must have at most 4 dims, broadcastable to "
+                f"(batch, heads, q_len, k_len)=({batch}, {heads}, {q_len}, {k_len}), got {_shape(mask)}"
+            )
         padded = (1,) * (4 - mask.dim()) + tuple(mask.shape)
-        for got, want, label in zip(padded, (batch, heads, q_len, k_len), ("batch", "heads", "q_len", "k_len")):
+        labels = ("batch", "heads", "q_len", "k_len")
+        for got, want, label in zip(padded, (batch, heads, q_len, k_len), labels, strict=True):
             if got not in (1, want):
-                raise ValueError(f"mask of shape {_shape(mask)} is not broadcastable to (batch, heads, q_len, k_len)="
-                                 f"({batch}, {heads}, {q_len}, {k_len}): its {label} dim is {got}, expected 1 or {want}")
+                raise ValueError(
+                    f"mask of shape {_shape(mask)} is not broadcastable to (batch, heads, q_len, k_len)="
+                    f"({batch}, {heads}, {q_len}, {k_len}): its {label} dim is {got}, expected 1 or {want}"
+                )
     if key_mask is not None:
         _check_bool(key_mask, "key_mask", q)
         if tuple(key_mask.shape) != (batch, k_len):
             raise ValueError(f"key_mask must have shape (batch, k_len)=({batch}, {k_len}), got {_shape(key_mask)}")
     if key_lengths is not None:
-        if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype in (
-                torch.bool, torch.complex64, torch.complex128):
-            raise ValueError(f"key_lengths must be an integer tensor of shape (batch,)=({batch},), got "
-                             f"{getattr(key_lengths, 'dtype', type(key_lengths).__name__)}")
+        if (
+            not isinstance(key_lengths, torch.Tensor)
+            or key_lengths.dtype.is_floating_point
+            or key_lengths.dtype in (torch.bool, torch.complex64, torch.complex128)
+        ):
+            raise ValueError(
+                f"key_lengths must be an integer tensor of shape (batch,)=({batch},), got "
+                f"{getattr(key_lengths, 'dtype', type(key_lengths).__name__)}"
+            )
         if tuple(key_lengths.shape) != (batch,):
             raise ValueError(f"key_lengths must have shape (batch,)=({batch},), got {_shape(key_lengths)}")
         if key_lengths.device != q.device:
@@ -82,8 +96,9 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
 
 def _check_bool(t, name: str, q: torch.Tensor) -> None:
     if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
-        raise ValueError(f"{name} must be a bool tensor (True = may attend), got "
-                         f"{getattr(t, 'dtype', type(t).__name__)}")
+        raise ValueError(
+            f"{name} must be a bool tensor (True = may attend), got {getattr(t, 'dtype', type(t).__name__)}"
+        )
     if t.device != q.device:
         raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
 
@@ -102,7 +117,9 @@ def device_reason(q: torch.Tensor) -> str | None:
             return "float64 runs only under the Triton interpreter (TRITON_INTERPRET=1); use float32 on CUDA"
         return None
     if q.device.type != "cpu":
-        return f"the Triton kernel runs on CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got device {q.device}"
+        return (
+            f"the Triton kernel runs on CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got device {q.device}"
+        )
     if not interpreting():
         return "q is on the CPU and TRITON_INTERPRET=1 is not set; the Triton kernel needs CUDA tensors"
     if q.dtype == torch.bfloat16:
@@ -124,16 +141,36 @@ def _old_interpreter_reason() -> str | None:
         return None
     triton_version = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
     if triton_version <= (3, 6) and numpy_version >= (2, 4):
-        return (f"the Triton {triton.__version__} interpreter fails with NumPy {version('numpy')} (dynamic loop "
-                "bounds); use numpy<2.4 or triton>=3.9 to interpret")
+        return (
+            f"the Triton {triton.__version__} interpreter fails with NumPy {version('numpy')} (dynamic loop "
+            "bounds); use numpy<2.4 or triton>=3.9 to interpret"
+        )
     return None
 
 
-def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
-                       scale=None) -> str | None:
+def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0, scale=None) -> str | None:
     """None when the Triton path can run these inputs on this machine, else a sentence saying why not."""
     try:
         validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
     except ValueError as error:
         return str(error)
     return run_reason(q, k)
+
+
+AUTO_MAX_HEAD_DIM = 128  # auto backend selection: above this, SDPA until a GPU measures the kernel
+
+
+def auto_reason(q) -> str | None:
+    """Why automatic backend selection should not pick the kernel for these (supported) inputs, or None.
+
+    head_dim above 128 runs with a 256-wide head-dim tile: compiled for sm_90, every dK/dV config spills registers
+    there and the fitting forward configs have small blocks (benchmarks/results/kernel_resources_*.json), so
+    SDPA is expected to be faster. The kernel still runs them when asked for by name; this stands until a GPU
+    figure says otherwise (docs/kernels.md)."""
+    head_dim = q.shape[-1]
+    if head_dim > AUTO_MAX_HEAD_DIM:
+        return (
+            f"head_dim {head_dim} > {AUTO_MAX_HEAD_DIM}: the kernel's head_dim-256 configs spill registers "
+            "in the backward on sm_90 and are expected to be slower than SDPA (not yet measured on a GPU)"
+        )
+    return None

@@ -5,8 +5,9 @@ import math
 import torch
 
 
-def allowed_matrix(batch, heads, q_len, k_len, *, mask=None, key_mask=None, key_lengths=None, causal=False,
-                   device="cpu"):
+def allowed_matrix(
+    batch, heads, q_len, k_len, *, mask=None, key_mask=None, key_lengths=None, causal=False, device="cpu"
+):
     """Bool (batch, heads, q_len, k_len): which scores the kernel should use."""
     allowed = torch.ones(batch, heads, q_len, k_len, dtype=torch.bool, device=device)
     if causal:  # top-left: query i may attend key j iff j <= i

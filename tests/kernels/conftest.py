@@ -32,8 +32,11 @@ BLOCK_SHAPE_MODULES = ("test_flash_attention", "test_dropout", "test_split_kv")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "one_block_shape: under the interpreter, run only with the default "
-                                       "32 x 32 blocks (no block-shape-dependent coverage to add)")
+    config.addinivalue_line(
+        "markers",
+        "one_block_shape: under the interpreter, run only with the default "
+        "32 x 32 blocks (no block-shape-dependent coverage to add)",
+    )
 
 
 def pytest_generate_tests(metafunc):

@@ -33,7 +33,7 @@ def launches(run: bool = True):
         class Launch:
             def __getitem__(self, grid):
                 def launch(*args, **kwargs):
-                    named = {**dict(zip(kernel.arg_names, args)), **kwargs}
+                    named = {**dict(zip(kernel.arg_names, args, strict=False)), **kwargs}
                     named["grid"] = tuple(grid(named) if callable(grid) else grid)
                     seen.append((name, named))
                     if run:

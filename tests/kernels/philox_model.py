@@ -20,8 +20,12 @@ def philox4x32(seed: int, c0, c1, c2, c3) -> list:
     round_a, round_b = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
     for _ in range(10):
         prod_a, prod_b = round_a * c0, round_b * c2  # exact: both factors < 2**32
-        c0, c1, c2, c3 = ((prod_b >> np.uint64(32)) ^ c1 ^ k0, prod_b & LOW32,
-                          (prod_a >> np.uint64(32)) ^ c3 ^ k1, prod_a & LOW32)
+        c0, c1, c2, c3 = (
+            (prod_b >> np.uint64(32)) ^ c1 ^ k0,
+            prod_b & LOW32,
+            (prod_a >> np.uint64(32)) ^ c3 ^ k1,
+            prod_a & LOW32,
+        )
         k0, k1 = (k0 + np.uint64(0x9E3779B9)) & LOW32, (k1 + np.uint64(0xBB67AE85)) & LOW32
     return [x.astype(np.uint32) for x in (c0, c1, c2, c3)]
 
@@ -42,5 +46,3 @@ def model_keep(seed, batch, heads, q_len, k_len, p=P, offset=0) -> torch.Tensor:
     least floor(float32(p) * 65536)."""
     bits = model_bits(seed, batch, heads, q_len, k_len, offset)
     return torch.from_numpy(bits >= np.uint32(np.floor(np.float32(p) * np.float32(65536))))
-
-

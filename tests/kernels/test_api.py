@@ -8,13 +8,17 @@ import sys
 
 import pytest
 import torch
-
 from attention_reference import compiled_and_eager
+
 from transformer.kernels import flash_attention, flash_attention_with_lse, unsupported_reason
 
+
 def qkv(q_len=8, k_len=8, head_dim=16, dtype=torch.float32, batch=2, heads=2):
-    return (torch.randn(batch, heads, q_len, head_dim, dtype=dtype), torch.randn(batch, heads, k_len, head_dim, dtype=dtype),
-            torch.randn(batch, heads, k_len, head_dim, dtype=dtype))
+    return (
+        torch.randn(batch, heads, q_len, head_dim, dtype=dtype),
+        torch.randn(batch, heads, k_len, head_dim, dtype=dtype),
+        torch.randn(batch, heads, k_len, head_dim, dtype=dtype),
+    )
 
 
 def test_interpreter_is_active():
@@ -28,7 +32,6 @@ def test_interpreter_is_active():
     assert type(_forward.fwd_kernel).__name__ == "InterpretedFunction"
 
 
-
 def test_interpret_blocks_setting():
     """The interpreter's block shape (kernels/_tuning.py): set inside a ``with`` block and restored after it,
     also after an exception; what launches get under the interpreter; bad sizes refused, naming the argument."""
@@ -38,8 +41,8 @@ def test_interpret_blocks_setting():
     assert before == (32, 32)
     with _tuning.interpret_blocks(16, 64):
         assert _tuning.get_interpret_blocks() == (16, 64)
-        extra = _tuning.launch_kwargs(5, 40, 6)
-        assert (extra["Q_BUCKET"], extra["K_BUCKET"], extra["BH_BUCKET"]) == (16, 64, 16)
+        extra = _tuning.launch_kwargs(100, 40, 6)
+        assert (extra["Q_BUCKET"], extra["K_BUCKET"], extra["BH_BUCKET"]) == (128, 64, 16)
         if _tuning.interpreting():
             assert (extra["BLOCK_M"], extra["BLOCK_N"]) == (16, 64)
         else:  # the autotuner picks the blocks on CUDA
@@ -58,17 +61,22 @@ def test_interpret_blocks_setting():
     assert _tuning.set_interpret_blocks(64, 32) == before
     assert _tuning.set_interpret_blocks(*before) == (64, 32)
 
+
 def test_import_does_not_decorate_or_touch_the_driver():
-    code = ("import sys, transformer.kernels as K; "
-            "assert 'transformer.kernels._forward' not in sys.modules; "
-            "import torch; print(K.unsupported_reason(*[torch.randn(1, 1, 4, 16)] * 3))")
+    code = (
+        "import sys, transformer.kernels as K; "
+        "assert 'transformer.kernels._forward' not in sys.modules; "
+        "import torch; print(K.unsupported_reason(*[torch.randn(1, 1, 4, 16)] * 3))"
+    )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("TRITON_INTERPRET", None)
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "TRITON_INTERPRET=1 is not set" in result.stdout
-    no_triton = ("import sys; sys.modules['triton'] = None\ntry:\n    import transformer.kernels\n"
-                 "except ImportError as error:\n    print('ImportError:', error)")
+    no_triton = (
+        "import sys; sys.modules['triton'] = None\ntry:\n    import transformer.kernels\n"
+        "except ImportError as error:\n    print('ImportError:', error)"
+    )
     result = subprocess.run([sys.executable, "-c", no_triton], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("ImportError: import of triton halted"), result
 
@@ -99,8 +107,13 @@ def test_a_second_copy_of_the_module_reuses_the_registered_ops():
     """Defining the ops again would destroy the first definition while the first copy's op objects still point at
     it: torch's dispatcher then reads freed memory (a segfault or std::bad_alloc several calls later)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    result = subprocess.run([sys.executable, "-c", SECOND_COPY, root], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    result = subprocess.run(
+        [sys.executable, "-c", SECOND_COPY, root],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
@@ -118,8 +131,15 @@ def test_an_explicit_scale_of_zero_is_used_not_the_default():
     torch.testing.assert_close(lse, allowed.log().expand_as(lse))
 
 
-@pytest.mark.parametrize("head_dim, reason", [(16, None), (256, None), (15, "head_dim must be in [16, 256], got 15"),
-                                              (257, "head_dim must be in [16, 256], got 257")])
+@pytest.mark.parametrize(
+    "head_dim, reason",
+    [
+        (16, None),
+        (256, None),
+        (15, "head_dim must be in [16, 256], got 15"),
+        (257, "head_dim must be in [16, 256], got 257"),
+    ],
+)
 def test_head_dims_from_16_to_256_inclusive_run_and_others_are_declined(head_dim, reason):
     q, k, v = qkv(q_len=5, k_len=7, head_dim=head_dim, batch=1, heads=1)
     got = unsupported_reason(q, k, v)
@@ -134,27 +154,57 @@ def test_head_dims_from_16_to_256_inclusive_run_and_others_are_declined(head_dim
 
 BAD = [
     ("k batch", lambda q, k, v: (q, k[:1], v[:1]), {}, r"k batch \(dim 0\) must equal q's 2"),
-    ("v heads", lambda q, k, v: (q, k, v[:, :1]), {}, r"v heads \(dim 1\) must equal k's 2: k has shape \(2, 2, 8, 16\), "
-                                                    r"v has shape \(2, 1, 8, 16\)"),
-    ("k heads", lambda q, k, v: (q[:, :1].expand(2, 6, 8, 16), k[:, :1].expand(2, 4, 8, 16), v[:, :1].expand(2, 4, 8, 16)),
-     {}, r"k heads \(dim 1\) must divide q's 6 \(grouped-query attention.*\), got 4: q has shape \(2, 6, 8, 16\)"),
+    (
+        "v heads",
+        lambda q, k, v: (q, k, v[:, :1]),
+        {},
+        r"v heads \(dim 1\) must equal k's 2: k has shape \(2, 2, 8, 16\), "
+        r"v has shape \(2, 1, 8, 16\)",
+    ),
+    (
+        "k heads",
+        lambda q, k, v: (q[:, :1].expand(2, 6, 8, 16), k[:, :1].expand(2, 4, 8, 16), v[:, :1].expand(2, 4, 8, 16)),
+        {},
+        r"k heads \(dim 1\) must divide q's 6 \(grouped-query attention.*\), got 4: q has shape \(2, 6, 8, 16\)",
+    ),
     ("head_dim", lambda q, k, v: (q, k[..., :12], v[..., :12]), {}, r"k head_dim \(dim 3\) must equal q's 16"),
     ("v length", lambda q, k, v: (q, k, v[:, :, :5]), {}, r"v must have k's length 8"),
     ("3d", lambda q, k, v: (q[0], k[0], v[0]), {}, r"q must have 4 dims .* got shape \(2, 8, 16\)"),
     ("dtype mix", lambda q, k, v: (q, k.half(), v), {}, r"k.dtype must equal q.dtype=torch.float32, got torch.float16"),
     ("int q", lambda q, k, v: (q.long(), k, v), {}, r"q must be a floating tensor"),
     ("small d", lambda q, k, v: (q[..., :8], k[..., :8], v[..., :8]), {}, r"head_dim must be in \[16, 256\], got 8"),
-    ("float mask", lambda q, k, v: (q, k, v), {"mask": torch.ones(8, 8)}, r"mask must be a bool tensor .* got torch.float32"),
-    ("mask shape", lambda q, k, v: (q, k, v), {"mask": torch.ones(3, 8, 8, dtype=torch.bool)},
-     r"mask of shape \(3, 8, 8\) is not broadcastable .* its heads dim is 3, expected 1 or 2"),
+    (
+        "float mask",
+        lambda q, k, v: (q, k, v),
+        {"mask": torch.ones(8, 8)},
+        r"mask must be a bool tensor .* got torch.float32",
+    ),
+    (
+        "mask shape",
+        lambda q, k, v: (q, k, v),
+        {"mask": torch.ones(3, 8, 8, dtype=torch.bool)},
+        r"mask of shape \(3, 8, 8\) is not broadcastable .* its heads dim is 3, expected 1 or 2",
+    ),
     ("mask 5d", lambda q, k, v: (q, k, v), {"mask": torch.ones(1, 1, 1, 8, 8, dtype=torch.bool)}, r"at most 4 dims"),
-    ("key_mask shape", lambda q, k, v: (q, k, v), {"key_mask": torch.ones(2, 7, dtype=torch.bool)},
-     r"key_mask must have shape \(batch, k_len\)=\(2, 8\), got \(2, 7\)"),
-    ("key_mask dtype", lambda q, k, v: (q, k, v), {"key_mask": torch.ones(2, 8, dtype=torch.int64)},
-     r"key_mask must be a bool tensor"),
+    (
+        "key_mask shape",
+        lambda q, k, v: (q, k, v),
+        {"key_mask": torch.ones(2, 7, dtype=torch.bool)},
+        r"key_mask must have shape \(batch, k_len\)=\(2, 8\), got \(2, 7\)",
+    ),
+    (
+        "key_mask dtype",
+        lambda q, k, v: (q, k, v),
+        {"key_mask": torch.ones(2, 8, dtype=torch.int64)},
+        r"key_mask must be a bool tensor",
+    ),
     ("key_lengths float", lambda q, k, v: (q, k, v), {"key_lengths": torch.ones(2)}, r"key_lengths must be an integer"),
-    ("key_lengths shape", lambda q, k, v: (q, k, v), {"key_lengths": torch.ones(3, dtype=torch.int64)},
-     r"key_lengths must have shape \(batch,\)=\(2,\), got \(3\)"),
+    (
+        "key_lengths shape",
+        lambda q, k, v: (q, k, v),
+        {"key_lengths": torch.ones(3, dtype=torch.int64)},
+        r"key_lengths must have shape \(batch,\)=\(2,\), got \(3\)",
+    ),
     ("dropout 1", lambda q, k, v: (q, k, v), {"dropout_p": 1.0}, r"dropout_p must be a float in \[0, 1\), got 1.0"),
     ("dropout neg", lambda q, k, v: (q, k, v), {"dropout_p": -0.1}, r"dropout_p must be a float in \[0, 1\)"),
 ]
@@ -174,7 +224,8 @@ def test_unsupported_reason(monkeypatch):
     if not torch.cuda.is_available():
         assert unsupported_reason(q, k, v, mask=torch.ones(8, 8, dtype=torch.bool), dropout_p=0.1) is None
         assert "bfloat16 is not supported by the Triton CPU interpreter" in unsupported_reason(
-            q.bfloat16(), k.bfloat16(), v.bfloat16())
+            q.bfloat16(), k.bfloat16(), v.bfloat16()
+        )
         with pytest.raises(RuntimeError, match="bfloat16"):
             flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -209,7 +260,7 @@ def test_torch_compile_fullgraph_cpu():
 
     (loss, grads), (expected, expected_grads) = compiled_and_eager(f, (q, k, v))
     assert torch.allclose(loss, expected, atol=1e-5)
-    for a, b in zip(grads, expected_grads):
+    for a, b in zip(grads, expected_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
 
 
@@ -231,7 +282,7 @@ def test_eager_path_and_registered_op_agree_bitwise():
         assert expected in type(out.grad_fn).__name__, out.grad_fn
         (out.sin().sum() + lse.masked_fill(lse.isinf(), 0).sum()).backward()
         results.append([out, lse] + [t.grad for t in leaves])
-    for a, b in zip(*results):
+    for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
     with torch.no_grad():
         out, lse = _op.attention(q, k, v, None, key_mask, None, state, True, 0.25, 0.2)
@@ -241,9 +292,8 @@ def test_eager_path_and_registered_op_agree_bitwise():
 def test_fake_tensors_go_through_the_registered_op():
     """Under FakeTensorMode (a dispatch mode) nothing is launched: the op's fake implementation gives the
     shapes and dtypes."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     from launch_capture import launches
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     with launches() as seen, FakeTensorMode():
         q, k, v = (torch.empty(2, 3, n, 16) for n in (5, 7, 7))
@@ -260,3 +310,25 @@ def test_double_backward_is_refused():
     grads = torch.autograd.grad(loss, (q, k, v), create_graph=True)
     with pytest.raises(RuntimeError, match="marked with @once_differentiable"):
         grads[0].sum().backward()
+
+
+def test_a_dispatch_mode_sees_the_registered_op():
+    """Under any dispatch mode (here one that records the ops it sees), plain tensors also go through the registered
+    op, so the mode sees ``typed_transformer::flash_attn_fwd_interpreted`` (and, on CUDA, its triton_op), not the
+    kernels' raw launches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recording(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = qkv()
+    with Recording() as mode:
+        out = flash_attention(q, k, v, causal=True)
+    assert any("typed_transformer" in op and "flash_attn_fwd" in op for op in mode.ops), mode.ops
+    assert torch.equal(out, flash_attention(q, k, v, causal=True))

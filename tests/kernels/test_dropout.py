@@ -8,9 +8,9 @@ independence across heads, batch rows, query rows and keys.
 
 import pytest
 import torch
-
 from attention_reference import allowed_matrix, attention, max_err
 from philox_model import P, model_bits, model_keep
+
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
 AGREE = P**2 + (1 - P) ** 2  # chance that two independent keep decisions agree
@@ -72,7 +72,7 @@ def _shifted_copies(lines: torch.Tensor, min_overlap: int) -> list:
     length = lines.shape[1]
     found = []
     for s in range(length - min_overlap + 1):
-        x, y = a[:, s:], a[:, :length - s]
+        x, y = a[:, s:], a[:, : length - s]
         agree = x @ y.T + (1 - x) @ (1 - y).T
         equal = agree == length - s
         if s == 0:
@@ -99,8 +99,9 @@ def test_keep_decisions_are_independent_across_heads_batch_queries_and_keys(q_le
     slices = keep.reshape(batch * heads, q_len, k_len)  # (batch, head) pairs
     for i in range(batch * heads):
         for j in range(i):
-            _assert_agree_at_chance(slices[i], slices[j],
-                                    f"(batch, head) slices {divmod(i, heads)} and {divmod(j, heads)}")
+            _assert_agree_at_chance(
+                slices[i], slices[j], f"(batch, head) slices {divmod(i, heads)} and {divmod(j, heads)}"
+            )
     _assert_agree_at_chance(keep[..., 1:, :], keep[..., :-1, :], "neighbouring query rows")
     _assert_agree_at_chance(keep[..., 1:], keep[..., :-1], "neighbouring keys")
     rows = keep.reshape(-1, k_len)
@@ -184,7 +185,7 @@ def test_forward_and_backward_use_the_philox_mask(masks, device):
     ref = attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0]
     ref.backward(grad_out.double())
     assert max_err(out, ref) < 1e-5
-    for mine, theirs in zip(leaves, ref_leaves):
+    for mine, theirs in zip(leaves, ref_leaves, strict=True):
         assert max_err(mine.grad, theirs.grad) < 1e-5
     assert max_err(out, attention(q, k, v, allowed)[0]) > 0.1  # dropout did change the output
 
@@ -194,8 +195,9 @@ def test_gradcheck_with_dropout_float64(device):
     if device == "cuda":
         pytest.skip("float64 runs only under the Triton interpreter")
     q, k, v = (torch.randn(1, 2, n, 16, device=device, dtype=torch.float64, requires_grad=True) for n in (6, 9, 9))
-    assert torch.autograd.gradcheck(lambda *x: flash_attention(*x, dropout_p=P, seed=2, causal=True), (q, k, v),
-                                    fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda *x: flash_attention(*x, dropout_p=P, seed=2, causal=True), (q, k, v), fast_mode=True
+    )
 
 
 @pytest.mark.one_block_shape

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from attention_reference import allowed_matrix, attention, compiled_and_eager, max_err
+
 from transformer.kernels import flash_attention, flash_attention_with_lse
 
 pytestmark = pytest.mark.gpu
@@ -16,14 +16,17 @@ def _check_against_fp64(dtype, batch, heads, q_len, k_len, head_dim, causal):
     allowed = allowed_matrix(batch, heads, q_len, k_len, key_lengths=key_lengths, causal=causal, device="cuda")
     grad_out = torch.randn_like(q)
     results = []
-    for fn, cast in ((lambda *x: attention(*x, allowed)[0], torch.float64), (lambda *x: attention(*x, allowed)[0], dtype),
-                     (lambda *x: flash_attention(*x, key_lengths=key_lengths, causal=causal), dtype)):
+    for fn, cast in (
+        (lambda *x: attention(*x, allowed)[0], torch.float64),
+        (lambda *x: attention(*x, allowed)[0], dtype),
+        (lambda *x: flash_attention(*x, key_lengths=key_lengths, causal=causal), dtype),
+    ):
         leaves = [t.to(cast).requires_grad_() for t in (q, k, v)]
         out = fn(*leaves)
         out.backward(grad_out.to(cast))
         results.append([out] + [t.grad for t in leaves])
     ref, eager, mine = results
-    for name, m, e, r in zip(("out", "dq", "dk", "dv"), mine, eager, ref):
+    for name, m, e, r in zip(("out", "dq", "dk", "dv"), mine, eager, ref, strict=True):
         assert max_err(m, r) <= 2 * max_err(e, r) + 1e-3 * max(1.0, r.abs().max().item()), name
 
 
@@ -45,7 +48,7 @@ def test_backward_is_deterministic():
         grads = [t.grad.clone() for t in (q, k, v)]
         if first is None:
             first = grads
-        for a, b in zip(first, grads):
+        for a, b in zip(first, grads, strict=True):
             assert torch.equal(a, b)
 
 
@@ -59,7 +62,7 @@ def test_torch_compile_fullgraph():
 
     (loss, grads), (expected, expected_grads) = compiled_and_eager(f, (q, k, v))
     assert torch.allclose(loss, expected, rtol=1e-3)
-    for a, b in zip(grads, expected_grads):
+    for a, b in zip(grads, expected_grads, strict=True):
         assert torch.allclose(a.float(), b.float(), atol=1e-2, rtol=1e-2)
 
 
@@ -96,3 +99,80 @@ def test_dropout_compiled_with_reduce_overhead_draws_a_new_mask_every_call():
     f = torch.compile(lambda *x: flash_attention(*x, dropout_p=0.3), mode="reduce-overhead")
     outs = [f(q, k, v).clone() for _ in range(4)]
     assert not torch.equal(outs[2], outs[3])
+
+
+def test_explicit_seed_dropout_is_captured_and_replayed_with_the_same_mask():
+    """seed=int inside torch.cuda.graph: no host-to-device copy (it used to raise during capture); every replay
+    draws the seed's mask, equal to an eager call with that seed. Tuned ahead with kernels.tune."""
+    from transformer.kernels import tune
+
+    q, k, v = _dropout_inputs()
+    tune(q, k, v, dropout_p=0.3, backward=False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attention(q, k, v, dropout_p=0.3, seed=9)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    assert torch.equal(first, out)
+    assert torch.equal(out, flash_attention(q, k, v, dropout_p=0.3, seed=9))
+
+
+def test_untuned_key_during_capture_raises_a_clear_error():
+    from transformer.kernels import _tuning
+
+    if not _tuning._tuned:
+        pytest.skip("configs are pinned: nothing is timed during capture")
+    q = torch.randn(3, 4, 333, 64, device="cuda", dtype=torch.float16)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="kernels.tune"):
+        with torch.cuda.graph(graph):
+            flash_attention(q, q, q, causal=True)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_the_second_gpu_while_the_first_is_current():
+    q, k, v = (torch.randn(2, 4, 300, 64, device="cuda:1", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    with torch.cuda.device(0):
+        out = flash_attention(q, k, v, causal=True)
+        out.float().sum().backward()
+    ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True)
+    expected.float().sum().backward()
+    assert max_err(out, expected) < 1e-2
+    for mine, theirs in zip((q, k, v), ref, strict=True):
+        assert max_err(mine.grad, theirs.grad) < 2e-2
+
+
+def test_expanded_grad_out_matches_a_contiguous_one():
+    q, k, v = (torch.randn(2, 4, 500, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grads = []
+    for grad in (torch.ones(2, 4, 500, 64, device="cuda", dtype=torch.bfloat16), None):
+        out = flash_attention(q, k, v)
+        grads.append(torch.autograd.grad(out if grad is not None else out.sum(), (q, k, v), grad))
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("pinned", ["first"])
+def test_first_configs_launch_at_head_dim_256(pinned, monkeypatch):
+    """TYPED_TRANSFORMER_KERNEL_CONFIGS=first at head_dim 256 pins the first config that fits in shared memory (the
+    first of the list needs 256 KiB, more than an H100 block has): forward and backward launch."""
+    import importlib
+
+    from transformer.kernels import _backward, _forward
+
+    monkeypatch.setenv("TYPED_TRANSFORMER_KERNEL_CONFIGS", pinned)
+    for module in (_forward, _backward):
+        importlib.reload(module)
+    try:
+        q, k, v = (
+            torch.randn(1, 2, 512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+        )
+        flash_attention(q, k, v, causal=True).float().sum().backward()
+        torch.cuda.synchronize()
+        assert torch.isfinite(q.grad).all()
+    finally:
+        monkeypatch.delenv("TYPED_TRANSFORMER_KERNEL_CONFIGS")
+        for module in (_forward, _backward):
+            importlib.reload(module)

@@ -3,8 +3,8 @@ grids within CUDA's limits, the support check's launch limits."""
 
 import pytest
 import torch
-
 from launch_capture import launches
+
 from transformer.kernels import _grid, flash_attention, unsupported_reason
 
 CUDA_AXIS_0, CUDA_AXIS_YZ = 2**31 - 1, 65535
@@ -17,8 +17,9 @@ def test_blocks_grid_is_one_axis_of_blocks_times_pairs_times_splits():
     assert _grid.blocks_grid(100, 32, 6, splits=3) == (72, 1, 1)
 
 
-@pytest.mark.parametrize("batch,heads,q_len,k_len", [(2048, 32, 1, 3), (70000, 1, 40, 33)],
-                         ids=["decode-2048x32", "batch-70000-q40"])
+@pytest.mark.parametrize(
+    "batch,heads,q_len,k_len", [(2048, 32, 1, 3), (70000, 1, 40, 33)], ids=["decode-2048x32", "batch-70000-q40"]
+)
 def test_every_launch_fits_cuda_grid_limits(batch, heads, q_len, k_len):
     """Large-batch decoding (2048 x 32 heads = 65536 (batch, head) pairs, one more than CUDA's grid axes 1 and 2
     take): the forward, delta, dK/dV and dQ launches (recorded, not run) all fit CUDA's grid limits and launch

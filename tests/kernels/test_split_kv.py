@@ -4,11 +4,11 @@ and lse), so the same checks as every other forward apply: out, lse, dq, dk, dv 
 
 import pytest
 import torch
-
 from attention_reference import allowed_matrix, attention, max_err
 from launch_capture import launched, launches
 from philox_model import P, model_keep
 from test_flash_attention import compare_on_views, rand
+
 from transformer.kernels import _grid, _tuning, flash_attention, flash_attention_with_lse
 
 SPLIT = ("_fwd_kernel", "_combine_kernel")
@@ -80,8 +80,10 @@ def test_split_dropout_uses_the_same_mask(device):
     one-pass forward), and the gradients match float64 attention with that mask."""
     batch, heads, q_len, k_len = 1, 2, 4, 260
     g = torch.Generator().manual_seed(8)
-    q, k, v, grad = (torch.randn(batch, heads, n, 16, generator=g, dtype=torch.float64).to(device)
-                     for n in (q_len, k_len, k_len, q_len))
+    q, k, v, grad = (
+        torch.randn(batch, heads, n, 16, generator=g, dtype=torch.float64).to(device)
+        for n in (q_len, k_len, k_len, q_len)
+    )
     keep = model_keep(9, batch, heads, q_len, k_len).to(device)
     allowed = allowed_matrix(batch, heads, q_len, k_len, device=device)
     leaves = [t.float().requires_grad_() for t in (q, k, v)]
@@ -93,7 +95,7 @@ def test_split_dropout_uses_the_same_mask(device):
     ref = attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0]
     ref.backward(grad)
     assert max_err(out, ref) < 1e-5
-    for mine, theirs in zip(leaves, ref_leaves):
+    for mine, theirs in zip(leaves, ref_leaves, strict=True):
         assert max_err(mine.grad, theirs.grad) < 1e-5
     with _tuning.force_kv_splits(1):
         assert max_err(out, flash_attention(*leaves, dropout_p=P, seed=9)) < 1e-6

@@ -72,9 +72,17 @@ def triton_missing_reason() -> str | None:
 
 
 def triton_unsupported_reason(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None, dropout_p: float, scale: float | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | AttentionMask | None,
+    dropout_p: float,
+    scale: float | None = None,
+    auto: bool = False,
 ) -> str | None:
-    """Why the fused kernel cannot run these inputs (Triton missing or broken, or the kernel's own limits), or None."""
+    """Why the fused kernel cannot run these inputs (Triton missing or broken, or the kernel's own limits), or None.
+    With ``auto``, also why ``auto`` does not choose it for inputs it can run (``kernels.auto_reason``: head_dim above
+    128, expected slower than SDPA until a GPU measures it; docs/kernels.md)."""
     missing = triton_missing_reason()
     if missing is not None:
         return missing
@@ -84,7 +92,8 @@ def triton_unsupported_reason(
         return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
     parts = kernel_masks(mask)
     parts.pop("causal", None)
-    return kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
+    reason = kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
+    return reason if reason is not None or not auto else kernels.auto_reason(q)
 
 
 def _say(level: int, message: str, *args: object) -> None:
@@ -126,7 +135,7 @@ def resolve_backend(
                 "use the kernel)",
             )
         else:
-            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale)
+            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, auto=True)
             if reason is None:
                 return "triton"
             _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)

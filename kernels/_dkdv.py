@@ -1,0 +1,281 @@
+"""The dK/dV backward kernel (FlashAttention-2): one program per (batch, kv head, key block, share of the GQA
+group) accumulates dK and dV over the query blocks that see its keys. Launched by kernels/_backward.py."""
+
+import triton
+import triton.language as tl
+
+from ._common import (
+    BLOCKS_ASCENDING,
+    head_ptr,
+    keep_block,
+    key_end,
+    load_row_stats,
+    load_rows,
+    load_seed,
+    probs,
+    program_tile,
+    tile_offsets,
+)
+
+
+@triton.jit
+def _dkdv_step(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    start_m,
+    start_n,
+    offs_n,
+    offs_d,
+    d_ok,
+    b,
+    h,
+    bh,
+    q_len,
+    k_len,
+    kv_end,
+    qk_scale,
+    seed,
+    offset,
+    dropout_p,
+    inv_keep,
+    s_qm,
+    s_qd,
+    s_dm,
+    s_dd,
+    LSE,
+    DELTA,
+    MASK,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    KMASK,
+    s_kmb,
+    s_kmn,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Add one query block's contribution to dK and dV. Key-major tiles [BLOCK_N, BLOCK_M] (P transposed):
+    every dot has BLOCK_N rows, enough for Hopper's warp-group MMA (query-major tiles would give two of the
+    four dots only BLOCK_M rows)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = load_rows(q_base, offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
+    do = load_rows(do_base, offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
+    lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
+    p_t = probs(
+        k,
+        q,
+        lse2[None, :],
+        offs_m[None, :],
+        offs_n[:, None],
+        b,
+        h,
+        q_len,
+        kv_end,
+        qk_scale,
+        MASK,
+        s_mb,
+        s_mh,
+        s_mm,
+        s_mn,
+        KMASK,
+        s_kmb,
+        s_kmn,
+        HAS_MASK,
+        HAS_KMASK,
+        CAUSAL,
+        PRECISION,
+        MASKED,
+    )
+    dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+    if DROPOUT:
+        keep_t = tl.trans(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N))
+        p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)
+        dp_t = tl.where(keep_t, dp_t * inv_keep, 0.0)
+    else:
+        p_drop_t = p_t
+    dv += tl.dot(p_drop_t.to(do.dtype), do, input_precision=PRECISION)
+    ds_t = p_t * (dp_t - delta[None, :])
+    dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    MASK,
+    KMASK,
+    KLEN,
+    SEED,
+    s_qb,
+    s_qh,
+    s_qm,
+    s_qd,
+    s_kb,
+    s_kh,
+    s_kn,
+    s_kd,
+    s_vb,
+    s_vh,
+    s_vn,
+    s_vd,
+    s_db,
+    s_dh,
+    s_dm,
+    s_dd,
+    s_dkb,
+    s_dkh,
+    s_dkn,
+    s_dkd,
+    s_dvb,
+    s_dvh,
+    s_dvn,
+    s_dvd,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    s_kmb,
+    s_kmn,
+    s_klb,
+    heads,
+    group,
+    q_len,
+    k_len,
+    sm_scale,
+    dropout_p,
+    Q_BUCKET,
+    K_BUCKET,
+    BH_BUCKET,
+    group_splits,
+    HEAD_DIM: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    HAS_KLEN: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # One program per (batch, kv head, key block, share of the GQA group). With grouped-query attention (group > 1
+    # query heads per kv head) a program sums the contributions of its share (group // group_splits query heads),
+    # one after another, and writes them to DK/DV's head kvh * group_splits + share: no atomics. With
+    # group_splits > 1 DK and DV are a float32 workspace that the launcher sums over the shares in a fixed order.
+    # causal: block-major from the first key block, which the most query blocks see (longest first)
+    _, b, hs, pid_n, offs_n, offs_d, d_ok = program_tile(
+        k_len, heads // group * group_splits, 1, HEAD_DIM, BLOCK_N, BLOCK_D, BLOCKS_ASCENDING * CAUSAL
+    )
+    kvh = hs // group_splits
+    share = group // group_splits
+    g_lo = (hs % group_splits) * share
+    k = load_rows(head_ptr(K, b, kvh, s_kb, s_kh), offs_n, offs_d, s_kn, s_kd, k_len, d_ok)
+    v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
+
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
+    lo = 0
+    if CAUSAL:  # queries before this key block never see it
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)  # a key block past the valid length gets zero grads
+    seed, offset = load_seed(SEED, DROPOUT)
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    # Query blocks [lo, mask_end) need a per-element mask: they cross the causal diagonal, or this key block
+    # holds padding keys, or there is a mask tensor. The query blocks after them are interior.
+    mask_end = lo
+    if CAUSAL:  # the first query block that starts at or after this key block's last key
+        mask_end = tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M
+    if HAS_MASK or HAS_KMASK:
+        mask_end = hi
+    mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
+    for g in range(g_lo, g_lo + share):
+        h = kvh * group + g  # the query heads of kv head kvh (repeat_interleave order, torch's enable_gqa)
+        bh = b * heads + h
+        q_base = head_ptr(Q, b, h, s_qb, s_qh)
+        do_base = head_ptr(DO, b, h, s_db, s_dh)
+        for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
+            if phase == 0:
+                start, end = lo, mask_end
+            else:
+                start, end = mask_end, hi
+            for start_m in range(start, end, BLOCK_M):
+                dk, dv = _dkdv_step(
+                    dk,
+                    dv,
+                    k,
+                    v,
+                    q_base,
+                    do_base,
+                    start_m,
+                    pid_n * BLOCK_N,
+                    offs_n,
+                    offs_d,
+                    d_ok,
+                    b,
+                    h,
+                    bh,
+                    q_len,
+                    k_len,
+                    kv_end,
+                    qk_scale,
+                    seed,
+                    offset,
+                    dropout_p,
+                    inv_keep,
+                    s_qm,
+                    s_qd,
+                    s_dm,
+                    s_dd,
+                    LSE,
+                    DELTA,
+                    MASK,
+                    s_mb,
+                    s_mh,
+                    s_mm,
+                    s_mn,
+                    KMASK,
+                    s_kmb,
+                    s_kmn,
+                    HAS_MASK,
+                    HAS_KMASK,
+                    CAUSAL,
+                    DROPOUT,
+                    PRECISION,
+                    BLOCK_M,
+                    BLOCK_N,
+                    MASKED=phase == 0,
+                )
+
+    dk = dk * sm_scale
+    out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]
+    tl.store(
+        head_ptr(DK, b, hs, s_dkb, s_dkh) + tile_offsets(offs_n, offs_d, s_dkn, s_dkd),
+        dk.to(DK.dtype.element_ty),
+        mask=out_ok,
+    )
+    tl.store(
+        head_ptr(DV, b, hs, s_dvb, s_dvh) + tile_offsets(offs_n, offs_d, s_dvn, s_dvd),
+        dv.to(DV.dtype.element_ty),
+        mask=out_ok,
+    )

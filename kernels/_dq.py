@@ -1,0 +1,238 @@
+"""The dQ backward kernel (FlashAttention-2): one program per (batch, head, query block) accumulates dQ over the
+key blocks its queries see. Launched by kernels/_backward.py."""
+
+import triton
+import triton.language as tl
+
+from ._common import (
+    BLOCKS_DESCENDING,
+    head_ptr,
+    keep_block,
+    key_blocks,
+    key_end,
+    load_row_stats,
+    load_rows,
+    load_seed,
+    probs,
+    program_tile,
+    tile_offsets,
+)
+
+
+@triton.jit
+def _dq_step(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_base,
+    v_base,
+    start_n,
+    offs_m,
+    offs_d,
+    d_ok,
+    b,
+    h,
+    bh,
+    q_len,
+    k_len,
+    kv_end,
+    qk_scale,
+    seed,
+    offset,
+    dropout_p,
+    inv_keep,
+    s_kn,
+    s_kd,
+    s_vn,
+    s_vd,
+    MASK,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    KMASK,
+    s_kmb,
+    s_kmn,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N])."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
+    v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
+    p = probs(
+        q,
+        k,
+        lse2[:, None],
+        offs_m[:, None],
+        offs_n[None, :],
+        b,
+        h,
+        q_len,
+        kv_end,
+        qk_scale,
+        MASK,
+        s_mb,
+        s_mh,
+        s_mm,
+        s_mn,
+        KMASK,
+        s_kmb,
+        s_kmn,
+        HAS_MASK,
+        HAS_KMASK,
+        CAUSAL,
+        PRECISION,
+        MASKED,
+    )
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    if DROPOUT:
+        keep = keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N)
+        dp = tl.where(keep, dp * inv_keep, 0.0)
+    ds = p * (dp - delta[:, None])
+    return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+
+
+@triton.jit
+def _dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    MASK,
+    KMASK,
+    KLEN,
+    SEED,
+    s_qb,
+    s_qh,
+    s_qm,
+    s_qd,
+    s_kb,
+    s_kh,
+    s_kn,
+    s_kd,
+    s_vb,
+    s_vh,
+    s_vn,
+    s_vd,
+    s_db,
+    s_dh,
+    s_dm,
+    s_dd,
+    s_dqb,
+    s_dqh,
+    s_dqm,
+    s_dqd,
+    s_mb,
+    s_mh,
+    s_mm,
+    s_mn,
+    s_kmb,
+    s_kmn,
+    s_klb,
+    heads,
+    group,
+    q_len,
+    k_len,
+    sm_scale,
+    dropout_p,
+    Q_BUCKET,
+    K_BUCKET,
+    BH_BUCKET,
+    HEAD_DIM: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    HAS_KLEN: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(
+        q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCKS_DESCENDING * CAUSAL
+    )  # causal: longest first
+    m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
+    q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
+    do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
+    lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
+    k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
+    v_base = head_ptr(V, b, h // group, s_vb, s_vh)
+
+    kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
+    full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
+    seed, offset = load_seed(SEED, DROPOUT)
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    # Interior key blocks [0, full_end) with no per-element mask, as in the forward kernel.
+    dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
+    for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
+        if phase == 0:
+            start, end = 0, full_end
+        else:
+            start, end = full_end, hi
+        for start_n in range(start, end, BLOCK_N):
+            dq = _dq_step(
+                dq,
+                q,
+                do,
+                lse2,
+                delta,
+                k_base,
+                v_base,
+                start_n,
+                offs_m,
+                offs_d,
+                d_ok,
+                b,
+                h,
+                bh,
+                q_len,
+                k_len,
+                kv_end,
+                qk_scale,
+                seed,
+                offset,
+                dropout_p,
+                inv_keep,
+                s_kn,
+                s_kd,
+                s_vn,
+                s_vd,
+                MASK,
+                s_mb,
+                s_mh,
+                s_mm,
+                s_mn,
+                KMASK,
+                s_kmb,
+                s_kmn,
+                HAS_MASK,
+                HAS_KMASK,
+                CAUSAL,
+                DROPOUT,
+                PRECISION,
+                BLOCK_M,
+                BLOCK_N,
+                MASKED=phase == 1,
+            )
+
+    dq = dq * sm_scale
+    tl.store(
+        head_ptr(DQ, b, h, s_dqb, s_dqh) + tile_offsets(offs_m, offs_d, s_dqm, s_dqd),
+        dq.to(DQ.dtype.element_ty),
+        mask=m_ok,
+    )
