@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from attention_reference import allowed_matrix, attention, max_err
+from kernel_compare import compare_on_views, rand
 from launch_capture import launched, launches
 from philox_model import P, model_keep
-from test_flash_attention import compare_on_views, rand
 
 from transformer.kernels import _tuning, flash_attention, flash_attention_with_lse, unsupported_reason
 

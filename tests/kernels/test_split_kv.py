@@ -5,9 +5,9 @@ and lse), so the same checks as every other forward apply: out, lse, dq, dk, dv 
 import pytest
 import torch
 from attention_reference import allowed_matrix, attention, max_err
+from kernel_compare import compare_on_views, rand
 from launch_capture import launched, launches
 from philox_model import P, model_keep
-from test_flash_attention import compare_on_views, rand
 
 from transformer.kernels import _grid, _tuning, flash_attention, flash_attention_with_lse
 

@@ -18,6 +18,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     distributed,
     dropout,
     guards,
+    integrations,
     interface,
     kernels,
     lm,
@@ -29,6 +30,7 @@ from .base import KERNEL_TESTS, K, M, Mutant
 ALL: list[Mutant] = [
     *model.MUTANTS,
     *interface.MUTANTS,
+    *integrations.MUTANTS,
     *contracts.MUTANTS,
     *guards.MUTANTS,
     *dropout.MUTANTS,

@@ -26,6 +26,7 @@ TEST_FILES = [
     "tests/test_training.py",
     "tests/test_gradients.py",
     "tests/test_dropout_placement.py",
+    "tests/test_dropout_in_evaluation.py",
 ]
 
 
@@ -43,7 +44,11 @@ def M(id: str, file: str, old: str, new: str, what: str) -> Mutant:
 
 
 # The Triton kernels' own suite (under the interpreter on a CPU), run against the kernel mutants.
-KERNEL_TESTS = ("tests/kernels/test_dropout.py", "tests/kernels/test_flash_attention.py")  # the shorter file first
+KERNEL_TESTS = (
+    "tests/kernels/test_dropout.py",
+    "tests/kernels/test_flash_attention.py",
+    "tests/kernels/test_kernel_layouts.py",
+)  # the shorter file first
 
 
 def K(id: str, file: str, old: str, new: str, what: str) -> Mutant:

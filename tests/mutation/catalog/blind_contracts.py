@@ -137,6 +137,7 @@ SUITE = (
     "tests/test_guards.py",
     "tests/test_config.py",
     "tests/test_dropout_placement.py",
+    "tests/test_dropout_in_evaluation.py",
     "tests/test_compiled_contracts_of_modules.py",
 )
 MUTANTS = [dataclasses.replace(m, tests=SUITE) for m in MUTANTS]

@@ -140,6 +140,7 @@ SUITE = (
     "tests/test_config.py",
     "tests/test_config_plumbing.py",
     "tests/test_dropout_placement.py",
+    "tests/test_dropout_in_evaluation.py",
     "tests/properties/test_concept_properties.py",
 )
 MUTANTS = [dataclasses.replace(m, tests=SUITE) for m in MUTANTS]
