@@ -33,8 +33,16 @@ from .config import AttentionBackend, check_kv_heads
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 
-__all__ = ["attention", "scaled_dot_product_attention", "use_backend", "current_backend", "MultiHeadedAttention",
-           "BACKENDS", "TRITON_INSTALL_HINT", "triton_missing_reason"]
+__all__ = [
+    "attention",
+    "scaled_dot_product_attention",
+    "use_backend",
+    "current_backend",
+    "MultiHeadedAttention",
+    "BACKENDS",
+    "TRITON_INSTALL_HINT",
+    "triton_missing_reason",
+]
 
 
 class AttentionHeads(nn.Module):

@@ -55,13 +55,17 @@ def _require_transformers() -> None:
     try:
         found = metadata.version("transformers")
     except metadata.PackageNotFoundError:
-        raise ImportError(f"transformer.integrations.huggingface needs transformers>={MIN_TRANSFORMERS}, which is "
-                          f"not installed; install it with: {INSTALL_HINT}") from None
+        raise ImportError(
+            f"transformer.integrations.huggingface needs transformers>={MIN_TRANSFORMERS}, which is "
+            f"not installed; install it with: {INSTALL_HINT}"
+        ) from None
     from packaging.version import Version  # a dependency of transformers
 
     if Version(found) < Version(MIN_TRANSFORMERS):
-        raise ImportError(f"transformer.integrations.huggingface needs transformers>={MIN_TRANSFORMERS}, found "
-                          f"{found}; upgrade with: {INSTALL_HINT}")
+        raise ImportError(
+            f"transformer.integrations.huggingface needs transformers>={MIN_TRANSFORMERS}, found "
+            f"{found}; upgrade with: {INSTALL_HINT}"
+        )
 
 
 def register(name: str = NAME) -> str:
@@ -98,8 +102,9 @@ def attention_forward(
         raise ValueError(f"attn_implementation={NAME!r} does not support attention sinks (`s_aux`); use 'eager'")
     if kwargs.get("output_attentions", False) and not _warned_output_attentions:
         _warned_output_attentions = True
-        logger.warning("attn_implementation=%r returns no attention weights (output_attentions=True); use 'eager' "
-                       "for them", NAME)
+        logger.warning(
+            "attn_implementation=%r returns no attention weights (output_attentions=True); use 'eager' for them", NAME
+        )
     if attention_mask is not None and attention_mask.dim() == 4:  # older models' masks cover a static cache's length
         attention_mask = attention_mask[:, :, :, : key.shape[-2]]
     q_len = query.shape[2]
@@ -112,7 +117,14 @@ def attention_forward(
         attention_mask = create_position_bias_mask(position_bias, attention_mask, is_causal, query, key)
         is_causal = False
     grouped = getattr(module, "num_key_value_groups", 1) > 1 or key.shape[1] != query.shape[1]
-    out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=float(dropout),
-                                       is_causal=is_causal, scale=scaling, enable_gqa=grouped)
+    out = scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=float(dropout),
+        is_causal=is_causal,
+        scale=scaling,
+        enable_gqa=grouped,
+    )
     return out.transpose(1, 2).contiguous(), None
-

@@ -36,23 +36,37 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["NAME", "register", "missing_reason", "sdpa_flash_forward", "sdpa_flash_backward", "flash_forward",
-           "flash_backward", "OVERRIDDEN_OPS"]
+__all__ = [
+    "NAME",
+    "register",
+    "missing_reason",
+    "sdpa_flash_forward",
+    "sdpa_flash_backward",
+    "flash_forward",
+    "flash_backward",
+    "OVERRIDDEN_OPS",
+]
 
 NAME = "typed_transformer"
 #: The aten ops an activated provider overrides on the CUDA key (each only where this torch has it).
-OVERRIDDEN_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
-                  "_flash_attention_forward", "_flash_attention_backward",
-                  "_flash_attention_forward_no_dropout_inplace")
+OVERRIDDEN_OPS = (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_backward",
+    "_flash_attention_forward",
+    "_flash_attention_backward",
+    "_flash_attention_forward_no_dropout_inplace",
+)
 
 
 def missing_reason() -> str | None:
     """Why this torch cannot take a flash-attention provider (no registry), or None."""
     attention = torch.nn.attention
     if not hasattr(attention, "register_flash_attention_impl"):
-        return (f"torch {torch.__version__} has no flash-attention provider registry "
-                "(torch.nn.attention.register_flash_attention_impl); F.scaled_dot_product_attention keeps torch's own "
-                "flash kernel. Call transformer.scaled_dot_product_attention instead, or upgrade torch")
+        return (
+            f"torch {torch.__version__} has no flash-attention provider registry "
+            "(torch.nn.attention.register_flash_attention_impl); F.scaled_dot_product_attention keeps torch's own "
+            "flash kernel. Call transformer.scaled_dot_product_attention instead, or upgrade torch"
+        )
     return None
 
 
@@ -86,10 +100,13 @@ def _activate() -> _Handle:
     from .. import kernels  # noqa: F401  (Triton missing: fail here, at activation, with Python's ImportError)
 
     library = torch.library.Library("aten", "IMPL", "CUDA")
-    impls = {"_scaled_dot_product_flash_attention": sdpa_flash_forward,
-             "_scaled_dot_product_flash_attention_backward": sdpa_flash_backward,
-             "_flash_attention_forward": flash_forward, "_flash_attention_backward": flash_backward,
-             "_flash_attention_forward_no_dropout_inplace": _flash_forward_no_dropout_inplace}
+    impls = {
+        "_scaled_dot_product_flash_attention": sdpa_flash_forward,
+        "_scaled_dot_product_flash_attention_backward": sdpa_flash_backward,
+        "_flash_attention_forward": flash_forward,
+        "_flash_attention_backward": flash_backward,
+        "_flash_attention_forward_no_dropout_inplace": _flash_forward_no_dropout_inplace,
+    }
     for op, fn in impls.items():
         if hasattr(torch.ops.aten, op):
             library.impl(op, fn, "CUDA")
@@ -101,8 +118,12 @@ def _unsupported(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, **refused) -
     """Why the kernel cannot run these (batch, heads, len, dim) inputs, or None. ``refused`` maps an argument of
     aten's signature that the kernel has no equivalent for to its value: anything but None/-1/False/<=1 refuses."""
     for name, value in refused.items():
-        if value is not None and value is not False and not (name.startswith("window") and value == -1) \
-                and not (name == "num_splits" and value <= 1):
+        if (
+            value is not None
+            and value is not False
+            and not (name.startswith("window") and value == -1)
+            and not (name == "num_splits" and value <= 1)
+        ):
             return f"{name} is not supported"
     from .. import kernels
 
@@ -111,8 +132,10 @@ def _unsupported(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, **refused) -
 
 def _ops(device: torch.device):
     suffix = "" if device.type == "cuda" else "_interpreted"
-    return (getattr(torch.ops.typed_transformer, f"flash_attn_fwd{suffix}"),
-            getattr(torch.ops.typed_transformer, f"flash_attn_bwd{suffix}"))
+    return (
+        getattr(torch.ops.typed_transformer, f"flash_attn_fwd{suffix}"),
+        getattr(torch.ops.typed_transformer, f"flash_attn_bwd{suffix}"),
+    )
 
 
 def _rng_state(dropout_p: float, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -131,51 +154,124 @@ def _scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
 
 
-def _forward(where: str, q: Tensor, k: Tensor, v: Tensor, dropout_p: float, is_causal: bool, scale: float | None,
-             **refused) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _forward(
+    where: str, q: Tensor, k: Tensor, v: Tensor, dropout_p: float, is_causal: bool, scale: float | None, **refused
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out, lse, rng_state, philox_offset) of (batch, heads, len, dim) inputs, or RuntimeError."""
     reason = _unsupported(q, k, v, dropout_p, **refused)
     if reason is not None:
         raise RuntimeError(f"typed_transformer {where} unsupported: {reason}")
     rng_state, offset = _rng_state(dropout_p, q.device)
     fwd, _ = _ops(q.device)
-    out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), bool(is_causal),
-                   _scale(scale, q.size(-1)), float(dropout_p))
+    out, lse = fwd(
+        q,
+        k,
+        v,
+        None,
+        None,
+        None,
+        _seed(rng_state, dropout_p),
+        bool(is_causal),
+        _scale(scale, q.size(-1)),
+        float(dropout_p),
+    )
     return out, lse, rng_state, offset
 
 
-def _backward(where: str, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-              dropout_p: float, is_causal: bool, rng_state: Tensor, scale: float | None, **refused
-              ) -> tuple[Tensor, Tensor, Tensor]:
+def _backward(
+    where: str,
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    rng_state: Tensor,
+    scale: float | None,
+    **refused,
+) -> tuple[Tensor, Tensor, Tensor]:
     reason = _unsupported(q, k, v, dropout_p, **refused)
     if reason is None and lse.dtype != torch.float32:
         reason = f"logsumexp must be float32, got {lse.dtype}"
     if reason is not None:
         raise RuntimeError(f"typed_transformer {where} unsupported: {reason}")
     _, bwd = _ops(q.device)
-    return bwd(grad_out, None, q, k, v, out, lse, None, None, None, _seed(rng_state, dropout_p), bool(is_causal),
-               _scale(scale, q.size(-1)), float(dropout_p))
+    return bwd(
+        grad_out,
+        None,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        None,
+        None,
+        None,
+        _seed(rng_state, dropout_p),
+        bool(is_causal),
+        _scale(scale, q.size(-1)),
+        float(dropout_p),
+    )
 
 
 # ---------------------------------------------------------------------------- aten's signatures
-def sdpa_flash_forward(query: Tensor, key: Tensor, value: Tensor, dropout_p: float = 0.0, is_causal: bool = False,
-                       return_debug_mask: bool = False, *, scale: float | None = None):
+def sdpa_flash_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    return_debug_mask: bool = False,
+    *,
+    scale: float | None = None,
+):
     """``aten::_scaled_dot_product_flash_attention``: (batch, heads, len, dim) inputs; returns (output, logsumexp
     (batch, heads, q_len) float32, cum_seq_q None, cum_seq_k None, max_q, max_k, rng_state, philox_offset,
     debug_attn_mask (empty))."""
-    out, lse, rng_state, offset = _forward("SDPA flash forward", query, key, value, dropout_p, is_causal, scale,
-                                           return_debug_mask=return_debug_mask)
+    out, lse, rng_state, offset = _forward(
+        "SDPA flash forward", query, key, value, dropout_p, is_causal, scale, return_debug_mask=return_debug_mask
+    )
     debug = torch.empty(0, dtype=query.dtype, device=query.device)
     return out, lse, None, None, query.size(2), key.size(2), rng_state, offset, debug
 
 
-def sdpa_flash_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, logsumexp: Tensor,
-                        cum_seq_q: Tensor | None, cum_seq_k: Tensor | None, max_q: int, max_k: int, dropout_p: float,
-                        is_causal: bool, philox_seed: Tensor, philox_offset: Tensor, *, scale: float | None = None):
+def sdpa_flash_backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    out: Tensor,
+    logsumexp: Tensor,
+    cum_seq_q: Tensor | None,
+    cum_seq_k: Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    philox_seed: Tensor,
+    philox_offset: Tensor,
+    *,
+    scale: float | None = None,
+):
     """``aten::_scaled_dot_product_flash_attention_backward``: (grad_query, grad_key, grad_value), (batch, heads,
     len, dim) each; ``philox_seed`` is the forward's ``rng_state``."""
-    return _backward("SDPA flash backward", grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
-                     philox_seed, scale, cum_seq_q=cum_seq_q, cum_seq_k=cum_seq_k)
+    return _backward(
+        "SDPA flash backward",
+        grad_out,
+        query,
+        key,
+        value,
+        out,
+        logsumexp,
+        dropout_p,
+        is_causal,
+        philox_seed,
+        scale,
+        cum_seq_q=cum_seq_q,
+        cum_seq_k=cum_seq_k,
+    )
 
 
 def _bhsd(*tensors: Tensor) -> tuple[Tensor, ...]:
@@ -183,20 +279,50 @@ def _bhsd(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.transpose(1, 2) for t in tensors)
 
 
-def flash_forward(query: Tensor, key: Tensor, value: Tensor, cum_seq_q: Tensor | None, cum_seq_k: Tensor | None,
-                  max_q: int, max_k: int, dropout_p: float, is_causal: bool, return_debug_mask: bool, *,
-                  scale: float | None = None, window_size_left: int | None = None,
-                  window_size_right: int | None = None, seqused_k: Tensor | None = None,
-                  alibi_slopes: Tensor | None = None, block_table: Tensor | None = None,
-                  num_splits: int | None = None, **newer):
+def flash_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    cum_seq_q: Tensor | None,
+    cum_seq_k: Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    return_debug_mask: bool,
+    *,
+    scale: float | None = None,
+    window_size_left: int | None = None,
+    window_size_right: int | None = None,
+    seqused_k: Tensor | None = None,
+    alibi_slopes: Tensor | None = None,
+    block_table: Tensor | None = None,
+    num_splits: int | None = None,
+    **newer,
+):
     """``aten::_flash_attention_forward``: dense (batch, seq, heads, dim) inputs (a ragged batch, ``cum_seq_q``, is
     refused); returns (output (batch, seq, heads, dim), logsumexp (batch, heads, q_len), rng_state, philox_offset,
     debug_attn_mask (empty)). Keyword arguments of newer torch versions are refused unless None."""
     q, k, v = _bhsd(query, key, value)
     out, lse, rng_state, offset = _forward(
-        "flash_attention forward", q, k, v, dropout_p, is_causal, scale, cum_seq_q=cum_seq_q, cum_seq_k=cum_seq_k,
-        return_debug_mask=return_debug_mask, window_size_left=window_size_left, window_size_right=window_size_right,
-        seqused_k=seqused_k, alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits, **newer)
+        "flash_attention forward",
+        q,
+        k,
+        v,
+        dropout_p,
+        is_causal,
+        scale,
+        cum_seq_q=cum_seq_q,
+        cum_seq_k=cum_seq_k,
+        return_debug_mask=return_debug_mask,
+        window_size_left=window_size_left,
+        window_size_right=window_size_right,
+        seqused_k=seqused_k,
+        alibi_slopes=alibi_slopes,
+        block_table=block_table,
+        num_splits=num_splits,
+        **newer,
+    )
     debug = torch.empty(0, dtype=query.dtype, device=query.device)
     return out.transpose(1, 2), lse, rng_state, offset, debug
 
@@ -208,13 +334,45 @@ def _flash_forward_no_dropout_inplace(out: Tensor, query: Tensor, key: Tensor, v
     return lse
 
 
-def flash_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, logsumexp: Tensor,
-                   cum_seq_q: Tensor | None, cum_seq_k: Tensor | None, max_q: int, max_k: int, dropout_p: float,
-                   is_causal: bool, rng_state: Tensor, unused: Tensor, *, scale: float | None = None,
-                   window_size_left: int | None = None, window_size_right: int | None = None, **newer):
+def flash_backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    out: Tensor,
+    logsumexp: Tensor,
+    cum_seq_q: Tensor | None,
+    cum_seq_k: Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    rng_state: Tensor,
+    unused: Tensor,
+    *,
+    scale: float | None = None,
+    window_size_left: int | None = None,
+    window_size_right: int | None = None,
+    **newer,
+):
     """``aten::_flash_attention_backward``: (grad_query, grad_key, grad_value), (batch, seq, heads, dim) each."""
     q, k, v, o, go = _bhsd(query, key, value, out, grad_out)
-    dq, dk, dv = _backward("flash_attention backward", go, q, k, v, o, logsumexp, dropout_p, is_causal, rng_state,
-                           scale, cum_seq_q=cum_seq_q, cum_seq_k=cum_seq_k, window_size_left=window_size_left,
-                           window_size_right=window_size_right, **newer)
+    dq, dk, dv = _backward(
+        "flash_attention backward",
+        go,
+        q,
+        k,
+        v,
+        o,
+        logsumexp,
+        dropout_p,
+        is_causal,
+        rng_state,
+        scale,
+        cum_seq_q=cum_seq_q,
+        cum_seq_k=cum_seq_k,
+        window_size_left=window_size_left,
+        window_size_right=window_size_right,
+        **newer,
+    )
     return _bhsd(dq, dk, dv)

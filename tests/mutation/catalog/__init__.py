@@ -9,6 +9,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind_guards,
     blind_kernels,
     blind_layout_contracts,
+    blind_layout_models,
     blind_model,
     blind_runsafety,
     blind_stepchecks,
@@ -51,6 +52,7 @@ ALL: list[Mutant] = [
     *blind_contracts.MUTANTS,
     *blind_stepchecks.MUTANTS,
     *blind_layout_contracts.MUTANTS,
+    *blind_layout_models.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]

@@ -56,8 +56,8 @@ MUTANTS = [
         "transformer/integrations/huggingface.py",
         (
             (
-                "is_causal = bool(q_len > 1 and attention_mask is None and is_causal)",
-                "is_causal = bool(attention_mask is None and is_causal)",
+                "    is_causal = bool(q_len > 1 and attention_mask is None and is_causal)\n",
+                "    is_causal = bool(attention_mask is None and is_causal)\n",
             ),
         ),
         "decoding one token with a cache and no mask passes is_causal=True with q_len=1: torch's top-left causal "
@@ -68,8 +68,8 @@ MUTANTS = [
         "transformer/integrations/huggingface.py",
         (
             (
-                "AttentionInterface.register(name, attention_forward)",
-                "AttentionInterface.register(NAME, attention_forward)",
+                "    AttentionInterface.register(name, attention_forward)\n",
+                "    AttentionInterface.register(NAME, attention_forward)\n",
             ),
         ),
         "register('custom') registers the mask function under 'custom' but the attention function only under "
@@ -80,8 +80,8 @@ MUTANTS = [
         "transformer/integrations/sdpa_registry.py",
         (
             (
-                "state[0] = torch.randint(0, 2**62, (1,), dtype=torch.int64)",
-                "state[1] = torch.randint(0, 2**62, (1,), dtype=torch.int64)",
+                "        state[0] = torch.randint(0, 2**62, (1,), dtype=torch.int64)\n",
+                "        state[1] = torch.randint(0, 2**62, (1,), dtype=torch.int64)\n",
             ),
         ),
         "the forward stores its fresh dropout seed in rng_state's second slot while the kernel (forward and "
@@ -91,7 +91,7 @@ MUTANTS = [
     Mutant(
         "blind-dropin-registry-inplace-not-written",
         "transformer/integrations/sdpa_registry.py",
-        (("    out.copy_(result)", "    out = result"),),
+        (("    out.copy_(result)\n", "    out = result\n"),),
         "aten::_flash_attention_forward_no_dropout_inplace returns the logsumexp but never writes the output "
         "buffer it was given: the caller's `out` keeps its old contents",
     ),
@@ -100,8 +100,8 @@ MUTANTS = [
         "transformer/attention.py",
         (
             (
-                'return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)',
-                'return rearrange(x, "b s (d g) -> b g s d", g=self.kv_heads)',
+                '        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)\n',
+                '        return rearrange(x, "b s (d g) -> b g s d", g=self.kv_heads)\n',
             ),
         ),
         "the projected keys/values are split into kv_heads heads by interleaving features instead of contiguous "

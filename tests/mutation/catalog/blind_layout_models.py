@@ -1,5 +1,7 @@
 """Blind review of the merged LM, decoding, CLI and training code (2026-11-27), by a reviewer who did not read the tests."""
 
+import dataclasses
+
 from .base import Mutant
 
 MUTANTS = [
@@ -95,3 +97,25 @@ MUTANTS = [
         "instead of the documented 2 for a problem with the command's inputs.",
     ),
 ]
+
+# the suites of the merged code the review looked at (the default TEST_FILES lack the CLI's, training's and
+# checkpoints' tests)
+_TESTS = (
+    "tests/test_layout_edges.py",
+    "tests/test_cache.py",
+    "tests/test_lm.py",
+    "tests/test_lm_generate.py",
+    "tests/test_decoding.py",
+    "tests/test_sampling.py",
+    "tests/test_gqa.py",
+    "tests/test_training.py",
+    "tests/test_training_promises.py",
+    "tests/test_checkpoint.py",
+    "tests/test_cli.py",
+    "tests/test_cli_flags.py",
+    "tests/test_cli_flags_reach.py",
+    "tests/test_run_safety_resume.py",
+    "tests/test_run_safety_divergence.py",
+    "tests/test_cli_lm.py",
+)
+MUTANTS = [dataclasses.replace(m, tests=_TESTS) for m in MUTANTS]

@@ -148,8 +148,8 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-record-path-in-eval",
         "transformer/attention.py",
-        "dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None",
-        "dropout = nn.Dropout(self.dropout_p) if self.dropout_p > 0 else None",
+        "            dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None\n",
+        "            dropout = nn.Dropout(self.dropout_p) if self.dropout_p > 0 else None\n",
         "record_attention=True drops in evaluation too (a fresh nn.Dropout is in training mode)",
     ),
     D(

@@ -151,48 +151,53 @@ _HF, _HF_TESTS = "transformer/integrations/huggingface.py", ("tests/test_hugging
 MUTANTS += [
     _dropin(
         "hf-no-mask-function",
-        "    AttentionMaskInterface.register(name, sdpa_mask)\n",
-        "",
+        (
+            "    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask\n"
+            "\n"
+            "    AttentionInterface.register(name, attention_forward)\n"
+            "    AttentionMaskInterface.register(name, sdpa_mask)\n"
+        ),
+        ("\n    AttentionInterface.register(name, attention_forward)\n"),
         "only the attention function is registered: the model builds no mask (padding lost)",
         _HF_TESTS,
         _HF,
     ),
     _dropin(
         "hf-causal-for-one-query",
-        "is_causal = bool(q_len > 1 and attention_mask is None and is_causal)",
-        "is_causal = bool(attention_mask is None and is_causal)",
+        "    is_causal = bool(q_len > 1 and attention_mask is None and is_causal)\n",
+        "    is_causal = bool(attention_mask is None and is_causal)\n",
         "one new token with a cache is run causally (top-left: it sees only the first key)",
         _HF_TESTS,
         _HF,
     ),
     _dropin(
         "hf-module-causality-ignored",
-        'is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)',
-        "is_causal = True if is_causal is None else is_causal",
+        '    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)\n',
+        "    is_causal = True if is_causal is None else is_causal\n",
         "an encoder (BERT) without a mask is run causally",
         _HF_TESTS,
         _HF,
     ),
     _dropin(
         "hf-gqa-not-enabled",
-        "enable_gqa=grouped)",
-        "enable_gqa=False)",
+        "        enable_gqa=grouped,\n",
+        "        enable_gqa=False,\n",
         "grouped-query models reach the drop-in without enable_gqa",
         _HF_TESTS,
         _HF,
     ),
     _dropin(
         "hf-position-bias-ignored",
-        "    if position_bias is not None:  # an additive bias",
-        "    if False:  # an additive bias",
+        "    if position_bias is not None:  # an additive bias per head, combined with the mask as transformers' SDPA does\n",
+        "    if False:  # an additive bias per head, combined with the mask as transformers' SDPA does\n",
         "T5's relative position bias is dropped",
         _HF_TESTS,
         _HF,
     ),
     _dropin(
         "hf-dropout-ignored",
-        "dropout_p=float(dropout),",
-        "dropout_p=0.0,",
+        "        dropout_p=float(dropout),\n",
+        "        dropout_p=0.0,\n",
         "the attention dropout transformers passes while training is dropped",
         _HF_TESTS,
         _HF,
@@ -201,8 +206,8 @@ MUTANTS += [
 MUTANTS += [
     _dropin(
         "hf-imports-transformers-eagerly",
-        "from ..backends.sdpa import scaled_dot_product_attention\n",
-        "import transformers  # noqa: F401\n\nfrom ..backends.sdpa import scaled_dot_product_attention\n",
+        ("\nfrom torch import Tensor, nn\n"),
+        ("\nimport transformers  # noqa: F401\nfrom torch import Tensor, nn\n"),
         "importing the integration imports transformers (seconds, and a hard dependency)",
         _HF_TESTS,
         _HF,
@@ -214,24 +219,44 @@ _REG, _REG_TESTS = "transformer/integrations/sdpa_registry.py", ("tests/test_sdp
 MUTANTS += [
     _dropin(
         "registry-lse-transposed",
-        "return out, lse, None, None, query.size(2)",
-        "return out, lse.transpose(1, 2).contiguous(), None, None, query.size(2)",
+        "    return out, lse, None, None, query.size(2), key.size(2), rng_state, offset, debug\n",
+        "    return out, lse.transpose(1, 2).contiguous(), None, None, query.size(2), key.size(2), rng_state, offset, debug\n",
         "the logsumexp comes back as (batch, q_len, heads) instead of aten's (batch, heads, q_len)",
         _REG_TESTS,
         _REG,
     ),
     _dropin(
         "registry-backward-fresh-seed",
-        "lse, None, None, None, _seed(rng_state, dropout_p)",
-        "lse, None, None, None, _seed(_rng_state(dropout_p, q.device)[0], dropout_p)",
+        (
+            "        lse,\n"
+            "        None,\n"
+            "        None,\n"
+            "        None,\n"
+            "        _seed(rng_state, dropout_p),\n"
+            "        bool(is_causal),\n"
+            "        _scale(scale, q.size(-1)),\n"
+            "        float(dropout_p),\n"
+            "    )\n"
+        ),
+        (
+            "        lse,\n"
+            "        None,\n"
+            "        None,\n"
+            "        None,\n"
+            "        _seed(_rng_state(dropout_p, q.device)[0], dropout_p),\n"
+            "        bool(is_causal),\n"
+            "        _scale(scale, q.size(-1)),\n"
+            "        float(dropout_p),\n"
+            "    )\n"
+        ),
         "the backward drops with a new seed instead of the forward's (rng_state ignored)",
         _REG_TESTS,
         _REG,
     ),
     _dropin(
         "registry-output-left-bhsd",
-        "return out.transpose(1, 2), lse, rng_state, offset, debug",
-        "return out, lse, rng_state, offset, debug",
+        "    return out.transpose(1, 2), lse, rng_state, offset, debug\n",
+        "    return out, lse, rng_state, offset, debug\n",
         "_flash_attention_forward returns (batch, heads, seq, dim) instead of aten's (batch, seq, heads, dim)",
         _REG_TESTS,
         _REG,
@@ -246,16 +271,34 @@ MUTANTS += [
     ),
     _dropin(
         "registry-refusals-ignored",
-        "if value is not None and value is not False and not (",
-        "if False and not (",
+        (
+            "        if (\n"
+            "            value is not None\n"
+            "            and value is not False\n"
+            '            and not (name.startswith("window") and value == -1)\n'
+            '            and not (name == "num_splits" and value <= 1)\n'
+            "        ):\n"
+        ),
+        '        if False and not (name.startswith("window") and value == -1) and not (name == "num_splits" and value <= 1):\n',
         "varlen, windows, ALiBi, a debug mask are ignored instead of refused",
         _REG_TESTS,
         _REG,
     ),
     _dropin(
         "registry-causal-dropped",
-        "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), bool(is_causal),",
-        "out, lse = fwd(q, k, v, None, None, None, _seed(rng_state, dropout_p), False,",
+        (
+            "        q,\n"
+            "        k,\n"
+            "        v,\n"
+            "        None,\n"
+            "        None,\n"
+            "        None,\n"
+            "        _seed(rng_state, dropout_p),\n"
+            "        bool(is_causal),\n"
+            "        _scale(scale, q.size(-1)),\n"
+            "        float(dropout_p),\n"
+        ),
+        "        q, k, v, None, None, None, _seed(rng_state, dropout_p), False, _scale(scale, q.size(-1)), float(dropout_p)\n",
         "the forward adapter ignores is_causal",
         _REG_TESTS,
         _REG,

@@ -86,8 +86,8 @@ MUTANTS: list[Mutant] = [
     M(
         "backend-module-beats-context",
         "transformer/attention.py",
-        "resolve_backend(current_backend() or self.backend,",
-        "resolve_backend(self.backend or current_backend(),",
+        "            backend = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p, self.scale)\n",
+        "            backend = resolve_backend(self.backend or current_backend(), q, k, v, mask, dropout_p, self.scale)\n",
         "the module's default overrides the use_backend block",
     ),
     M(
@@ -129,8 +129,8 @@ MUTANTS: list[Mutant] = [
     M(
         "cache-static-recomputed",
         "transformer/attention.py",
-        "if cache is not None and cache.filled:",
-        "if False:",
+        "        if cache is not None and cache.filled:\n",
+        "        if False:\n",
         "cross-attention projects the memory again at every step (and appends it)",
     ),
     M(
