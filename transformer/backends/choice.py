@@ -135,7 +135,7 @@ def resolve_backend(
                 "use the kernel)",
             )
         else:
-            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, auto=True)
+            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, True)  # positional: tests patch it with lambda *a
             if reason is None:
                 return "triton"
             _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)
