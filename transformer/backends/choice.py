@@ -135,7 +135,8 @@ def resolve_backend(
                 "use the kernel)",
             )
         else:
-            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, True)  # positional: tests patch it with lambda *a
+            # auto=True positionally: the tests' stand-ins for it take *args
+            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, True)
             if reason is None:
                 return "triton"
             _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)
