@@ -89,7 +89,9 @@ def check_targets(mutants: list[Mutant]) -> list[str]:
     return problems
 
 
-def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
+def run_one(mutant: Mutant | None, tests: list[str], timeout: float, first: list[str] = ()) -> dict:
+    """Run ``tests`` against ``mutant``; when ``first`` names tests (the ones that caught it last time), run them
+    alone first, and the whole suite only if they pass."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
         workdir = Path(tmp)
@@ -128,13 +130,18 @@ def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
             "--no-header",
             "-W",
             "ignore::DeprecationWarning",
-            *tests,
         ]
-        try:
-            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
-            rc, output = proc.returncode, proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as error:
-            rc, output = -1, f"timeout after {timeout:.0f}s\n{error.stdout or ''}"
+        rc, output = 0, ""
+        for selection in ([list(first)] if first else []) + [tests]:
+            try:
+                proc = subprocess.run(
+                    cmd + selection, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+                )
+                rc, output = proc.returncode, proc.stdout + proc.stderr
+            except subprocess.TimeoutExpired as error:
+                rc, output = -1, f"timeout after {timeout:.0f}s\n{error.stdout or ''}"
+            if rc != 0:
+                break
     if rc == 99:
         raise SystemExit(f"mutant guard failed: the tests did not import the mutant's package\n{output}")
     failed = next((line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))), "")
@@ -148,8 +155,29 @@ def run_one(mutant: Mutant | None, tests: list[str], timeout: float) -> dict:
         else ("caught" if rc in (1, 2) else ("timeout" if rc == -1 else f"error rc={rc}")),
         "killed_by": failed.split(" - ")[0].removeprefix("FAILED ").removeprefix("ERROR ").strip(),
         "seconds": round(time.monotonic() - start, 1),
+        "tried_first": list(first),
         "tail": "\n".join(output.splitlines()[-15:]),
     }
+
+
+def earlier_killers(paths: list[str], suites: list[tuple[str, ...]]) -> dict[str, str]:
+    """Mutant id -> the test that caught it in earlier results, kept only if that test is still collected."""
+    killers: dict[str, str] = {}
+    for path in paths:  # later files win
+        for r in json.loads(Path(path).read_text()).get("mutants", []):
+            if r.get("status") == "caught" and "::" in r.get("killed_by", ""):
+                killers[r["id"]] = r["killed_by"]
+    files = sorted({f for s in suites for f in s})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    collected = {line.strip() for line in proc.stdout.splitlines() if "::" in line}
+    kept = {m: t for m, t in killers.items() if t in collected}
+    print(f"hints: {len(kept)} of {len(killers)} earlier killing tests still collected")
+    return kept
 
 
 def main() -> int:
@@ -169,6 +197,19 @@ def main() -> int:
         "--module",
         help="take the mutants of this module of tests/mutation/catalog/ only "
         "(e.g. blind_decoding), whether or not the catalog's ALL lists it",
+    )
+    parser.add_argument(
+        "--hints",
+        nargs="+",
+        default=[],
+        help="earlier results JSON files: run the test that caught each mutant there first (a test that still "
+        "exists and passes unmutated), and the whole suite only if it no longer fails",
+    )
+    parser.add_argument(
+        "--one-baseline",
+        action="store_true",
+        help="run one unmutated baseline over every suite's files together instead of one per suite "
+        "(one long run instead of dozens when many catalog modules name their own suites)",
     )
     args = parser.parse_args()
 
@@ -195,17 +236,27 @@ def main() -> int:
     suites = sorted({tuple(suite(m)) for m in mutants}) or [tuple(tests)]
     print(f"{len(mutants)} mutants; test suites: " + "; ".join(" ".join(s) for s in suites))
 
-    baselines = [run_one(None, list(s), args.timeout) for s in suites]  # each suite must pass unmutated
+    if args.one_baseline:  # every file of every suite, once, in the suites' order: each suite is a part of it
+        union = list(dict.fromkeys(f for s in suites for f in s))
+        baselines = [run_one(None, union, max(args.timeout, 3600.0))]
+    else:
+        baselines = [run_one(None, list(s), args.timeout) for s in suites]  # each suite must pass unmutated
     for baseline in baselines:
         print(f"baseline: {baseline['status']} in {baseline['seconds']}s: {baseline['tail'].splitlines()[-1]}")
         if baseline["status"] != "passed":
             print(baseline["tail"])
             return 2
 
+    killers = earlier_killers(args.hints, suites) if args.hints else {}
+
+    def first(m: Mutant) -> list[str]:
+        test = killers.get(m.id, "")
+        return [test] if test.split("::")[0] in suite(m) else []
+
     results: list[dict] = []
     started = time.monotonic()
     with futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        jobs = {pool.submit(run_one, m, suite(m), args.timeout): m for m in mutants}
+        jobs = {pool.submit(run_one, m, suite(m), args.timeout, first(m)): m for m in mutants}
         for job in futures.as_completed(jobs):
             r = job.result()
             results.append(r)
