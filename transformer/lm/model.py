@@ -109,6 +109,19 @@ class TransformerLM(nn.Module):
             return mask.replace(causal=True)
         return mask & subsequent_mask(seq, device=mask.device)
 
+    @classmethod
+    def from_pretrained(cls, path, dtype=None, device=None) -> TransformerLM:
+        """The model of a Hugging Face checkpoint folder: :func:`transformer.lm.pretrained.load_pretrained`."""
+        from .pretrained import load_pretrained
+
+        return load_pretrained(path, dtype=dtype, device=device)
+
+    def save_pretrained(self, path, *, architecture: str | None = None):
+        """Write a Hugging Face checkpoint folder: :func:`transformer.lm.pretrained.save_pretrained`."""
+        from .pretrained import save_pretrained
+
+        return save_pretrained(self, path, architecture=architecture)
+
     def new_cache(self) -> LMCache:
         """An empty key/value cache for :meth:`forward` one position at a time."""
         return LMCache(len(self.layers))

@@ -1,0 +1,95 @@
+"""Tiny Hugging Face models for the checkpoint-folder tests: built from transformers' own config classes with
+random weights (never downloaded), saved with its ``save_pretrained``, and a left-padded batch to compare on.
+
+Every 1-D parameter (norm gains, biases) is drawn around its initial value, so that a norm or bias read into the
+wrong place changes the logits; a model's output is compared on the real (not padded) positions only.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from transformer.masks import AttentionMask
+
+VOCAB = 97
+
+
+def hf_config(transformers, kind: str, **overrides):
+    """A tiny config of ``kind`` (gpt2, llama, qwen2, qwen3, mistral): 2 layers, d_model 32, 4 heads, vocab 97."""
+    if kind == "gpt2":
+        fields = dict(
+            vocab_size=VOCAB, n_positions=48, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        )  # fmt: skip
+        return transformers.GPT2Config(**{**fields, **overrides})
+    fields = dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=48, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+    )  # fmt: skip
+    classes = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+        "mistral": transformers.MistralConfig,
+    }
+    if kind == "qwen3":
+        fields["head_dim"] = 12  # Qwen3's head_dim is its own field: not d_model / n_heads
+    if kind == "mistral":
+        fields["sliding_window"] = 4
+    return classes[kind](**{**fields, **overrides})
+
+
+MODEL_CLASSES = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
+
+
+def hf_model(transformers, kind: str, seed: int = 0, **overrides):
+    """A random tiny model of ``kind`` in eval mode (eager attention), its 1-D parameters spread out."""
+    config = hf_config(transformers, kind, **overrides)
+    torch.manual_seed(seed)
+    model = getattr(transformers, MODEL_CLASSES[kind])._from_config(copy.deepcopy(config), attn_implementation="eager")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.normal_(1.0 if "norm" in name or "ln_" in name else 0.0, 0.3)
+    return model.eval()
+
+
+def left_padded_batch(seed: int = 1, rows: int = 3, steps: int = 11, pads=(0, 3, 6)):
+    """Token ids (rows, steps) in [3, VOCAB) and the attention mask (True = real), row r padded on the left by
+    ``pads[r]`` (pad id 0)."""
+    tokens = torch.randint(3, VOCAB, (rows, steps), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(rows, steps, dtype=torch.bool)
+    for r, pad in enumerate(pads):
+        mask[r, :pad] = False
+    return tokens.masked_fill(~mask, 0), mask
+
+
+def positions_of(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first real token (as transformers': cumsum - 1, clamped)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def hf_logits(model, tokens, mask):
+    return model(input_ids=tokens, attention_mask=mask.long(), position_ids=positions_of(mask)).logits
+
+
+def our_logits(model, tokens, mask):
+    return model.logits(tokens, AttentionMask(key_mask=mask), positions=positions_of(mask))
+
+
+def assert_logits_close(ours, theirs, mask, dtype=torch.float32):
+    """Equal on the real positions: within 1e-5 x max|logit| in float32, 1e-10 in float64."""
+    ours, theirs = ours[mask], theirs[mask]
+    tolerance = 1e-10 if dtype == torch.float64 else 1e-5 * theirs.abs().max().item()
+    error = (ours - theirs).abs().max().item()
+    assert error <= tolerance, f"max |ours - theirs| = {error:.3g} > {tolerance:.3g}"
+    return error

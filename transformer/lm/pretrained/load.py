@@ -1,0 +1,154 @@
+"""Loading a Hugging Face checkpoint folder into a :class:`~transformer.lm.model.TransformerLM`.
+
+The order makes every check happen before a byte of weights is read: ``config.json`` gives the architecture and
+the :class:`LMConfig` (an unknown architecture or an option not implemented is refused by name); the model is
+built with its parameters on the meta device (no memory, no initialisation: buffers such as positional tables are
+built for real); the safetensors headers are matched against the model's parameters (a missing, unexpected or
+misshaped tensor, a dtype that cannot be a weight, are refused naming the tensor and the file). Then each tensor
+is read once, copied straight into the dtype and device asked for, and swapped into its parameter
+(``torch.utils.swap_tensors``: a tied head stays the embedding's very tensor). Peak memory is the model plus one
+tensor (``benchmarks/load_memory.py`` measures it).
+
+No transformers import: the JSON is read with :mod:`json`, the tensors with ``safetensors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..model import TransformerLM, build_lm
+from .architectures import Architecture
+from .config_fields import ConfigFields
+from .errors import PretrainedFormatError
+from .files import CONFIG_FILE, GENERATION_CONFIG_FILE, SAFETENSORS_DTYPES, SafetensorsFolder, read_json
+from .supported import architecture_of
+from .tensor_map import TensorMap
+
+__all__ = ["load_pretrained", "PretrainedOrigin", "parameters_on_meta"]
+
+
+@dataclass(frozen=True)
+class PretrainedOrigin:
+    """Where a model was loaded from: the folder, its architecture and the JSON of its ``config.json`` and
+    ``generation_config.json`` (None when absent). :func:`~transformer.lm.pretrained.save.save_pretrained` writes
+    the same architecture, token ids and generation config back."""
+
+    folder: Path
+    architecture: str
+    config: dict[str, Any]
+    generation_config: dict[str, Any] | None
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on the meta device (no memory, initialisation a no-op); buffers
+    stay real, as they are computed from the config, not loaded."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and not param.is_meta:
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def _dtype(dtype: torch.dtype | None, config: ConfigFields, tensors: SafetensorsFolder, maps: list[TensorMap]):
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"from_pretrained: dtype must be a floating torch.dtype or None, got dtype={dtype!r}")
+        return dtype
+    for field in ("dtype", "torch_dtype"):  # transformers 5 writes dtype, 4 wrote torch_dtype
+        name = config.values.get(field)
+        if isinstance(name, str) and getattr(torch, name, None) in SAFETENSORS_DTYPES.values():
+            return getattr(torch, name)
+    stored = {tensors.dtype(m.theirs) for m in maps}
+    return stored.pop() if len(stored) == 1 else torch.float32
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_tensors(
+    maps: list[TensorMap], params: dict[str, nn.Parameter], tensors: SafetensorsFolder, architecture: Architecture
+) -> None:
+    """Refuse a missing, unexpected or misshaped tensor, or one of a dtype a weight cannot have."""
+    where = f"{tensors.source} ({architecture.name})"
+    present = set(tensors.names())
+    wanted = {m.theirs: m for m in maps}
+    missing = sorted(set(wanted) - present)
+    if missing:
+        raise PretrainedFormatError(
+            f"{where}: missing tensor {_listing(missing)} (for our parameter "
+            f"{', '.join(wanted[missing[0]].ours)}); config.json's model needs them"
+        )
+    unexpected = sorted(n for n in present - set(wanted) if not architecture.is_derived_buffer(n))
+    if unexpected:
+        raise PretrainedFormatError(
+            f"{where}: unexpected tensor {_listing(unexpected)}: the model config.json describes has no such weight "
+            "(a bias its options leave out, a head its tie_word_embeddings shares, another architecture's)"
+        )
+    for m in maps:
+        expected = m.their_shape(tuple(params[name].shape for name in m.ours))
+        actual = tensors.headers[m.theirs].shape
+        if actual != expected:
+            raise PretrainedFormatError(
+                f"{tensors.headers[m.theirs].file}: tensor {m.theirs!r} has shape {list(actual)}, expected "
+                f"{list(expected)} (our parameter {', '.join(m.ours)}, from config.json)"
+            )
+        tensors.dtype(m.theirs)
+
+
+def _copy_to(dtype: torch.dtype, device: torch.device):
+    def copy(view: torch.Tensor) -> torch.Tensor:
+        return torch.empty(view.shape, dtype=dtype, device=device).copy_(view)
+
+    return copy
+
+
+def load_pretrained(
+    path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device | None = None
+) -> TransformerLM:
+    """The :class:`TransformerLM` of a Hugging Face checkpoint folder (``config.json`` plus ``model.safetensors`` or
+    a sharded ``model.safetensors.index.json``), in ``dtype`` (None: the checkpoint's, as ``config.json``'s
+    ``dtype`` says) on ``device`` (None: the CPU), in eval mode as transformers returns it. Anything it cannot
+    load exactly raises :class:`~transformer.lm.pretrained.errors.PretrainedFormatError` naming the file and the
+    field or tensor."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise PretrainedFormatError(f"{folder}: not a directory (from_pretrained reads a checkpoint folder)")
+    raw = read_json(folder / CONFIG_FILE)
+    fields = ConfigFields(raw, folder / CONFIG_FILE)
+    architecture = architecture_of(fields)
+    config = architecture.lm_config(fields)
+    tensors = SafetensorsFolder(folder)
+    with parameters_on_meta():
+        model = build_lm(config)
+    params = dict(model.named_parameters())  # a tied head is listed once, as the embedding
+    maps = architecture.maps_for_file(list(params), tensors.names())
+    _check_tensors(maps, params, tensors, architecture)
+    dtype = _dtype(dtype, fields, tensors, maps)
+    device = torch.device("cpu" if device is None else device)
+    copy = _copy_to(dtype, device)
+    for m in maps:
+        pieces = tensors.read(m.theirs, lambda view, m=m: tuple(copy(piece) for piece in m.to_ours(view)))
+        for name, piece in zip(m.ours, pieces, strict=True):
+            torch.utils.swap_tensors(params[name], nn.Parameter(piece, requires_grad=params[name].requires_grad))
+    model.to(device=device, dtype=dtype)  # the buffers; the parameters are there already
+    model.eval()
+    generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)
+    model.pretrained_origin = PretrainedOrigin(folder, architecture.name, raw, generation)
+    return model

@@ -1,0 +1,59 @@
+"""How one tensor of a Hugging Face checkpoint becomes parameters of :class:`TransformerLM`, and back.
+
+A :class:`TensorMap` pairs a tensor name of the file (``theirs``) with one or more state_dict keys of ours and a
+layout: ``"same"`` (the same tensor), ``"transposed"`` (GPT-2's ``Conv1D`` stores ``(in, out)``, ``nn.Linear``
+``(out, in)``), ``"fused"`` (GPT-2's ``c_attn``: queries, keys and values side by side along the last dimension,
+each transposed when 2-D) and ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1, max_len,
+d_model)``). Both directions are views: the loader copies each piece once, into the model's dtype and device.
+The expected shape of their tensor comes from ours by :meth:`TensorMap.to_theirs` on meta tensors, so every
+tensor is checked against the model before a byte is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+__all__ = ["TensorMap", "Layout"]
+
+Layout = Literal["same", "transposed", "fused", "batched"]
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """Their tensor ``theirs`` is our parameters ``ours`` (several for ``"fused"``), laid out as ``layout``."""
+
+    theirs: str
+    ours: tuple[str, ...]
+    layout: Layout = "same"
+
+    def __post_init__(self) -> None:
+        if (len(self.ours) > 1) != (self.layout == "fused"):
+            raise ValueError(f"TensorMap {self.theirs}: layout {self.layout!r} with {len(self.ours)} of our tensors")
+
+    def to_ours(self, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Our tensors (views of ``tensor``), in the order of ``ours``."""
+        if self.layout == "transposed":
+            return (tensor.t(),)
+        if self.layout == "batched":
+            return (tensor.unsqueeze(0),)
+        if self.layout == "fused":
+            parts = tensor.chunk(len(self.ours), dim=-1)
+            return tuple(p.t() if p.dim() == 2 else p for p in parts)
+        return (tensor,)
+
+    def to_theirs(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Their tensor from ours (a view, or a new tensor for ``"fused"``)."""
+        if self.layout == "transposed":
+            return tensors[0].t()
+        if self.layout == "batched":
+            return tensors[0].squeeze(0)
+        if self.layout == "fused":
+            return torch.cat([t.t() if t.dim() == 2 else t for t in tensors], dim=-1)
+        return tensors[0]
+
+    def their_shape(self, our_shapes: tuple[torch.Size, ...]) -> tuple[int, ...]:
+        """The shape their tensor must have for our parameters of ``our_shapes`` (computed on meta tensors)."""
+        return tuple(self.to_theirs(tuple(torch.empty(s, device="meta") for s in our_shapes)).shape)
