@@ -81,13 +81,17 @@ def test_the_window_and_the_padding_matter_in_these_cases(tmp_path):
     assert (from_zero - expected)[mask].abs().max() > 1e-3
 
 
+WIDE_HEADS = {"gpt2": {"n_embd": 64}, "llama": {"hidden_size": 64}, "qwen3": {"head_dim": 16}}  # the kernel's d_k >= 16
+
+
 @pytest.mark.parametrize("backend", ["eager", "torch", "triton"])
 @pytest.mark.parametrize("case", ["llama-gqa2", "gpt2", "qwen3-head_dim-bias"])
 def test_every_backend_computes_transformers_logits(tmp_path, case, backend):
     if backend == "triton" and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs CUDA or TRITON_INTERPRET=1")
     kind, overrides = CASES[case]
-    theirs, ours = _pair(tmp_path, kind, overrides)
+    theirs, ours = _pair(tmp_path, kind, {**overrides, **WIDE_HEADS[kind]})
+    assert ours.config.d_k == 16
     tokens, mask = left_padded_batch()
     with torch.no_grad(), use_backend(backend):
         got = our_logits(ours, tokens, mask)
@@ -129,7 +133,7 @@ def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path, case):
     kind, overrides = CASES[case]
     theirs, ours = _pair(tmp_path, kind, overrides, torch.float64)
     ours.save_pretrained(tmp_path / "ours")
-    again = getattr(transformers, type(theirs).__name__).from_pretrained(tmp_path / "ours", attn_implementation="eager")
+    again = getattr(transformers, type(theirs).__name__).from_pretrained(tmp_path / "ours", attn_implementation="sdpa")
     assert again.dtype == torch.float64
     tokens, mask = left_padded_batch()
     with torch.no_grad():
@@ -149,7 +153,7 @@ def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, cas
         for p in ours.parameters():
             p.normal_(0.0, 0.5)
     folder = ours.save_pretrained(tmp_path / "ours")
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
     assert type(theirs).__name__ == template.pretrained_origin.architecture
     tokens, mask = left_padded_batch()
     with torch.no_grad():
