@@ -26,10 +26,10 @@ from transformer.lm import TransformerLM
 
 transformers = pytest.importorskip("transformers")
 
-# head_dim 8, theta 1000: wavelengths 6.3 (kept), 35 (smoothed), 199 and 1117 (divided by 4)
-LLAMA3 = dict(rope_type="llama3", rope_theta=1000.0, factor=4.0, low_freq_factor=1.0, high_freq_factor=8.0)
-LLAMA3["original_max_position_embeddings"] = 64
-YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 16}
+# head_dim 8, theta 1000: wavelengths 6.3 (kept: < 32 / 4), 35 (smoothed), 199 and 1117 (divided: > 32 / 0.5)
+LLAMA3 = dict(rope_type="llama3", rope_theta=1000.0, factor=4.0, low_freq_factor=0.5, high_freq_factor=4.0)
+LLAMA3["original_max_position_embeddings"] = 32
+YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 3.0, "original_max_position_embeddings": 16}
 LINEAR = {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0}
 
 CASES = {
