@@ -158,3 +158,29 @@ def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, cas
     tokens, mask = left_padded_batch()
     with torch.no_grad():
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
+
+
+def test_a_misshaped_adapter_on_a_loaded_model_fails_with_the_contract_naming_the_dimension(tmp_path):
+    """Checks stay on in a loaded model: a LoRA-style adapter whose up-projection is transposed (d_model rows where
+    the query width n_heads * head_dim = 48 belongs) gives queries of the wrong head width, and the contract of the
+    next checked module says which dimension (QK-norm's d_k = 12)."""
+    import transformer as T
+
+    _, ours = _pair(tmp_path, *CASES["qwen3-head_dim-bias"])
+    base = ours.layers[0].self_attn.q_proj
+
+    class LoRA(torch.nn.Module):
+        def __init__(self, base: torch.nn.Linear, rank: int = 4) -> None:
+            super().__init__()
+            self.base = base
+            self.down = torch.nn.Parameter(torch.randn(rank, base.in_features))
+            self.up = torch.nn.Parameter(torch.zeros(base.in_features, rank))  # the bug: (out_features, rank)
+
+        def forward(self, x):
+            return self.base(x)[..., : self.up.size(0)] + x @ self.down.T @ self.up.T
+
+    tokens, mask = left_padded_batch()
+    assert base.out_features == 48 and ours.config.d_k == 12
+    ours.layers[0].self_attn.q_proj = LoRA(base)
+    with pytest.raises(T.TypeCheckError, match=r"RMSNorm.forward: argument 'x'.*self.features=12"):
+        our_logits(ours, tokens, mask)
