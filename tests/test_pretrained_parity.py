@@ -46,6 +46,10 @@ CASES = {
     "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 0}),
     "qwen3-head_dim-bias": ("qwen3", {"attention_bias": True, "num_key_value_heads": 1}),
     "mistral-window": ("mistral", {}),
+    "starcoder2-window": ("starcoder2", {}),
+    "starcoder2-mqa-untied-no-bias": ("starcoder2", {"num_key_value_heads": 1, "use_bias": False,
+                                                     "tie_word_embeddings": False, "sliding_window": None,
+                                                     "hidden_act": "gelu"}),
 }  # fmt: skip
 
 
@@ -98,7 +102,9 @@ def test_every_backend_computes_transformers_logits(tmp_path, case, backend):
     assert_logits_close(got, hf_logits(theirs, tokens, mask).detach(), mask)
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama-gqa1-biases-tied", "qwen3-head_dim-bias", "mistral-window"])
+@pytest.mark.parametrize(
+    "case", ["gpt2", "llama-gqa1-biases-tied", "qwen3-head_dim-bias", "mistral-window", "starcoder2-window"]
+)
 def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
     kind, overrides = CASES[case]
     theirs, ours = _pair(tmp_path, kind, overrides, torch.float64)
@@ -126,6 +132,7 @@ def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
 
 
 ROUND_TRIPS = ["gpt2", "llama-mqa-llama3", "llama-yarn", "qwen2-window", "qwen3-head_dim-bias", "mistral-window"]
+ROUND_TRIPS += ["starcoder2-window"]
 
 
 @pytest.mark.parametrize("case", ROUND_TRIPS)
@@ -141,7 +148,7 @@ def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path, case):
     assert again.generation_config.eos_token_id == theirs.generation_config.eos_token_id
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama-gqa1-biases-tied", "qwen2", "mistral-window"])
+@pytest.mark.parametrize("case", ["gpt2", "llama-gqa1-biases-tied", "qwen2", "mistral-window", "starcoder2-window"])
 def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, case):
     """A model of ours (its own random weights, never a transformers model) written by save_pretrained."""
     kind, overrides = CASES[case]
