@@ -163,7 +163,8 @@ def load_pretrained(
     device = torch.device("cpu" if device is None else device)
     for m in maps:
         _read_into(m, params, tensors, dtype, device)
-    model.to(device=device, dtype=dtype)  # the buffers; the parameters are there already
+    model.to(device=device)  # the buffers, in their own dtype (RoPE's frequencies stay float32, as transformers');
+    # the parameters are there already
     model.eval()
     generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)
     model.pretrained_origin = PretrainedOrigin(folder, architecture.name, raw, generation)
