@@ -145,6 +145,17 @@ def test_sharded_folders_load_through_their_index(tmp_path):
         assert torch.equal(loaded.state_dict()[key], value), key
 
 
+def test_saving_over_a_sharded_folder_removes_its_shards_and_index(tmp_path):
+    folder, shards, model = _sharded(tmp_path)
+    (folder / "notes.txt").write_text("kept")
+    loaded = load_pretrained(folder)
+    with torch.no_grad():
+        loaded.norm.weight.add_(1.0)
+    loaded.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "notes.txt"]
+    assert torch.equal(load_pretrained(folder).norm.weight, model.norm.weight + 1.0)
+
+
 def test_each_tensor_is_read_once_in_blocks_of_rows(tmp_path, monkeypatch):
     folder, _ = _saved(tmp_path, llama_config())
     monkeypatch.setattr(files_module, "BLOCK_BYTES", 32 * 4 * 5)  # five rows of a (*, 32) float32 tensor a block
