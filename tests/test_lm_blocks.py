@@ -281,3 +281,22 @@ def test_a_misshaped_adapter_in_a_projection_fails_with_the_contract_naming_the_
     message = r"CausalSelfAttention.attend: argument 'q' is f32\[2,2,5,4\].*self.d_k=8\)"
     with pytest.raises(T.TypeCheckError, match=message):
         model(tokens)
+
+
+# ---------------------------------------------------------------- gradients in float64
+def test_gradients_of_the_new_blocks_in_float64():
+    torch.manual_seed(6)
+    ff = GatedFeedForward(4, 6, activation="gelu_tanh").double()
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ff, (x,))
+    rotation = RotaryEmbedding(4, 100.0, max_len=8)(torch.arange(3)[None], torch.float64)
+    q = torch.randn(1, 2, 3, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(rotation, (q,))
+    config = LMConfig(vocab=11, n_layers=1, d_model=8, d_ff=8, n_heads=2, n_kv_heads=1, head_dim=4, qk_norm=True,
+                      positional_encoding="rotary", sliding_window=2, **NO_DROPOUT)  # fmt: skip
+    model = build_lm(config).double()
+    attn = model.layers[0].self_attn
+    attn.q_norm.compute_dtype = attn.k_norm.compute_dtype = torch.float64
+    rot = model.rotary(torch.arange(4)[None], torch.float64)
+    h = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: attn(v, T.AttentionMask(causal=True), rotation=rot), (h,))

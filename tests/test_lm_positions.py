@@ -59,9 +59,9 @@ def test_left_padded_rows_equal_their_rows_alone_with_and_without_the_cache(kv_h
     torch.testing.assert_close(cache.next_positions, real.sum(1))
 
 
-@pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
-def test_position_tables_read_the_positions_of_left_padded_rows(kind):
-    model = _model(positional_encoding=kind)
+@pytest.mark.parametrize("kind, scale", [("learned", 1.0), ("learned", 2.5), ("sinusoidal", 1.0), ("sinusoidal", 0.5)])
+def test_position_tables_read_the_positions_of_left_padded_rows(kind, scale):
+    model = _model(positional_encoding=kind, positional_scale=scale)
     tokens, real = _left_padded(lengths=(9, 4))
     full = model(tokens, real[:, None, :])  # a bool (batch, 1, seq) key mask
     cache = model.new_cache()
