@@ -215,3 +215,20 @@ def test_scaled_configs_build_and_differ_from_the_unscaled_model():
         scaled = build_lm(plain.replace(**fields)).eval()
         scaled.load_state_dict(state)
         assert (scaled(tokens) - out).abs().max() > 1e-4, fields
+
+
+def test_a_rotary_model_built_on_the_meta_device_computes_its_frequencies_again():
+    config = LMConfig(**BASE, positional_encoding="rotary", rope_scaling="llama3", rope_factor=8.0,
+                      rope_original_max_len=4, max_len=16)  # fmt: skip
+    torch.manual_seed(4)
+    reference = build_lm(config).eval()
+    with torch.device("meta"):
+        model = build_lm(config)
+    model = model.to_empty(device="cpu").eval()
+    with torch.no_grad():
+        model.rotary.inv_freq.fill_(float("nan"))  # what to_empty may leave: any bits
+    model.load_state_dict(reference.state_dict())
+    model.rotary.reset_buffers()
+    torch.testing.assert_close(model.rotary.inv_freq, reference.rotary.inv_freq, rtol=0, atol=0)
+    tokens = torch.randint(0, 11, (2, 9))
+    torch.testing.assert_close(model(tokens), reference(tokens), rtol=0, atol=0)
