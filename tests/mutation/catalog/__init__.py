@@ -23,6 +23,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     interface,
     kernels,
     lm,
+    lm_blocks,
     model,
     training,
 )
@@ -39,6 +40,7 @@ ALL: list[Mutant] = [
     *training.MUTANTS,
     *kernels.MUTANTS,
     *lm.MUTANTS,
+    *lm_blocks.MUTANTS,
     *distributed.MUTANTS,
     *blind_data.MUTANTS,
     *blind_training.MUTANTS,
