@@ -25,6 +25,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     lm,
     lm_blocks,
     model,
+    pretrained,
     training,
 )
 from .base import KERNEL_TESTS, K, M, Mutant
@@ -41,6 +42,7 @@ ALL: list[Mutant] = [
     *kernels.MUTANTS,
     *lm.MUTANTS,
     *lm_blocks.MUTANTS,
+    *pretrained.MUTANTS,
     *distributed.MUTANTS,
     *blind_data.MUTANTS,
     *blind_training.MUTANTS,
