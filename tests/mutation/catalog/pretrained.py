@@ -81,8 +81,8 @@ MUTANTS = [
     P(
         "pretrained-block-rows-from-zero",
         _DIR + "load.py",
-        "rows = slice(start, start + block.size(0)) if block.dim() > 1 else slice(None)",
-        "rows = slice(0, block.size(0)) if block.dim() > 1 else slice(None)",
+        "view[low - first : high - first].copy_(",
+        "view[low - start : high - start].copy_(",
         "every block of rows copied to the top of the tensor (a large tensor's later rows left as allocated)",
     ),
     P(
