@@ -103,6 +103,25 @@ def test_an_end_token_ends_a_row_and_the_rest_is_padding():
     assert out.tolist() == [[1, 2, 3, 4, 9, 9, 9, 9, 9], [5, 6, 7, 8, 9, 0, 1, 2, 3]]
 
 
+def test_every_end_token_ends_a_row_which_keeps_it_and_pads_after_it():
+    prompt = torch.tensor([[1], [5], [8]])
+    out = generate(_Fixed(), prompt, 8, end_symbol=4, end_symbols=[7, 2], pad_symbol=9)
+    assert out.tolist() == [
+        [1, 2, 9, 9, 9, 9, 9, 9, 9],  # ends at 2, a token of end_symbols
+        [5, 6, 7, 9, 9, 9, 9, 9, 9],  # ends at 7
+        [8, 9, 0, 1, 2, 9, 9, 9, 9],  # ends at 2 (the one that comes first)
+    ]
+    assert generate(_Fixed(), prompt, 8, end_symbol=4, end_symbols=[], pad_symbol=9).tolist()[1][:5] == [5, 6, 7, 8, 9]
+    with pytest.raises(ValueError, match=r"end_symbols=\[7\] need an end_symbol"):
+        generate(_Fixed(), prompt, 3, end_symbols=[7])
+    with pytest.raises(ValueError, match=r"end_symbols\[1\]=10 must be a token id in \[0, 10\)"):
+        generate(_Fixed(), prompt, 3, end_symbol=4, end_symbols=[7, 10])
+    with pytest.raises(TypeError, match="argument 'end_symbols' is 7"):  # the signature's contract
+        generate(_Fixed(), prompt, 3, end_symbol=4, end_symbols=7)
+    with T.checks(False), pytest.raises(ValueError, match="end_symbols must be a sequence of token ids, got 7"):
+        generate(_Fixed(), prompt, 3, end_symbol=4, end_symbols=7)
+
+
 def test_a_stop_sequence_ends_a_row_after_it_with_the_end_token():
     prompt = torch.tensor([[1], [6]])
     out = generate(_Fixed(), prompt, 9, end_symbol=0, pad_symbol=9, stop_sequences=[[3, 4]])

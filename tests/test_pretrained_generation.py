@@ -95,7 +95,7 @@ def test_the_tokenizer_encodes_and_decodes_as_transformers_does(tmp_path):
     assert ours.special_tokens == {"bos_token": ("<s>", 1), "eos_token": ("</s>", 2), "pad_token": ("<pad>", 0)}
     assert ours.pad_id == 0 and ours.vocab_size == VOCAB
     assert ours.eos_ids == (2, 7)
-    assert ours.generation_arguments() == {"end_symbol": 2, "stop_sequences": [[7]]}
+    assert ours.generation_arguments() == {"end_symbol": 2, "end_symbols": [7]}
 
 
 def test_eos_ids_come_from_generation_config_then_config_json(tmp_path):
@@ -139,3 +139,7 @@ def test_generation_stops_at_every_eos_id_where_transformers_stops(tmp_path):
     ours_rows = _stopped_rows(got[:, tokens.size(1) :], set(eos_ids))
     assert ours_rows == _stopped_rows(expected, set(eos_ids))
     assert {row[-1] for row in ours_rows[:2]} == set(eos_ids)
+    # token for token, the padding after each row's end included (transformers stops once every row has ended)
+    generated = got[:, tokens.size(1) :]
+    assert torch.equal(generated[:, : expected.size(1)], expected)
+    assert (generated[:, expected.size(1) :] == 0).all()

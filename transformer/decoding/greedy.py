@@ -74,11 +74,12 @@ def search(
     end_symbol: int | None,
     pad_symbol: int,
     pick: Callable[[Tensor], Tensor],
+    also_end: tuple[int, ...] = (),
 ) -> Tensor:
     """Grow ``ys`` (batch, t) to ``max_len`` columns, appending ``pick(log_probs)`` each step.
 
-    After a row emits ``end_symbol``, its later positions hold ``pad_symbol``; once every row has ended the rest
-    is padding and no step runs.
+    After a row emits ``end_symbol`` (or a token of ``also_end``, used only with an ``end_symbol``), its later
+    positions hold ``pad_symbol``; once every row has ended the rest is padding and no step runs.
     """
     batch = ys.size(0)
     finished = torch.zeros(batch, dtype=torch.bool, device=ys.device)
@@ -91,6 +92,8 @@ def search(
         if end_symbol is not None:
             ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])
             finished |= ys[:, -1] == end_symbol
+            for token in also_end:
+                finished |= ys[:, -1] == token
     if ys.size(1) != max_len:  # the exact-length promise, also when checks are off
         raise ValueError(f"decoding produced {ys.size(1)} tokens instead of max_len={max_len}")
     return ys

@@ -23,6 +23,7 @@ __all__ = [
     "validate_search",
     "GenerationRequest",
     "validate_generation",
+    "validate_end_symbols",
     "validate_max_len",
     "validate_token_id",
     "default_pad_symbol",
@@ -147,6 +148,19 @@ def validate_generation(
             "has been generated)"
         )
     return GenerationRequest(total, end_symbol, pad_symbol, tuple(stops))
+
+
+def validate_end_symbols(who: str, end_symbols: object, end_symbol: int | None, vocab: int) -> tuple[int, ...]:
+    """``end_symbols`` (more tokens that end a row) as a tuple of token ids, each checked against ``vocab``; they
+    need an ``end_symbol`` (the token stop sequences end with, and the first end token)."""
+    if isinstance(end_symbols, (str, bytes)) or not isinstance(end_symbols, Sequence):
+        raise ValueError(f"{who}: end_symbols must be a sequence of token ids, got {end_symbols!r}")
+    ends = tuple(end_symbols)
+    for i, token in enumerate(ends):
+        validate_token_id(f"end_symbols[{i}]", token, vocab, "the model's vocabulary")
+    if ends and end_symbol is None:
+        raise ValueError(f"{who}: end_symbols={list(ends)} need an end_symbol (pass the first end token as end_symbol)")
+    return ends
 
 
 # ---------------------------------------------------------------------------- sampling and beam options

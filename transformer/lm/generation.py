@@ -29,6 +29,7 @@ from ..decoding import (
     search,
     seeded_generator,
     validate_beam,
+    validate_end_symbols,
     validate_generation,
     validate_sampling,
 )
@@ -84,6 +85,7 @@ def generate(
     top_p: float | None = None,
     seed: int | torch.Generator | None = None,
     end_symbol: int | None = None,
+    end_symbols: Sequence[int] = (),
     pad_symbol: int | None = None,
     stop_sequences: Sequence[Sequence[int]] = (),
     use_cache: bool = True,
@@ -94,7 +96,9 @@ def generate(
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
     ``torch.Generator`` seeded by ``seed`` (the same seed gives the same tokens).
 
-    A row ends at ``end_symbol``, or after one of ``stop_sequences`` (token-id sequences; the end symbol is then
+    A row ends at ``end_symbol`` or at any token of ``end_symbols`` (more end tokens, as Hugging Face's list of
+    ``eos_token_id``: the row keeps the token it ended with; they need an ``end_symbol``), or after one of
+    ``stop_sequences`` (token-id sequences; the end symbol is then
     appended); its later positions hold ``pad_symbol`` (default: the config's ``pad_id``). Decoding stops early
     once every row has ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout).
     ``checks``: which steps run with the contracts checked (``"first"``, ``"always"``, ``"never"``; see
@@ -105,6 +109,7 @@ def generate(
     """
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     validate_sampling("generate", temperature, top_k, top_p)
+    also_end = validate_end_symbols("generate", end_symbols, end_symbol, model.config.vocab)
     steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "generate"), checks, "generate")
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
@@ -127,7 +132,7 @@ def generate(
     with torch.no_grad():
         if request.stops:
             steps = StopSequences(steps, request.stops, request.end, prompt.size(1))
-        return search(steps, prompt, request.max_len, request.end, request.pad, pick)
+        return search(steps, prompt, request.max_len, request.end, request.pad, pick, also_end)
 
 
 @checked

@@ -4,8 +4,8 @@ special tokens of ``tokenizer_config.json`` and the end-of-sequence ids generati
 The ids generation stops at are transformers' ``generate``'s: ``generation_config.json``'s ``eos_token_id`` (one
 id or a list, as Llama 3 lists three), else ``config.json``'s, else none (the tokenizer's ``eos_token`` alone does
 not stop transformers' ``generate`` either). :meth:`PretrainedTokenizer.generation_arguments` gives them to
-:func:`~transformer.lm.generation.generate`: the first as ``end_symbol``, the others as one-token stop sequences
-(after one of those, :func:`generate` writes the end symbol once and pads; transformers pads at once).
+:func:`~transformer.lm.generation.generate`: the first as ``end_symbol``, the others as ``end_symbols`` (a row
+ends at any of them, keeps it and pads after it, as transformers' ``generate`` does).
 Encoding adds what the tokenizer's post-processor adds (Llama's ``<s>``), as transformers' tokenizer does; the
 ``add_bos_token`` / ``add_eos_token`` flags of ``tokenizer_config.json`` are not read (transformers' Llama tokenizer
 rebuilds the post-processor from them: a file whose flags disagree with its ``tokenizer.json`` encodes differently).
@@ -85,7 +85,7 @@ class PretrainedTokenizer:
         at every id of :attr:`eos_ids`. Empty when there is none."""
         if not self.eos_ids:
             return {}
-        return {"end_symbol": self.eos_ids[0], "stop_sequences": [[i] for i in self.eos_ids[1:]]}
+        return {"end_symbol": self.eos_ids[0], "end_symbols": list(self.eos_ids[1:])}
 
 
 def _eos_ids(folder: Path) -> list[int]:
