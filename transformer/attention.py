@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
 from einops import rearrange
 from torch import nn
@@ -29,6 +30,7 @@ from .backends import (
     use_backend,
 )
 from .cache import KVCache
+from .common.arguments import is_int
 from .config import AttentionBackend, check_kv_heads
 from .contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
@@ -47,6 +49,10 @@ __all__ = [
 
 class AttentionHeads(nn.Module):
     """What every multi-head attention module shares (section 3.2.2): h heads of width d_k = d_model / h.
+
+    ``d_k`` given decouples the heads' width from d_model (Qwen3: 16 heads of 128 with d_model 1024): queries map
+    d_model -> h * d_k (``d_heads``) and W^O maps h * d_k -> d_model. ``qkv_bias``/``out_bias`` switch the biases of
+    the q/k/v projections and of W^O (Qwen2 has the first, Llama neither). The defaults are the paper's.
 
     Queries are projected by ``q_proj`` into h heads, keys by ``k_proj`` into ``kv_heads`` heads (default ``h``;
     fewer is grouped-query attention), values by the maps :meth:`build_value_maps` makes (``v_proj`` into
@@ -67,14 +73,22 @@ class AttentionHeads(nn.Module):
         scale: float | None = None,
         backend: AttentionBackend = "auto",
         kv_heads: int | None = None,
+        d_k: int | None = None,
+        qkv_bias: bool = True,
+        out_bias: bool = True,
     ) -> None:
         super().__init__()
-        if d_model % h != 0:
+        if d_k is None and d_model % h != 0:
             raise ValueError(f"h={h} does not divide d_model={d_model}")
-        self.h, self.d_model, self.d_k = h, d_model, d_model // h
+        if d_k is not None and not is_int(d_k, at_least=1):
+            raise ValueError(f"d_k must be a positive int or None, got d_k={d_k!r}")
+        self.h, self.d_model = h, d_model
+        self.d_k = d_model // h if d_k is None else d_k
+        self.d_heads = h * self.d_k
         self.kv_heads = check_kv_heads(kv_heads, h)
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, self.kv_heads * self.d_k)
+        self.qkv_bias, self.out_bias = qkv_bias, out_bias
+        self.q_proj = nn.Linear(d_model, self.d_heads, bias=qkv_bias)
+        self.k_proj = nn.Linear(d_model, self.kv_heads * self.d_k, bias=qkv_bias)
         self.build_value_maps()
         self.dropout_p = dropout
         self.scale = self.default_scale() if scale is None else float(scale)
@@ -87,14 +101,14 @@ class AttentionHeads(nn.Module):
         return None
 
     def build_value_maps(self) -> None:
-        """W^V (``v_proj``: d_model -> kv_heads * d_k) and W^O (``out_proj``: d_model -> d_model)."""
-        self.v_proj = nn.Linear(self.d_model, self.kv_heads * self.d_k)
-        self.out_proj = nn.Linear(self.d_model, self.d_model)
+        """W^V (``v_proj``: d_model -> kv_heads * d_k) and W^O (``out_proj``: h * d_k -> d_model)."""
+        self.v_proj = nn.Linear(self.d_model, self.kv_heads * self.d_k, bias=self.qkv_bias)
+        self.out_proj = nn.Linear(self.d_heads, self.d_model, bias=self.out_bias)
 
     def split_heads(
-        self, x: Float[Tensor, "batch seq {self.d_model}"]
+        self, x: Float[Tensor, "batch seq {self.d_heads}"]
     ) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
-        """(batch, seq, d_model) -> (batch, h, seq, d_k): each head sees its own d_k slice.
+        """(batch, seq, h * d_k) -> (batch, h, seq, d_k): each head sees its own d_k slice.
 
         Not checked itself: its results go straight into ``attend``, whose contract checks them.
         """
@@ -110,17 +124,24 @@ class AttentionHeads(nn.Module):
         return self.split_kv_heads(self.v_proj(value))
 
     def project(
-        self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None
+        self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None, rotation: Any = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values as heads. With ``cache`` the new keys and values are appended to it (or, for a
-        static cache already filled, the cached ones are used: cross-attention's memory) and all it holds returned."""
+        """Queries, keys and values as heads, queries and keys through :meth:`prepare_heads` (with ``rotation``).
+        With ``cache`` the new keys and values are appended to it (or, for a static cache already filled, the cached
+        ones are used: cross-attention's memory) and all it holds returned."""
         q = self.split_heads(self.q_proj(query))
         if cache is not None and cache.filled:
-            return q, cache.keys, cache.values
+            return self.prepare_heads(q, None, rotation)[0], cache.keys, cache.values
         k, v = self.split_kv_heads(self.k_proj(key)), self.value_heads(value)
+        q, k = self.prepare_heads(q, k, rotation)
         if cache is not None:
             k, v = cache.extend(k, v)
         return q, k, v
+
+    def prepare_heads(self, q: Tensor, k: Tensor | None, rotation: Any) -> tuple[Tensor, Tensor | None]:
+        """What queries and keys (as heads) go through before attention and the cache: nothing here; the language
+        model's attention normalises them (QK-norm) and rotates them (RoPE) by ``rotation``."""
+        return q, k
 
     @staticmethod
     def heads_mask(mask: Tensor | AttentionMask | None, q: Tensor, k: Tensor) -> Tensor | AttentionMask | None:
@@ -151,7 +172,8 @@ class AttentionHeads(nn.Module):
         return run_heads(backend, q, k, v, mask, dropout_p, self.scale)
 
     def combine_heads(self, x: Tensor) -> Tensor:
-        """W^O over the concatenated heads: (batch, h, q_len, d_k) -> (batch, q_len, d_model)."""
+        """W^O over the concatenated heads: (batch, h, q_len, d_k) -> (batch, q_len, h * d_k) -> (batch, q_len,
+        d_model)."""
         return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))
 
 

@@ -42,18 +42,27 @@ class _PositionTable(nn.Module):
 
     @checked
     def forward(
-        self, x: Float[Tensor, "batch seq {self.d_model}"], offset: int = 0
+        self,
+        x: Float[Tensor, "batch seq {self.d_model}"],
+        offset: int = 0,
+        positions: Int[Tensor, "#batch seq"] | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes the new positions)."""
+        """``x`` holds positions ``offset .. offset + seq - 1`` (incremental decoding passes the new positions), or
+        those of ``positions`` (each row its own: a left-padded row counts from its first real token)."""
         if offset < 0:
             raise ValueError(f"positional encoding: offset must be >= 0, got offset={offset}")
         end = offset + x.size(1)
         validate_length(end, self.max_len, "positional encoding input")
-        return self.dropout(x + self.rows(offset, end).to(x.dtype))
+        added = self.rows(offset, end) if positions is None else self.rows_at(positions)
+        return self.dropout(x + added.to(x.dtype))
 
     def rows(self, offset: int, end: int) -> Tensor:
         """What is added to positions ``offset .. end - 1``: the table's rows (a subclass may scale them)."""
         return self.pe[:, offset:end]
+
+    def rows_at(self, positions: Tensor) -> Tensor:
+        """What is added at ``positions`` (#batch, seq): the table's rows, gathered (a subclass may scale them)."""
+        return self.pe[0][positions]
 
 
 class PositionalEncoding(_PositionTable):
@@ -96,7 +105,7 @@ class EmbeddingStack(nn.Sequential):
                 return module.max_len
         raise ValueError("EmbeddingStack: no positional encoding, so no max_len")
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:  # the parts' own contracts check the shapes
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:  # parts check shapes
         for module in self:
-            x = module(x, offset=offset) if isinstance(module, _PositionTable) else module(x)
+            x = module(x, offset=offset, positions=positions) if isinstance(module, _PositionTable) else module(x)
         return x

@@ -12,7 +12,16 @@ from torch import nn
 from .config import Activation, NormPlacement
 from .contracts import Float, Tensor, checked
 
-__all__ = ["clones", "LayerNorm", "SublayerConnection", "PositionwiseFeedForward", "residual"]
+__all__ = ["clones", "LayerNorm", "SublayerConnection", "PositionwiseFeedForward", "residual", "ACTIVATIONS"]
+
+#: The feed-forward networks' activations by name: ReLU (the paper's), GELU (Hendrycks and Gimpel 2016, erf form),
+#: its tanh approximation (GPT-2's ``gelu_new``, Hugging Face's ``gelu_pytorch_tanh``) and SiLU (swish; SwiGLU's).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
 
 
 def clones(module: nn.Module, N: int) -> nn.ModuleList:
@@ -88,18 +97,22 @@ class SublayerConnection(nn.Module):
 
 
 class PositionwiseFeedForward(nn.Module):
-    """Position-wise feed-forward network (section 3.3): ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``."""
+    """Position-wise feed-forward network (section 3.3): ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, activation: Activation = "relu") -> None:
+    ``activation`` is any name of :data:`ACTIVATIONS` (ReLU is the paper's); ``bias=False`` drops b_1 and b_2."""
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.1, activation: Activation | str = "relu", *, bias: bool = True
+    ) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
         self.d_model, self.activation = d_model, activation
-        self.w_1 = nn.Linear(d_model, d_ff)
-        self.w_2 = nn.Linear(d_ff, d_model)
+        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     @checked
     def forward(self, x: Float[Tensor, "*batch {self.d_model}"]) -> Float[Tensor, "*batch {self.d_model}"]:
-        act = F.relu if self.activation == "relu" else F.gelu
+        act = ACTIVATIONS[self.activation]
         return self.w_2(self.dropout(act(self.w_1(x))))

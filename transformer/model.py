@@ -22,12 +22,14 @@ __all__ = ["EncoderDecoder", "Generator", "NextTokens", "make_model", "build_mod
 
 
 class Generator(nn.Module):
-    """The final linear projection and log-softmax over the target vocabulary (section 3.4)."""
+    """The final linear projection and log-softmax over the target vocabulary (section 3.4).
 
-    def __init__(self, d_model: int, vocab: int) -> None:
+    ``bias=False`` leaves out the projection's bias (GPT-2's and Llama's output heads have none)."""
+
+    def __init__(self, d_model: int, vocab: int, *, bias: bool = True) -> None:
         super().__init__()
         self.d_model, self.vocab = d_model, vocab
-        self.proj = nn.Linear(d_model, vocab)
+        self.proj = nn.Linear(d_model, vocab, bias=bias)
 
     @checked
     def forward(self, x: Float[Tensor, "*batch {self.d_model}"]) -> Float[Tensor, "*batch {self.vocab}"]:

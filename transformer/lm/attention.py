@@ -6,6 +6,9 @@
   d_model with its own ``W_i`` (d_model x d_model) and bias ``b_i``, and the heads are summed (no W^O):
   ``sum_i softmax(tau * Q_i K_i^T + causal) (X W_i + b_i)``. The W^O form is the special case ``W_i = W^V_i W^O_i``
   (rank d_k), ``b_i = b^V_i W^O_i`` (``tests/test_lm.py`` maps one into the other).
+* Both take the blocks of today's checkpoints (docs/lm_blocks.md): ``qk_norm`` (RMSNorm on each head's queries and
+  keys), a :class:`~transformer.lm.rotary.Rotation` (RoPE) per forward, and :class:`AttentionHeads`' ``d_k``
+  (``head_dim``), ``qkv_bias`` and ``out_bias`` (the W^O form only).
 
 Attention is linear in the values, so the per-head form attends with the *shared* input as value and applies
 each head's map afterwards: ``A_i (X W_i + 1 b_i^T) = (A_i X) W_i + (A_i 1) b_i^T``. The cache then holds X once
@@ -36,9 +39,10 @@ from torch import nn
 from ..attention import AttentionHeads
 from ..backends import current_backend, refuse, repeat_kv_heads, resolve_backend, run_backend
 from ..cache import KVCache
-from ..config import AttentionBackend
 from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
 from ..masks import AttentionMask
+from .rms_norm import RMSNorm
+from .rotary import Rotation
 
 __all__ = ["CausalSelfAttention", "PerHeadValueAttention", "LMSelfAttention"]
 
@@ -50,9 +54,28 @@ class LMSelfAttention(AttentionHeads):
     machinery is :class:`~transformer.attention.AttentionHeads`.
     """
 
+    def __init__(
+        self, h: int, d_model: int, dropout: float = 0.0, *, qk_norm: bool = False, qk_norm_eps: float = 1e-6, **heads
+    ) -> None:
+        super().__init__(h, d_model, dropout, **heads)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RMSNorm(self.d_k, qk_norm_eps)
+            self.k_norm = RMSNorm(self.d_k, qk_norm_eps)
+
     def default_scale(self) -> float:
         """tau as a number, the paper's 1/sqrt(d_k): the language model always multiplies its scores by it."""
         return 1.0 / math.sqrt(self.d_k)
+
+    def prepare_heads(self, q: Tensor, k: Tensor | None, rotation: Rotation | None) -> tuple[Tensor, Tensor | None]:
+        """QK-norm (``q_norm``/``k_norm``: RMSNorm over each head's d_k, as Qwen3; Henry et al. 2020 normalise
+        queries and keys the same way), then RoPE's ``rotation`` (:mod:`~transformer.lm.rotary`), before the keys
+        enter the cache."""
+        if self.qk_norm:
+            q, k = self.q_norm(q), None if k is None else self.k_norm(k)
+        if rotation is not None:
+            q, k = rotation(q), None if k is None else rotation(k)
+        return q, k
 
     @checked
     def forward(
@@ -61,12 +84,14 @@ class LMSelfAttention(AttentionHeads):
         mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
         *,
         cache: KVCache | None = None,
+        rotation: Rotation | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all)."""
+        """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all).
+        ``rotation`` (rotary positions) turns the new queries and keys by their positions."""
         validate_dtype_device(
-            f"{type(self).__name__}.forward", lambda: self.q_proj.weight, "the module's parameters", x=x, mask=mask
+            f"{type(self).__name__}.forward", lambda: next(self.parameters()), "the module's parameters", x=x, mask=mask
         )
-        return self.attend(*self.project(x, x, x, cache), mask)
+        return self.attend(*self.project(x, x, x, cache, rotation), mask)
 
 
 class CausalSelfAttention(LMSelfAttention):
@@ -86,7 +111,8 @@ class CausalSelfAttention(LMSelfAttention):
         v: Float[Tensor, "batch {self.kv_heads} k_len {self.d_k}"],
         mask: Bool[Tensor, "#batch #q_len k_len"] | AttentionMask | None,
     ) -> Float[Tensor, "batch q_len {self.d_model}"]:
-        """Attention over projected heads with the score scale tau, then W^O."""
+        """Attention over projected heads (d_k wide each; ``head_dim`` may make h * d_k differ from d_model) with
+        the score scale tau, then W^O (h * d_k -> d_model)."""
         return self.combine_heads(self.attend_heads(q, k, v, self.heads_mask(mask, q, k)))
 
 
@@ -99,16 +125,14 @@ class PerHeadValueAttention(LMSelfAttention):
     and b_i. The cache holds the keys and the shared input X, in ``heads`` chunks of width d_k.
     """
 
-    def __init__(
-        self,
-        h: int,
-        d_model: int,
-        dropout: float = 0.0,
-        *,
-        scale: float | None = None,
-        backend: AttentionBackend = "auto",
-    ) -> None:
-        super().__init__(h, d_model, dropout, scale=scale, backend=backend)
+    def __init__(self, h: int, d_model: int, dropout: float = 0.0, **options) -> None:
+        super().__init__(h, d_model, dropout, **options)
+        if self.d_heads != d_model or not (self.qkv_bias and self.out_bias) or self.kv_heads != h:
+            raise ValueError(
+                f"PerHeadValueAttention: the per-head value form needs d_k = d_model / h, biases and one key/value "
+                f"head per query head, got d_k={self.d_k}, qkv_bias={self.qkv_bias}, out_bias={self.out_bias}, "
+                f"kv_heads={self.kv_heads}"
+            )
         for w in self.value_weight:
             nn.init.xavier_uniform_(w)
 

@@ -21,19 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ..common.arguments import is_int, is_number
-from ..config import (
-    Activation,
-    AttentionBackend,
-    ConfigRecord,
-    NormPlacement,
-    PositionalKind,
-    _divisors,
-    check_kv_heads,
-)
+from ..config import AttentionBackend, ConfigRecord, NormPlacement, _divisors, check_kv_heads
+from .config_checks import check_blocks
 
 __all__ = ["LMConfig"]
 
-NormKind = Literal["layer", "std"]
+NormKind = Literal["layer", "std", "rms"]
+LMPositional = Literal["sinusoidal", "learned", "rotary", "none"]
+LMActivation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+RopeScaling = Literal["none", "linear", "llama3", "yarn"]
 PositionalInit = Literal["normal", "zeros"]
 ValueProjection = Literal["output", "per_head"]
 Initialisation = Literal["xavier", "functional"]
@@ -41,10 +37,11 @@ Initialisation = Literal["xavier", "functional"]
 _CHOICES: dict[str, tuple[str, ...]] = {
     "norm": get_args(NormKind),
     "norm_placement": get_args(NormPlacement),
-    "positional_encoding": get_args(PositionalKind),
+    "positional_encoding": get_args(LMPositional),
     "positional_init": get_args(PositionalInit),
     "value_projection": get_args(ValueProjection),
-    "activation": get_args(Activation),
+    "activation": get_args(LMActivation),
+    "rope_scaling": get_args(RopeScaling),
     "init": get_args(Initialisation),
     "attention_backend": get_args(AttentionBackend),
 }
@@ -66,11 +63,12 @@ class LMConfig(ConfigRecord):
         dropout, attention_dropout: P_drop on sub-layer outputs and embeddings, and on attention probabilities.
         max_len: the longest sequence (prompt plus generated tokens) the positions cover.
         norm: ``"layer"`` (LayerNorm: biased variance plus eps inside the square root) or ``"std"``
-            (``(x - mean) / (std + eps)``, the functional transformer's ``standardize``); both with gain and bias.
+            (``(x - mean) / (std + eps)``, the functional transformer's ``standardize``); both with gain and bias;
+            or ``"rms"`` (RMSNorm, a gain only).
         norm_placement: ``"pre"`` (x + Sublayer(Norm(x)), as the functional transformer) or ``"post"``.
             Either way the stack ends in a normalisation before the output projection.
         layer_norm_eps: the eps of ``norm``.
-        positional_encoding: ``"sinusoidal"`` (section 3.5) or ``"learned"``.
+        positional_encoding: ``"sinusoidal"`` (section 3.5), ``"learned"``, ``"rotary"`` or ``"none"``.
         positional_init: learned positions start as ``"normal"`` (std 0.02) or ``"zeros"`` (the functional
             transformer's).
         embedding_scale: lambda_e, the factor on token embeddings; None is sqrt(d_model) (section 3.4).
@@ -78,7 +76,7 @@ class LMConfig(ConfigRecord):
         attention_scale: tau, the factor on the scores Q K^T inside the softmax; None is 1/sqrt(d_k) (3.2.1).
         value_projection: ``"output"`` (per-head values of width d_k, concatenated, then W^O: section 3.2.2) or
             ``"per_head"`` (each head's value maps d_model -> d_model; the heads are summed, no W^O).
-        activation: ``"relu"`` or ``"gelu"`` inside the feed-forward network.
+        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"`` inside the feed-forward network.
         ffn_hidden_dropout: dropout (P_drop = ``dropout``) also on the feed-forward network's hidden activations,
             between its two linear maps, as the Annotated Transformer's ``PositionwiseFeedForward`` (True, the
             default, the placement this model has always had); False leaves only the dropout on each sub-layer's
@@ -89,6 +87,24 @@ class LMConfig(ConfigRecord):
             biases).
         pad_id: the padding token id (masked out of losses and attention), or None.
         attention_backend: the default attention backend; a run-time field (``RUNTIME_FIELDS``).
+
+    The blocks of today's checkpoints (each described with its paper in docs/lm_blocks.md; checked by
+    :mod:`~transformer.lm.config_checks`; the defaults are the model above):
+
+        positional_encoding: also ``"rotary"`` (RoPE: queries and keys rotated, no table) and ``"none"``.
+        rope_theta, rope_fraction: RoPE's base and the rotated fraction of each head's d_k (int(d_k * fraction)
+            dimensions, even and > 0; Hugging Face's ``partial_rotary_factor``).
+        rope_scaling: ``"none"``, ``"linear"``, ``"llama3"`` or ``"yarn"``, the frequency rule, with its
+            ``rope_factor``, ``rope_original_max_len`` (llama3/yarn), ``rope_low_freq_factor``,
+            ``rope_high_freq_factor`` (llama3), ``rope_beta_fast``, ``rope_beta_slow`` and
+            ``rope_attention_factor`` (yarn; None: 0.1 ln(factor) + 1).
+        head_dim: d_k when it is not d_model / n_heads (the projections map d_model to n_heads * head_dim).
+        norm: also ``"rms"`` (RMSNorm); activation: also ``"gelu_tanh"`` and ``"silu"``.
+        ffn_gated: the gated feed-forward network ``w_2(act(w_1 x) * w_3 x)`` (SwiGLU with silu).
+        qkv_bias, out_bias, ffn_bias, lm_head_bias: biases of the q/k/v projections, of W^O, of the feed-forward
+            network's maps and of the output projection.
+        qk_norm: RMSNorm over d_k on each head's queries and keys, before RoPE (Qwen3).
+        sliding_window: query i attends key j only if i - sliding_window < j <= i (Mistral), or None.
     """
 
     vocab: int
@@ -103,18 +119,37 @@ class LMConfig(ConfigRecord):
     norm: NormKind = "layer"
     norm_placement: NormPlacement = "pre"
     layer_norm_eps: float = 1e-6
-    positional_encoding: PositionalKind = "sinusoidal"
+    positional_encoding: LMPositional = "sinusoidal"
     positional_init: PositionalInit = "normal"
     embedding_scale: float | None = None
     positional_scale: float = 1.0
     attention_scale: float | None = None
     value_projection: ValueProjection = "output"
-    activation: Activation = "relu"
+    activation: LMActivation = "relu"
     ffn_hidden_dropout: bool = True
     tie_weights: bool = False
     init: Initialisation = "xavier"
     pad_id: int | None = 0
     attention_backend: AttentionBackend = "auto"
+    # The blocks of today's checkpoints (docs/lm_blocks.md); the defaults keep the model above exactly.
+    rope_theta: float = 10000.0
+    rope_fraction: float = 1.0
+    rope_scaling: RopeScaling = "none"
+    rope_factor: float = 1.0
+    rope_original_max_len: int | None = None
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_beta_fast: float = 32.0
+    rope_beta_slow: float = 1.0
+    rope_attention_factor: float | None = None
+    head_dim: int | None = None
+    ffn_gated: bool = False
+    qkv_bias: bool = True
+    out_bias: bool = True
+    ffn_bias: bool = True
+    qk_norm: bool = False
+    lm_head_bias: bool = True
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES, prefix="LMConfig: ")
@@ -131,11 +166,12 @@ class LMConfig(ConfigRecord):
         for name in ("tie_weights", "ffn_hidden_dropout"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LMConfig: {name} must be a bool, got {getattr(self, name)!r}")
-        if self.d_model % self.n_heads != 0:
+        check_blocks(self)
+        if (self.head_dim is None or self.value_projection == "per_head") and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "
                 f"(d_k = d_model / n_heads must be an integer); head counts that would: "
-                f"{_divisors(self.d_model)}"
+                f"{_divisors(self.d_model)}; or set head_dim"
             )
         check_kv_heads(self.n_kv_heads, self.n_heads, "n_kv_heads", "n_heads", prefix="LMConfig: ")
         if self.n_kv_heads not in (None, self.n_heads) and self.value_projection != "output":
@@ -184,8 +220,13 @@ class LMConfig(ConfigRecord):
     # ------------------------------------------------------------------ derived values
     @property
     def d_k(self) -> int:
-        """Width of one head's queries and keys (d_model / n_heads)."""
-        return self.d_model // self.n_heads
+        """Width of one head's queries, keys and values: ``head_dim``, or d_model / n_heads."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's d_k dimensions RoPE rotates: int(d_k * rope_fraction)."""
+        return int(self.d_k * self.rope_fraction)
 
     @property
     def kv_heads(self) -> int:

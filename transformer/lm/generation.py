@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..contracts import Int, Tensor, checked
+from ..contracts import Bool, Int, Tensor, checked
 from ..decoding import (
     CheckedSteps,
     beam_search_steps,
@@ -62,6 +62,16 @@ class StopSequences:
         self.steps.reorder(index)
 
 
+def _next_tokens(model: nn.Module, use_cache: bool, prompt_mask: Tensor | None, who: str):
+    """The model's step function, given the prompt's real tokens when there is a ``prompt_mask``."""
+    if prompt_mask is None:
+        return model.next_tokens(use_cache=use_cache)
+    if bool((~prompt_mask.any(dim=1)).any()):
+        row = int((~prompt_mask.any(dim=1)).nonzero()[0, 0])
+        raise ValueError(f"{who}: prompt_mask has no real token in row {row} (True = a real token)")
+    return model.next_tokens(use_cache=use_cache, prompt_mask=prompt_mask)
+
+
 @checked
 def generate(
     model: nn.Module,
@@ -78,6 +88,7 @@ def generate(
     stop_sequences: Sequence[Sequence[int]] = (),
     use_cache: bool = True,
     checks: str = "first",
+    prompt_mask: Bool[Tensor, "batch steps"] | None = None,
 ) -> Int[Tensor, "batch {max_new_tokens}+steps"]:
     """Continue ``prompt`` (batch, steps) by ``max_new_tokens`` tokens: greedy (``sample=False``), or drawn from
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
@@ -88,10 +99,13 @@ def generate(
     once every row has ended. Runs under ``torch.no_grad``; put the model in eval mode first (dropout).
     ``checks``: which steps run with the contracts checked (``"first"``, ``"always"``, ``"never"``; see
     :class:`transformer.decoding.CheckedSteps`).
+
+    ``prompt_mask`` (batch, steps) bool, True = a real token (Hugging Face's ``attention_mask``), generates from
+    left-padded prompts: the pads are never attended and each row's positions count from its first real token.
     """
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     validate_sampling("generate", temperature, top_k, top_p)
-    steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "generate")
+    steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "generate"), checks, "generate")
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
@@ -128,13 +142,14 @@ def beam_generate(
     pad_symbol: int | None = None,
     use_cache: bool = True,
     checks: str = "first",
+    prompt_mask: Bool[Tensor, "1 steps"] | None = None,
 ) -> tuple[Int[Tensor, "1 {max_new_tokens}+steps"], float]:
     """Beam search continuing one prompt (:func:`transformer.decoding.beam_search_steps`, GNMT length penalty over
     the generated tokens): the best continuation, padded like :func:`generate`, and its normalised score.
-    ``checks`` as :func:`generate`."""
+    ``checks`` and ``prompt_mask`` (a left-padded prompt's real tokens) as :func:`generate`."""
     request = validate_generation(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
     validate_beam("beam_generate", beam_size, length_penalty)
-    steps = CheckedSteps(model.next_tokens(use_cache=use_cache), checks, "beam_generate")
+    steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "beam_generate"), checks, "beam_generate")
     with torch.no_grad():
         tokens, score = beam_search_steps(steps, prompt, request.max_len, request.end, beam_size, length_penalty)
     out = torch.full((1, request.max_len), request.pad, dtype=prompt.dtype, device=prompt.device)

@@ -18,8 +18,10 @@ from ..cache import KVCache
 from ..config import NormPlacement
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_token_ids
 from ..embeddings import Embeddings, LearnedPositionalEncoding, PositionalEncoding
-from ..layers import LayerNorm, PositionwiseFeedForward, SublayerConnection, clones
+from ..layers import LayerNorm, SublayerConnection, clones
 from ..masks import AttentionMask
+from .rms_norm import RMSNorm
+from .rotary import Rotation
 
 __all__ = [
     "StandardizedNorm",
@@ -51,10 +53,12 @@ class StandardizedNorm(nn.Module):
 
 
 def make_norm(kind: str, features: int, eps: float) -> nn.Module:
-    """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`."""
-    if kind not in ("layer", "std"):
-        raise ValueError(f"norm must be 'layer' or 'std', got {kind!r}")
-    return LayerNorm(features, eps) if kind == "layer" else StandardizedNorm(features, eps)
+    """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`; ``"rms"``:
+    :class:`~transformer.lm.rms_norm.RMSNorm`."""
+    norms = {"layer": LayerNorm, "std": StandardizedNorm, "rms": RMSNorm}
+    if kind not in norms:
+        raise ValueError(f"norm must be 'layer', 'std' or 'rms', got {kind!r}")
+    return norms[kind](features, eps)
 
 
 class ScaledEmbeddings(Embeddings):
@@ -110,14 +114,16 @@ class DecoderOnlyLayer(nn.Module):
     ``self_attn`` is a :class:`~transformer.lm.attention.CausalSelfAttention` or a
     :class:`~transformer.lm.attention.PerHeadValueAttention`; ``norm`` picks LayerNorm (``"layer"``) or the
     functional transformer's :class:`StandardizedNorm` (``"std"``) inside both sub-layer connections.
-    With ``cache``, ``x`` holds the new positions only and the attention appends their keys and values.
+    With ``cache``, ``x`` holds the new positions only and the attention appends their keys and values; ``rotation``
+    (rotary positions) is handed to the attention. ``feed_forward`` may be the gated network
+    (:class:`~transformer.lm.gated_feed_forward.GatedFeedForward`) and ``norm`` ``"rms"`` (RMSNorm).
     """
 
     def __init__(
         self,
         size: int,
         self_attn: nn.Module,
-        feed_forward: PositionwiseFeedForward,
+        feed_forward: nn.Module,
         dropout: float,
         norm_placement: NormPlacement = "pre",
         eps: float = 1e-6,
@@ -137,6 +143,7 @@ class DecoderOnlyLayer(nn.Module):
         x: Float[Tensor, "batch seq {self.size}"],
         mask: Bool[Tensor, "#batch #seq k_len"] | AttentionMask | None,
         cache: KVCache | None = None,
+        rotation: Rotation | None = None,
     ) -> Float[Tensor, "batch seq {self.size}"]:
-        x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache))
+        x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache, rotation=rotation))
         return self.sublayer[1](x, self.feed_forward)

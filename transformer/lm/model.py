@@ -7,19 +7,20 @@ between the paper's formulation and the functional transformer's (``LMConfig.fun
 
 The model is always causal: the mask it is given (key padding, an ``AttentionMask`` or a dense tensor) is
 combined with "attend to yourself and earlier positions", passed as ``AttentionMask(causal=True, ...)`` so every
-backend runs without a dense mask. Incremental decoding is the modules' own: :meth:`TransformerLM.new_cache`
-gives an :class:`LMCache` (one :class:`~transformer.cache.KVCache` per layer), the embeddings take the position
-offset, and :meth:`TransformerLM.next_tokens` is the step function that :mod:`transformer.decoding`'s searches
-and :func:`transformer.lm.generation.generate` run on.
+backend runs without a dense mask (a sliding window adds a dense band). Incremental decoding is the modules' own:
+:meth:`TransformerLM.new_cache` gives an :class:`~transformer.lm.positions.LMCache` (one
+:class:`~transformer.cache.KVCache` per layer, and a padded prompt's pads and positions), the embeddings or the
+rotary embedding take the positions (:mod:`transformer.lm.positions`), and :meth:`TransformerLM.next_tokens` is
+the step function that :mod:`transformer.decoding`'s searches and :func:`transformer.lm.generation.generate` run on.
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
-from ..cache import KVCache, StackCache
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
 from ..embeddings import EmbeddingStack
 from ..layers import PositionwiseFeedForward, clones
@@ -27,6 +28,7 @@ from ..masks import AttentionMask, subsequent_mask
 from ..model import Generator
 from .attention import CausalSelfAttention, PerHeadValueAttention
 from .config import LMConfig
+from .gated_feed_forward import GatedFeedForward
 from .layers import (
     DecoderOnlyLayer,
     ScaledEmbeddings,
@@ -34,21 +36,27 @@ from .layers import (
     ScaledPositionalEncoding,
     make_norm,
 )
+from .positions import (
+    LMCache,
+    key_padding_only,
+    positions_from_padding,
+    real_tokens,
+    sliding_window_mask,
+    validate_positions,
+)
+from .rotary import RotaryEmbedding
 
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
 
 
-class LMCache(StackCache):
-    """The key/value caches of the whole stack: one :class:`~transformer.cache.KVCache` per layer."""
-
-    layer_type = KVCache
-
-
 class TransformerLM(nn.Module):
-    """A decoder-only Transformer: ``Norm(Layers(lambda_e * E[x] + lambda_pe * P))`` (sections 3.1-3.5).
+    """A decoder-only Transformer: ``Norm(Layers(lambda_e * E[x] + lambda_pe * P))`` (sections 3.1-3.5), or with
+    rotary positions (``rotary``: RoPE) the queries and keys of every layer rotated by their positions instead.
 
     ``forward(tokens, mask=None)`` returns hidden states (batch, seq, d_model); apply ``generator`` for
-    log-probabilities, as for :class:`~transformer.model.EncoderDecoder`. Position ``t`` sees tokens ``0..t`` only.
+    log-probabilities, as for :class:`~transformer.model.EncoderDecoder`, or call :meth:`logits` for the scores
+    before the softmax. Position ``t`` sees tokens ``0..t`` only (and, with ``sliding_window``, the last
+    ``sliding_window`` of them).
     """
 
     def __init__(
@@ -59,6 +67,7 @@ class TransformerLM(nn.Module):
         generator: Generator,
         config: LMConfig | None = None,
         norm: str = "layer",
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
         self.embed = embed
@@ -66,8 +75,10 @@ class TransformerLM(nn.Module):
         self.norm = make_norm(norm, layer.size, layer.eps)
         self.generator = generator
         self.config = config
+        self.rotary = rotary
         self.d_model = layer.size
-        self.max_len = embed.max_len
+        self.max_len = embed.max_len if config is None else config.max_len
+        self.sliding_window = None if config is None else config.sliding_window
 
     @checked
     def forward(
@@ -76,10 +87,17 @@ class TransformerLM(nn.Module):
         mask: Bool[Tensor, "#batch #seq seq"] | AttentionMask | None = None,
         *,
         cache: LMCache | None = None,
+        positions: Int[Tensor, "#batch seq"] | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
         """``mask`` may hide padding (True = may attend); causality is always added. With ``cache`` (from
-        :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones and ``mask`` is
-        None: a prompt of several positions goes into an empty cache, then one position at a time."""
+        :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones: a prompt of several
+        positions goes into an empty cache (``mask`` None or a key-padding mask: ``AttentionMask(key_mask=...)``, or
+        a bool (batch, 1, seq) tensor), then one position at a time with ``mask`` None (the cache remembers the
+        prompt's pads).
+
+        ``positions`` (#batch, seq) are the tokens' positions (what the positional table or RoPE reads); by
+        default each row counts from its first real token (left padding, as Hugging Face's
+        ``attention_mask.cumsum(-1) - 1``), continuing the cache's count."""
         validate_nonempty(tokens, "TransformerLM.forward: argument 'tokens'", "batch seq")
         validate_dtype_device(
             "TransformerLM.forward",
@@ -87,27 +105,90 @@ class TransformerLM(nn.Module):
             "the model's parameters",
             tokens=tokens,
             mask=mask,
+            positions=positions,
         )
+        batch, seq = tokens.shape
         offset = 0 if cache is None else cache.length
-        validate_length(offset + tokens.size(1), self.max_len, "TransformerLM input")
-        if cache is None:
-            mask = self._causal(mask, tokens.size(1))
+        validate_length(offset + seq, self.max_len, "TransformerLM input")
+        real = self._check_cache_mask(cache, mask, seq)
+        real = None if real is None else real.expand(batch, seq)
+        following = None  # each row's next position, for the cache: None while positions are the slots
+        if positions is not None:
+            validate_positions(positions, self.max_len)
+            following = positions.expand(batch, seq)[:, -1] + 1
+        elif cache is not None and cache.length > 0:
+            positions = cache.positions(seq, tokens.device)
+            following = None if positions is None else positions[:, -1] + 1
+        elif real is not None:
+            positions, following = positions_from_padding(real), real.long().sum(-1)
+        if cache is None or cache.length == 0:
+            mask = self._causal(mask, seq)
         else:
-            mask = cache.self_attention_mask(
-                tokens.size(1), mask, layers=len(self.layers), who="TransformerLM", stack="the model", mask_name="mask"
-            )
-        x = self.embed(tokens, offset=offset)
+            mask = cache.step_mask(seq, self.sliding_window)
+        if cache is not None:
+            cache.remember(seq, real, following)
+        rotation = None
+        if self.rotary is not None:  # positions are below max_len (validated) or below the slots: no device read
+            slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
+            rotation = self.rotary(slots if positions is None else positions, self.norm_dtype(), offset + seq)
+        x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, None if cache is None else cache.layers[i])
+            x = layer(x, mask, None if cache is None else cache.layers[i], rotation)
         return self.norm(x)
 
-    @staticmethod
-    def _causal(mask: Tensor | AttentionMask | None, seq: int) -> Tensor | AttentionMask:
-        if mask is None:
+    @checked
+    def logits(
+        self,
+        tokens: Int[Tensor, "batch seq"],
+        mask: Bool[Tensor, "#batch #seq seq"] | AttentionMask | None = None,
+        *,
+        cache: LMCache | None = None,
+        positions: Int[Tensor, "#batch seq"] | None = None,
+    ) -> Float[Tensor, "batch seq {self.generator.vocab}"]:
+        """The scores of the next token before the softmax (Hugging Face's ``logits``): the output projection of
+        :meth:`forward`'s hidden states (same arguments)."""
+        return self.generator.proj(self(tokens, mask, cache=cache, positions=positions))
+
+    def norm_dtype(self) -> torch.dtype:
+        """The dtype the model computes in (its output projection's)."""
+        return self.generator.proj.weight.dtype
+
+    def _check_cache_mask(self, cache: LMCache | None, mask: object, seq: int) -> Tensor | None:
+        """Which tokens are real (None: all) after checking what a cache allows: a cache of this depth; a mask only
+        with the prompt into an empty cache, and then only a key-padding mask; several positions only then."""
+        if cache is not None:
+            if len(cache.layers) != len(self.layers):
+                raise ValueError(
+                    f"TransformerLM: the cache has {len(cache.layers)} layers, the model {len(self.layers)}"
+                )
+            if mask is not None and (cache.length > 0 or not key_padding_only(mask)):
+                raise ValueError(
+                    "TransformerLM: with a cache, pass mask=None (new positions attend to every cached one), or with "
+                    "the prompt into an empty cache a key-padding mask (AttentionMask(key_mask=...) or "
+                    f"(key_lengths=...), or a bool (batch, 1, seq) tensor; True = a real token), got {mask!r}"
+                )
+            if seq > 1 and cache.length > 0:
+                raise ValueError(
+                    f"TransformerLM: {seq} new positions after {cache.length} cached ones; after the first call a "
+                    "cache takes one position at a time"
+                )
+        return real_tokens(mask, seq)
+
+    def _causal(self, mask: Tensor | AttentionMask | None, seq: int) -> Tensor | AttentionMask:
+        """``mask`` and causality (and the sliding window) for ``seq`` positions attending each other."""
+        window = None
+        if self.sliding_window is not None and self.sliding_window < seq:
+            device = mask.device if isinstance(mask, Tensor) else self.generator.proj.weight.device
+            window = sliding_window_mask(seq, seq, self.sliding_window, device)
+        if mask is None and window is None:
             return AttentionMask(causal=True)
-        if isinstance(mask, AttentionMask):
+        if mask is None or isinstance(mask, AttentionMask):
+            mask = AttentionMask() if mask is None else mask
+            if window is not None:
+                mask = mask.replace(dense=window if mask.dense is None else mask.dense & window)
             return mask.replace(causal=True)
-        return mask & subsequent_mask(seq, device=mask.device)
+        causal = mask & subsequent_mask(seq, device=mask.device)
+        return causal if window is None else causal & window
 
     @classmethod
     def from_pretrained(cls, path, dtype=None, device=None) -> TransformerLM:
@@ -128,15 +209,23 @@ class TransformerLM(nn.Module):
 
     @checked
     def next_token_log_probs(
-        self, ys: Int[Tensor, "batch steps"], cache: LMCache | None = None
+        self,
+        ys: Int[Tensor, "batch steps"],
+        cache: LMCache | None = None,
+        prompt_mask: Bool[Tensor, "batch prompt"] | None = None,
     ) -> Float[Tensor, "batch vocab"]:
         """Log-probabilities of the token after ``ys``. Without a cache the whole prefix runs again; with one,
         an empty cache takes the whole prefix (the prompt) and a cache holding ``steps - 1`` positions only the
-        last token. Both give the same result."""
+        last token. Both give the same result. ``prompt_mask`` (True = a real token) marks the pads of a
+        left-padded prompt, the first ``prompt`` columns of ``ys``."""
+        mask = None
+        if prompt_mask is not None and (cache is None or cache.length == 0):
+            grown = prompt_mask.new_ones(ys.size(0), ys.size(1) - prompt_mask.size(1))
+            mask = AttentionMask(key_mask=torch.cat([prompt_mask, grown], dim=1))
         if cache is None:
-            out = self(ys)
+            out = self(ys, mask)
         elif cache.length == 0:
-            out = self(ys, cache=cache)
+            out = self(ys, mask, cache=cache)
         else:
             if cache.length != ys.size(1) - 1:
                 raise ValueError(
@@ -146,31 +235,37 @@ class TransformerLM(nn.Module):
             out = self(ys[:, -1:], cache=cache)
         return self.generator(out[:, -1])
 
-    def next_tokens(self, *, use_cache: bool = True) -> LMNextTokens:
+    def next_tokens(self, *, use_cache: bool = True, prompt_mask: Tensor | None = None) -> LMNextTokens:
         """The step function of decoding: see :class:`LMNextTokens`."""
-        return LMNextTokens(self, use_cache=use_cache)
+        return LMNextTokens(self, use_cache=use_cache, prompt_mask=prompt_mask)
 
 
 class LMNextTokens:
     """One decoding step of a :class:`TransformerLM`: ``steps(ys)`` gives the log-probabilities (batch, vocab) of
     the token after ``ys`` (batch, steps), with a key/value cache when ``use_cache``; :meth:`reorder` follows beam
-    search's hypotheses. The step function of :func:`transformer.decoding.search` and ``beam_search_steps``."""
+    search's hypotheses. ``prompt_mask`` (batch, prompt) bool, True = a real token, marks a left-padded prompt's
+    pads. The step function of :func:`transformer.decoding.search` and ``beam_search_steps``."""
 
-    def __init__(self, model: TransformerLM, *, use_cache: bool = True) -> None:
+    def __init__(self, model: TransformerLM, *, use_cache: bool = True, prompt_mask: Tensor | None = None) -> None:
         self.model = model
         self.cache = model.new_cache() if use_cache else None
+        self.prompt_mask = prompt_mask
 
     def __call__(self, ys: Tensor) -> Tensor:
-        return self.model.next_token_log_probs(ys, self.cache)
+        return self.model.next_token_log_probs(ys, self.cache, self.prompt_mask)
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (rows may repeat)."""
         if self.cache is not None:
             self.cache.reorder(index)
+        if self.prompt_mask is not None:
+            self.prompt_mask = self.prompt_mask.index_select(0, index.to(self.prompt_mask.device))
 
 
 # ---------------------------------------------------------------------------- construction
-def _positions(config: LMConfig) -> nn.Module:
+def _positions(config: LMConfig) -> nn.Module | None:
+    if config.positional_encoding in ("rotary", "none"):
+        return None
     if config.positional_encoding == "learned":
         return ScaledLearnedPositionalEncoding(
             config.d_model, config.dropout, config.max_len, config.positional_scale, config.positional_init
@@ -187,8 +282,19 @@ def _attention(config: LMConfig) -> nn.Module:
         config.attention_dropout,
         scale=config.tau,
         backend=config.attention_backend,
+        d_k=config.d_k,
+        qkv_bias=config.qkv_bias,
+        out_bias=config.out_bias,
+        qk_norm=config.qk_norm,
+        qk_norm_eps=config.layer_norm_eps,
         **grouped,
     )
+
+
+def _feed_forward(config: LMConfig) -> nn.Module:
+    kind = GatedFeedForward if config.ffn_gated else PositionwiseFeedForward
+    hidden_dropout = config.dropout if config.ffn_hidden_dropout else 0.0
+    return kind(config.d_model, config.d_ff, hidden_dropout, config.activation, bias=config.ffn_bias)
 
 
 def _initialise(model: TransformerLM, config: LMConfig) -> None:
@@ -204,7 +310,8 @@ def _initialise(model: TransformerLM, config: LMConfig) -> None:
             if config.init == "functional":
                 bound = 1.0 / math.sqrt(module.in_features)
                 nn.init.uniform_(module.weight, -bound, bound)
-                nn.init.zeros_(module.bias)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
             else:
                 nn.init.xavier_uniform_(module.weight)
         elif isinstance(module, nn.Embedding):
@@ -214,15 +321,21 @@ def _initialise(model: TransformerLM, config: LMConfig) -> None:
 def build_lm(config: LMConfig) -> TransformerLM:
     """Construct a language model from a validated config (initialised as ``config.init`` says, tied as
     configured)."""
-    attention = _attention(config)
-    ff = PositionwiseFeedForward(
-        config.d_model, config.d_ff, config.dropout if config.ffn_hidden_dropout else 0.0, config.activation
-    )
     layer = DecoderOnlyLayer(
-        config.d_model, attention, ff, config.dropout, config.norm_placement, config.layer_norm_eps, config.norm
+        config.d_model,
+        _attention(config),
+        _feed_forward(config),
+        config.dropout,
+        config.norm_placement,
+        config.layer_norm_eps,
+        config.norm,
     )
-    embed = EmbeddingStack(ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e), _positions(config))
-    model = TransformerLM(embed, layer, config.n_layers, Generator(config.d_model, config.vocab), config, config.norm)
+    table = _positions(config)
+    tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e)
+    embed = EmbeddingStack(tokens) if table is None else EmbeddingStack(tokens, table)
+    rotary = RotaryEmbedding.from_config(config) if config.positional_encoding == "rotary" else None
+    generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
+    model = TransformerLM(embed, layer, config.n_layers, generator, config, config.norm, rotary)
     _initialise(model, config)
     if config.tie_weights:
         model.generator.proj.weight = model.embed[0].lut.weight

@@ -114,8 +114,8 @@ MUTANTS = [
         "transformer/lm/model.py",
         (
             (
-                "config.dropout if config.ffn_hidden_dropout else 0.0,",
-                "config.attention_dropout if config.ffn_hidden_dropout else 0.0,",
+                "hidden_dropout = config.dropout if config.ffn_hidden_dropout else 0.0",
+                "hidden_dropout = config.attention_dropout if config.ffn_hidden_dropout else 0.0",
             ),
         ),
         "with ffn_hidden_dropout=True the feed-forward network's hidden dropout uses attention_dropout instead "

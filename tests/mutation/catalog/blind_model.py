@@ -23,8 +23,8 @@ MUTANTS = [
         "transformer/embeddings.py",
         (
             (
-                "x = module(x, offset=offset) if isinstance(module, _PositionTable) else module(x)",
-                "x = module(x, offset=offset) if isinstance(module, PositionalEncoding) else module(x)",
+                "x = module(x, offset=offset, positions=positions) if isinstance(module, _PositionTable) else module(x)",
+                "x = module(x, offset=offset, positions=positions) if isinstance(module, PositionalEncoding) else module(x)",
             ),
         ),
         "EmbeddingStack hands the position offset only to sinusoidal encodings: learned positions (and the LM's "

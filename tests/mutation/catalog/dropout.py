@@ -87,22 +87,22 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-embedding-before-pe",
         "transformer/embeddings.py",
-        "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
-        "return self.dropout(x) + self.rows(offset, end).to(x.dtype)",
+        "return self.dropout(x + added.to(x.dtype))",
+        "return self.dropout(x) + added.to(x.dtype)",
         "dropout on the token embedding only, the positional encoding added after",
     ),
     D(
         "dropout-pe-alone",
         "transformer/embeddings.py",
-        "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
-        "return x + self.dropout(self.rows(offset, end).to(x.dtype))",
+        "return self.dropout(x + added.to(x.dtype))",
+        "return x + self.dropout(added.to(x.dtype))",
         "dropout on the positional encoding only, the token embedding added after",
     ),
     D(
         "dropout-embedding-in-eval",
         "transformer/embeddings.py",
-        "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
-        "return nn.functional.dropout(x + self.rows(offset, end).to(x.dtype), self.dropout.p)",
+        "return self.dropout(x + added.to(x.dtype))",
+        "return nn.functional.dropout(x + added.to(x.dtype), self.dropout.p)",
         "embeddings: F.dropout without training=self.training drops in evaluation too",
     ),
     # --- the attention reference (transformer/backends/__init__.py; eager backend and record_attention)

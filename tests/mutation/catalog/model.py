@@ -172,7 +172,7 @@ MUTANTS = [
     M(
         "pe-not-added",
         "transformer/embeddings.py",
-        "return self.dropout(x + self.rows(offset, end).to(x.dtype))",
+        "return self.dropout(x + added.to(x.dtype))",
         "return self.dropout(x)",
         "sinusoidal positional encoding never added",
     ),

@@ -1,0 +1,130 @@
+"""The checks of :class:`~transformer.lm.config.LMConfig`'s block fields (docs/lm_blocks.md): rotary positions and
+their scaling rules, head_dim, the bias switches, QK-norm, the gated feed-forward network, the sliding window.
+
+Each check raises ValueError naming the field and its value (and the field it depends on). A field that only one
+choice uses (``rope_factor`` with a scaling rule, ``rope_low_freq_factor`` with ``llama3``...) is refused at a
+value other than its default when that choice is not made: it would be silently ignored otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..common.arguments import is_int, is_number
+
+__all__ = ["check_blocks", "ROPE_DEFAULTS"]
+
+#: The rotary fields and their defaults (what a model without rotary positions must leave them at).
+ROPE_DEFAULTS: dict[str, Any] = {
+    "rope_theta": 10000.0,
+    "rope_fraction": 1.0,
+    "rope_scaling": "none",
+    "rope_factor": 1.0,
+    "rope_original_max_len": None,
+    "rope_low_freq_factor": 1.0,
+    "rope_high_freq_factor": 4.0,
+    "rope_beta_fast": 32.0,
+    "rope_beta_slow": 1.0,
+    "rope_attention_factor": None,
+}
+#: Which scaling rules read each rule-specific field.
+_USED_BY: dict[str, tuple[str, ...]] = {
+    "rope_factor": ("linear", "llama3", "yarn"),
+    "rope_original_max_len": ("llama3", "yarn"),
+    "rope_low_freq_factor": ("llama3",),
+    "rope_high_freq_factor": ("llama3",),
+    "rope_beta_fast": ("yarn",),
+    "rope_beta_slow": ("yarn",),
+    "rope_attention_factor": ("yarn",),
+}
+_BOOLS = ("ffn_gated", "qkv_bias", "out_bias", "ffn_bias", "qk_norm", "lm_head_bias")
+_POSITIVE_FLOATS = ("rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_beta_fast",
+                    "rope_beta_slow")  # fmt: skip
+
+
+def _fail(message: str) -> None:
+    raise ValueError(f"LMConfig: {message}")
+
+
+def _check_types(config: Any) -> None:
+    for name in _BOOLS:
+        if not isinstance(getattr(config, name), bool):
+            _fail(f"{name} must be a bool, got {name}={getattr(config, name)!r}")
+    for name in _POSITIVE_FLOATS:
+        value = getattr(config, name)
+        if not is_number(value, finite=True) or value <= 0:
+            _fail(f"{name} must be a positive float, got {name}={value!r}")
+    value = config.rope_attention_factor
+    if value is not None and (not is_number(value, finite=True) or value <= 0):
+        _fail(f"rope_attention_factor must be a positive float or None, got rope_attention_factor={value!r}")
+    fraction = config.rope_fraction
+    if not is_number(fraction, finite=True) or not 0.0 < fraction <= 1.0:
+        _fail(f"rope_fraction must be a float in (0, 1], got rope_fraction={fraction!r}")
+    for name in ("head_dim", "sliding_window", "rope_original_max_len"):
+        value = getattr(config, name)
+        if value is not None and not is_int(value, at_least=1):
+            _fail(f"{name} must be a positive int or None, got {name}={value!r}")
+
+
+def _check_rotary(config: Any) -> None:
+    if config.positional_encoding != "rotary":
+        changed = [
+            f"{name}={getattr(config, name)!r}" for name, d in ROPE_DEFAULTS.items() if getattr(config, name) != d
+        ]
+        if changed:
+            _fail(
+                f"{', '.join(changed)} only applies to rotary positions; set positional_encoding='rotary' "
+                f"(got positional_encoding={config.positional_encoding!r}) or leave the rope_* fields at their defaults"
+            )
+        return
+    for name, rules in _USED_BY.items():
+        if config.rope_scaling not in rules and getattr(config, name) != ROPE_DEFAULTS[name]:
+            _fail(
+                f"{name}={getattr(config, name)!r} only applies to rope_scaling in {list(rules)}, got "
+                f"rope_scaling={config.rope_scaling!r}"
+            )
+    if config.rope_scaling in ("llama3", "yarn") and config.rope_original_max_len is None:
+        _fail(
+            f"rope_scaling={config.rope_scaling!r} needs rope_original_max_len (the checkpoint's "
+            "original_max_position_embeddings), got rope_original_max_len=None"
+        )
+    if config.rope_scaling == "llama3" and config.rope_high_freq_factor <= config.rope_low_freq_factor:
+        _fail(
+            f"rope_high_freq_factor={config.rope_high_freq_factor!r} must be above "
+            f"rope_low_freq_factor={config.rope_low_freq_factor!r} (llama3 interpolates between them)"
+        )
+    rotated = config.rotary_dim
+    if rotated <= 0 or rotated % 2 != 0:
+        _fail(
+            f"rope_fraction={config.rope_fraction!r} rotates int(d_k * rope_fraction) = {rotated} of each head's "
+            f"d_k={config.d_k} dimensions; RoPE rotates pairs, so that must be even and > 0"
+        )
+    if config.positional_scale != 1.0:
+        _fail(
+            f"positional_scale={config.positional_scale!r} scales a table of positions, and "
+            "positional_encoding='rotary' has none"
+        )
+
+
+def check_blocks(config: Any) -> None:
+    """Raise ValueError naming the field when ``config``'s block fields describe no model (see the module)."""
+    _check_types(config)
+    if config.positional_encoding == "none" and config.positional_scale != 1.0:
+        _fail(f"positional_scale={config.positional_scale!r} scales positions, and positional_encoding='none' has none")
+    _check_rotary(config)
+    if config.value_projection == "per_head":
+        given = [
+            f"{name}={value!r}"
+            for name, value, fine in (
+                ("head_dim", config.head_dim, config.head_dim in (None, config.d_model // config.n_heads)),
+                ("qkv_bias", config.qkv_bias, config.qkv_bias),
+                ("out_bias", config.out_bias, config.out_bias),
+            )
+            if not fine
+        ]
+        if given:
+            _fail(
+                f"{', '.join(given)} needs value_projection='output' (the per-head form's values are the shared "
+                "input in d_model / n_heads chunks, mapped by each head's own W_i and b_i; it has no W^V or W^O), "
+                "got value_projection='per_head'"
+            )

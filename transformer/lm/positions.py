@@ -1,0 +1,140 @@
+"""Positions of the decoder-only model: which position each token is at, the cache that remembers them between
+decoding steps, and the sliding window that limits how far back a position looks.
+
+* A token's position is its slot (``cache offset + i``) unless the batch is padded: a left-padded row counts from
+  its first real token, as Hugging Face's ``attention_mask.cumsum(-1) - 1`` (:func:`positions_from_padding`).
+* :class:`LMCache`: the key/value caches of the stack (one :class:`~transformer.cache.KVCache` per layer), plus,
+  once a padded prompt has gone in, which cached keys are real tokens and each row's next position, so that the
+  one-token steps that follow skip the pads and continue each row's count.
+* :func:`sliding_window_mask`: Mistral's window (Jiang et al. 2023, section 2, "Sliding Window Attention"): query
+  ``i`` attends key ``j`` only if ``i - window < j`` (``j <= i`` being causality's). Positions here are slots: the
+  window counts cached slots, pads included, as Hugging Face's cache does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..cache import KVCache, StackCache
+from ..contracts import Bool, Int, Tensor, checked
+from ..masks import AttentionMask
+
+__all__ = [
+    "LMCache",
+    "real_tokens",
+    "positions_from_padding",
+    "sliding_window_mask",
+    "key_padding_only",
+    "validate_positions",
+]
+
+
+def key_padding_only(mask: object) -> bool:
+    """Whether ``mask`` says only which keys are padding: an :class:`AttentionMask` with ``key_mask`` or
+    ``key_lengths`` alone, or a bool (batch, 1, seq) tensor (what a prompt may bring into an empty cache)."""
+    if isinstance(mask, AttentionMask):
+        return mask.key_only() and not mask.is_empty()
+    return isinstance(mask, Tensor) and mask.dim() == 3 and mask.size(1) == 1
+
+
+def real_tokens(mask: Tensor | AttentionMask | None, seq: int) -> Tensor | None:
+    """Which of ``seq`` positions hold real tokens, (#batch, seq) bool, from a mask that hides padding: a key that
+    no query may attend is padding. None when the mask hides no key by padding (no mask, only causality)."""
+    if mask is None:
+        return None
+    if isinstance(mask, Tensor):
+        return mask.any(dim=-2) if mask.size(-2) > 1 else mask[:, 0]
+    parts = []
+    if mask.key_mask is not None:
+        parts.append(mask.key_mask)
+    if mask.key_lengths is not None:
+        parts.append(torch.arange(seq, device=mask.key_lengths.device) < mask.key_lengths[:, None])
+    if mask.dense is not None:
+        parts.append(mask.dense.any(dim=-2) if mask.dense.size(-2) > 1 else mask.dense[:, 0])
+    if not parts:
+        return None
+    real = parts[0]
+    for part in parts[1:]:
+        real = real & part
+    return real
+
+
+@checked
+def positions_from_padding(real: Bool[Tensor, "#batch seq"]) -> Int[Tensor, "#batch seq"]:
+    """Each real token's position counted from its row's first real token (``cumsum - 1``); a pad keeps its slot
+    (so a right-padded row's positions are ``0 .. seq - 1`` exactly as without padding)."""
+    slots = torch.arange(real.size(-1), device=real.device)
+    return torch.where(real, real.long().cumsum(-1) - 1, slots)
+
+
+def sliding_window_mask(q_len: int, k_len: int, window: int, device: torch.device) -> Bool[Tensor, "1 q_len k_len"]:
+    """True where query ``i`` (at slot ``k_len - q_len + i``: the queries are the last positions) may see key ``j``
+    under the window: ``slot(i) - j < window``. Causality (``j <= slot(i)``) is the causal mask's part."""
+    slots = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    return (slots - torch.arange(k_len, device=device)[None, :] < window).unsqueeze(0)
+
+
+class LMCache(StackCache):
+    """The key/value caches of the whole stack: one :class:`~transformer.cache.KVCache` per layer.
+
+    After a padded prompt it also holds ``real_keys`` (batch, length) bool, True = a real token's key, and
+    ``next_positions`` (batch,), each row's next position; both are None for an unpadded prompt (the next position
+    is then ``length``). Beam search's :meth:`reorder` keeps them with the keys.
+    """
+
+    layer_type = KVCache
+
+    def __init__(self, n_layers: int) -> None:
+        super().__init__(n_layers)
+        self.real_keys: Tensor | None = None
+        self.next_positions: Tensor | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        super().reorder(index)
+        if self.real_keys is not None:
+            self.real_keys = self.real_keys.index_select(0, index.to(self.real_keys.device))
+        if self.next_positions is not None:
+            self.next_positions = self.next_positions.index_select(0, index.to(self.next_positions.device))
+
+    def positions(self, new: int, device: torch.device) -> Tensor | None:
+        """The positions of ``new`` positions after the cached ones: each row's count continued, (batch, new); None
+        when they are the slots ``length .. length + new - 1`` (no padding was cached)."""
+        if self.next_positions is None:
+            return None
+        return self.next_positions[:, None] + torch.arange(new, device=device)
+
+    def remember(self, new: int, real: Tensor | None, following: Tensor | None) -> None:
+        """Record ``new`` positions going in (before the layers extend the key/value caches): which are real,
+        (batch, new) (None: all), and each row's position after them, (batch,) (None: the next slot)."""
+        if real is not None or self.real_keys is not None:
+            like = real if real is not None else self.real_keys
+            old = self.real_keys if self.real_keys is not None else like.new_ones(like.size(0), self.length)
+            self.real_keys = torch.cat([old, real if real is not None else like.new_ones(like.size(0), new)], dim=1)
+        if following is not None:
+            self.next_positions = following
+
+    def step_mask(self, new: int, window: int | None) -> AttentionMask | None:
+        """The mask of ``new`` (one) position(s) after the cached ones: the cached pads hidden, the window applied."""
+        real = self.real_keys
+        k_len = self.length + new
+        parts: dict = {}
+        if real is not None:
+            parts["key_mask"] = torch.cat([real, real.new_ones(real.size(0), new)], dim=1)
+        if window is not None and window < k_len:
+            device = real.device if real is not None else self.layers[0].keys.device
+            parts["dense"] = sliding_window_mask(new, k_len, window, device)
+        return AttentionMask(**parts) if parts else None
+
+
+def validate_positions(positions: Tensor, max_len: int) -> None:
+    """Refuse ``positions`` given to the model outside ``[0, max_len)`` (ValueError naming the argument, the value and
+    the limit): the positions a table or RoPE was built for. Reads the values (a device sync on a GPU): only for
+    positions a caller passes, never for the ones the model derives."""
+    if positions.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(positions))
+    if low < 0 or high >= max_len:
+        raise ValueError(
+            f"TransformerLM.forward: argument 'positions' must lie in [0, max_len={max_len}), got values from {low} "
+            f"to {high}"
+        )

@@ -1,0 +1,37 @@
+"""RMSNorm (Zhang and Sennrich 2019, "Root Mean Square Layer Normalization", equation 4): the layer normalisation
+of Llama, Mistral and Qwen, without re-centring and without a bias."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..contracts import Float, Tensor, checked
+
+__all__ = ["RMSNorm"]
+
+
+class RMSNorm(nn.Module):
+    """``weight * x / sqrt(mean(x^2) + eps)`` over the last axis (Zhang and Sennrich 2019, eq. 4; no mean is
+    subtracted, no bias added).
+
+    As Hugging Face's ``LlamaRMSNorm`` (and Qwen's, Mistral's), the statistics and the division are computed in
+    ``compute_dtype`` (float32) whatever the input's dtype, the result cast back to it and then multiplied by the
+    gain: a bfloat16 model normalises in float32, and a float64 model computes exactly what Hugging Face's does in
+    float64 (with float32 statistics). Set ``compute_dtype = torch.float64`` for float64 statistics (gradient checks).
+    """
+
+    def __init__(self, features: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.features, self.eps = features, eps
+        self.weight = nn.Parameter(torch.ones(features))
+        self.compute_dtype = torch.float32
+
+    @checked
+    def forward(self, x: Float[Tensor, "*batch {self.features}"]) -> Float[Tensor, "*batch {self.features}"]:
+        wide = x.to(self.compute_dtype)
+        normalised = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normalised.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.features}, eps={self.eps}"
