@@ -116,9 +116,13 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "benchmark": "peak resident memory while TransformerLM.from_pretrained loads a checkpoint",
         "command": "python benchmarks/load_memory.py" + (" " + " ".join(argv) if argv else ""),
-        "model": dict(shape="Llama (RMSNorm, rotary, SwiGLU, GQA)", d_model=args.d_model, layers=args.layers),
-        "vocab": args.vocab,
-        "dtype": "float32",
+        "model": {
+            "shape": "Llama (RMSNorm, rotary, SwiGLU, GQA)",
+            "d_model": args.d_model,
+            "layers": args.layers,
+            "vocab": args.vocab,
+            "dtype": "float32",
+        },
         "checkpoint_bytes": size,
         "processes": args.processes,
         "runs": runs,

@@ -52,10 +52,11 @@ MODEL_CLASSES = {
 
 
 def hf_model(transformers, kind: str, seed: int = 0, **overrides):
-    """A random tiny model of ``kind`` in eval mode (eager attention), its 1-D parameters spread out."""
+    """A random tiny model of ``kind`` in eval mode (sdpa attention: in float64 its eager attention gives NaN where a
+    left-padded row's pads are queries, and from there in the next layer's real rows), its 1-D parameters spread out."""
     config = hf_config(transformers, kind, **overrides)
     torch.manual_seed(seed)
-    model = getattr(transformers, MODEL_CLASSES[kind])._from_config(copy.deepcopy(config), attn_implementation="eager")
+    model = getattr(transformers, MODEL_CLASSES[kind])._from_config(copy.deepcopy(config), attn_implementation="sdpa")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:

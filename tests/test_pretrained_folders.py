@@ -145,12 +145,13 @@ def test_sharded_folders_load_through_their_index(tmp_path):
         assert torch.equal(loaded.state_dict()[key], value), key
 
 
-def test_each_tensor_is_read_once(tmp_path, monkeypatch):
+def test_each_tensor_is_read_once_in_blocks_of_rows(tmp_path, monkeypatch):
     folder, _ = _saved(tmp_path, llama_config())
-    reads = []
+    monkeypatch.setattr(files_module, "BLOCK_BYTES", 32 * 4 * 5)  # five rows of a (*, 32) float32 tensor a block
+    read = {}  # name -> the rows read, in order
     real = files_module.safe_open
 
-    class Counting:
+    class Recording:
         def __init__(self, *args, **kwargs):
             self.handle = real(*args, **kwargs)
 
@@ -162,15 +163,33 @@ def test_each_tensor_is_read_once(tmp_path, monkeypatch):
             return self.handle.__exit__(*exc)
 
         def get_tensor(self, name):
-            reads.append(name)
-            return self.inner.get_tensor(name)
+            tensor = self.inner.get_tensor(name)
+            read.setdefault(name, []).extend(range(tensor.shape[0]) if tensor.dim() else [0])
+            return tensor
+
+        def get_slice(self, name):
+            inner = self.inner.get_slice(name)
+
+            class Rows:
+                def __getitem__(self, rows):
+                    read.setdefault(name, []).extend(range(*rows.indices(inner.get_shape()[0])))
+                    return inner[rows]
+
+                def __getattr__(self, attribute):  # get_shape, get_dtype: the header, not the data
+                    return getattr(inner, attribute)
+
+            return Rows()
 
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    monkeypatch.setattr(files_module, "safe_open", Counting)
-    load_pretrained(folder)
-    assert sorted(reads) == sorted(_tensors(folder / "model.safetensors"))
+    monkeypatch.setattr(files_module, "safe_open", Recording)
+    loaded = load_pretrained(folder)
+    stored = _tensors(folder / "model.safetensors")
+    assert read.keys() == stored.keys()
+    for name, rows in read.items():
+        assert rows == list(range(stored[name].shape[0])), name  # every row once, in order
+    assert torch.equal(loaded.embed[0].lut.weight, stored["model.embed_tokens.weight"])  # 53 rows: 11 blocks
 
 
 def test_loading_needs_no_transformers(tmp_path):

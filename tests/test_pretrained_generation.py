@@ -68,8 +68,13 @@ def _tokenizer_folder(folder, eos_ids=None, config_eos=None):
     tokenizer.add_special_tokens(["<pad>", "<s>", "</s>"])
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(folder / "tokenizer.json"))
-    settings = {"bos_token": "<s>", "eos_token": {"content": "</s>"}, "pad_token": "<pad>",
-                "tokenizer_class": "PreTrainedTokenizerFast"}  # fmt: skip
+    eos = {"__type": "AddedToken", "content": "</s>", "lstrip": False, "normalized": False, "rstrip": False}
+    settings = {
+        "bos_token": "<s>",
+        "eos_token": eos,
+        "pad_token": "<pad>",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(settings))
     if eos_ids is not None:
         (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_ids, "bos_token_id": 1}))

@@ -26,10 +26,10 @@ from transformer.lm import TransformerLM
 
 transformers = pytest.importorskip("transformers")
 
-# head_dim 8, theta 1000: wavelengths 6.3 (kept), 35 (smoothed), 199 and 1117 (divided by 4)
-LLAMA3 = dict(rope_type="llama3", rope_theta=1000.0, factor=4.0, low_freq_factor=1.0, high_freq_factor=8.0)
-LLAMA3["original_max_position_embeddings"] = 64
-YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 16}
+# head_dim 8, theta 1000: wavelengths 6.3 (kept: < 32 / 4), 35 (smoothed), 199 and 1117 (divided: > 32 / 0.5)
+LLAMA3 = dict(rope_type="llama3", rope_theta=1000.0, factor=4.0, low_freq_factor=0.5, high_freq_factor=4.0)
+LLAMA3["original_max_position_embeddings"] = 32
+YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 3.0, "original_max_position_embeddings": 16}
 LINEAR = {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0}
 
 CASES = {
@@ -81,13 +81,17 @@ def test_the_window_and_the_padding_matter_in_these_cases(tmp_path):
     assert (from_zero - expected)[mask].abs().max() > 1e-3
 
 
+WIDE_HEADS = {"gpt2": {"n_embd": 64}, "llama": {"hidden_size": 64}, "qwen3": {"head_dim": 16}}  # the kernel's d_k >= 16
+
+
 @pytest.mark.parametrize("backend", ["eager", "torch", "triton"])
 @pytest.mark.parametrize("case", ["llama-gqa2", "gpt2", "qwen3-head_dim-bias"])
 def test_every_backend_computes_transformers_logits(tmp_path, case, backend):
     if backend == "triton" and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs CUDA or TRITON_INTERPRET=1")
     kind, overrides = CASES[case]
-    theirs, ours = _pair(tmp_path, kind, overrides)
+    theirs, ours = _pair(tmp_path, kind, {**overrides, **WIDE_HEADS[kind]})
+    assert ours.config.d_k == 16
     tokens, mask = left_padded_batch()
     with torch.no_grad(), use_backend(backend):
         got = our_logits(ours, tokens, mask)
@@ -129,7 +133,7 @@ def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path, case):
     kind, overrides = CASES[case]
     theirs, ours = _pair(tmp_path, kind, overrides, torch.float64)
     ours.save_pretrained(tmp_path / "ours")
-    again = getattr(transformers, type(theirs).__name__).from_pretrained(tmp_path / "ours", attn_implementation="eager")
+    again = getattr(transformers, type(theirs).__name__).from_pretrained(tmp_path / "ours", attn_implementation="sdpa")
     assert again.dtype == torch.float64
     tokens, mask = left_padded_batch()
     with torch.no_grad():
@@ -149,8 +153,34 @@ def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, cas
         for p in ours.parameters():
             p.normal_(0.0, 0.5)
     folder = ours.save_pretrained(tmp_path / "ours")
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
     assert type(theirs).__name__ == template.pretrained_origin.architecture
     tokens, mask = left_padded_batch()
     with torch.no_grad():
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
+
+
+def test_a_misshaped_adapter_on_a_loaded_model_fails_with_the_contract_naming_the_dimension(tmp_path):
+    """Checks stay on in a loaded model: a LoRA-style adapter whose up-projection is transposed (d_model rows where
+    the query width n_heads * head_dim = 48 belongs) gives queries of the wrong head width, and the contract of the
+    next checked module says which dimension (QK-norm's d_k = 12)."""
+    import transformer as T
+
+    _, ours = _pair(tmp_path, *CASES["qwen3-head_dim-bias"])
+    base = ours.layers[0].self_attn.q_proj
+
+    class LoRA(torch.nn.Module):
+        def __init__(self, base: torch.nn.Linear, rank: int = 4) -> None:
+            super().__init__()
+            self.base = base
+            self.down = torch.nn.Parameter(torch.randn(rank, base.in_features))
+            self.up = torch.nn.Parameter(torch.zeros(base.in_features, rank))  # the bug: (out_features, rank)
+
+        def forward(self, x):
+            return self.base(x)[..., : self.up.size(0)] + x @ self.down.T @ self.up.T
+
+    tokens, mask = left_padded_batch()
+    assert base.out_features == 48 and ours.config.d_k == 12
+    ours.layers[0].self_attn.q_proj = LoRA(base)
+    with pytest.raises(T.TypeCheckError, match=r"RMSNorm.forward: argument 'x'.*self.features=12"):
+        our_logits(ours, tokens, mask)

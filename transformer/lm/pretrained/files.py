@@ -2,10 +2,11 @@
 file, and the tensors of ``model.safetensors`` (or the shards a ``model.safetensors.index.json`` names) read lazily.
 
 :class:`SafetensorsFolder` learns every tensor's name, shape and dtype from the files' headers without reading a
-byte of data, so a folder is checked before anything is loaded. :meth:`SafetensorsFolder.read` then opens the
-tensor's file, hands the memory-mapped tensor to a function that copies it where it belongs (the model's dtype
-and device) and closes the file again: the mapped pages are released tensor by tensor, so loading holds the
-model once plus at most one tensor's pages, and no tensor is read twice (a second read is refused).
+byte of data, so a folder is checked before anything is loaded. :meth:`SafetensorsFolder.read_blocks` then gives
+a tensor in blocks of rows (16 MiB), each memory-mapped from a file opened for that block alone: the loader copies
+the block where it belongs (the model's dtype and device) and the mapped pages are released with the file, so
+loading holds the model once plus one block (the pages of a mapping stay resident until it is closed: one mapping
+for a whole file would hold the checkpoint twice). No tensor is read twice (a second read is refused).
 
 Writing is atomic: each file goes to a temporary name beside its final one, then ``os.replace`` (a model loaded
 from a folder keeps reading nothing from it, and a reader never sees half a file).
@@ -14,12 +15,12 @@ from a folder keeps reading nothing from it, and a reader never sees half a file
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -54,7 +55,8 @@ SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
 }
 _CODES = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
 
-T = TypeVar("T")
+#: How much of a tensor is mapped at a time while loading: the peak memory is the model plus about this much.
+BLOCK_BYTES = 16 * 1024 * 1024
 
 
 def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
@@ -197,23 +199,24 @@ class SafetensorsFolder:
             )
         return SAFETENSORS_DTYPES[header.dtype]
 
-    def read(self, name: str, copy: Callable[[torch.Tensor], T]) -> T:
-        """``copy(tensor)`` on the memory-mapped tensor ``name``, the file open only meanwhile: ``copy`` must return
-        tensors that own their memory (a copy to the model's dtype and device). Each tensor is read once."""
+    def read_blocks(self, name: str, block_bytes: int | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+        """Tensor ``name`` as ``(first row, block)`` pairs of consecutive leading rows, ``block_bytes`` each (default
+        :data:`BLOCK_BYTES`) or one row when a row is larger
+        (a 0-d or 1-d tensor is one block). A block is memory-mapped from its file, which is open only until the
+        next block is asked for: copy it before that. Each tensor is read once (a second read is a bug)."""
         if name in self._read:
-            raise RuntimeError(f"tensor {name!r} of {self.source} read twice")  # a bug of the loader, not the folder
+            raise RuntimeError(f"tensor {name!r} of {self.source} read twice")  # the loader's bug, not the folder's
         self._read.add(name)
         self.dtype(name)
-        with self._tensor(name) as tensor:
-            return copy(tensor)
-
-    @contextmanager
-    def _tensor(self, name: str) -> Iterator[torch.Tensor]:
-        file = self.headers[name].file
-        with _open(file) as handle:
-            try:
-                tensor = handle.get_tensor(name)
-            except (SafetensorError, OSError) as error:
-                raise PretrainedFormatError(f"{file}: cannot read tensor {name!r} ({error})") from None
-            yield tensor
-            del tensor
+        header = self.headers[name]
+        rows = header.shape[0] if len(header.shape) > 1 else 1
+        row_bytes = math.prod(header.shape[1:]) * torch.empty((), dtype=self.dtype(name)).element_size()
+        step = max(1, (BLOCK_BYTES if block_bytes is None else block_bytes) // max(1, row_bytes))
+        for start in range(0, rows, step):
+            with _open(header.file) as handle:
+                try:
+                    block = handle.get_slice(name)[start : start + step] if rows > 1 else handle.get_tensor(name)
+                except (SafetensorError, OSError) as error:
+                    raise PretrainedFormatError(f"{header.file}: cannot read tensor {name!r} ({error})") from None
+                yield start, block
+                del block

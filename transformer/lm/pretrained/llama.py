@@ -173,7 +173,7 @@ class Qwen2(Llama):
             config.refuse("layer_types", types, f"expected {n_layers} entries, each one of {sorted(kinds)}")
         windows = {window if kind == "sliding_attention" else None for kind in types}
         if len(windows) > 1:
-            field = "layer_types" if config.has("layer_types") else "max_window_layers"
+            field = "layer_types" if config.values.get("layer_types") is not None else "max_window_layers"
             config.refuse(
                 field,
                 config.values.get(field, 28),

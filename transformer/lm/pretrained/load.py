@@ -5,9 +5,9 @@ the :class:`LMConfig` (an unknown architecture or an option not implemented is r
 built with its parameters on the meta device (no memory, no initialisation: buffers such as positional tables are
 built for real); the safetensors headers are matched against the model's parameters (a missing, unexpected or
 misshaped tensor, a dtype that cannot be a weight, are refused naming the tensor and the file). Then each tensor
-is read once, copied straight into the dtype and device asked for, and swapped into its parameter
+is read once, block by block, copied straight into the dtype and device asked for, and swapped into its parameter
 (``torch.utils.swap_tensors``: a tied head stays the embedding's very tensor). Peak memory is the model plus one
-tensor (``benchmarks/load_memory.py`` measures it).
+block (``benchmarks/load_memory.py`` measures it).
 
 No transformers import: the JSON is read with :mod:`json`, the tensors with ``safetensors``.
 """
@@ -46,22 +46,35 @@ class PretrainedOrigin:
     generation_config: dict[str, Any] | None
 
 
+#: torch.nn.init's in-place initialisers, skipped while a model is built for loading (what they would draw is
+#: overwritten; on meta tensors some of them import torch._dynamo, about 150 MB, for nothing)
+_INITIALISERS = tuple(name for name in dir(nn.init) if name.endswith("_") and not name.startswith("_"))
+
+
 @contextmanager
 def parameters_on_meta() -> Iterator[None]:
-    """Modules built inside get their parameters on the meta device (no memory, initialisation a no-op); buffers
-    stay real, as they are computed from the config, not loaded."""
+    """Modules built inside get their parameters on the meta device (no memory) and skip ``torch.nn.init``'s
+    initialisers; buffers stay real, as they are computed from the config, not loaded."""
     register = nn.Module.register_parameter
+    initialisers = {name: getattr(nn.init, name) for name in _INITIALISERS}
 
     def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if param is not None and not param.is_meta:
             param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
         register(module, name, param)
 
+    def skipped(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor
+
     nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    for name in initialisers:
+        setattr(nn.init, name, skipped)
     try:
         yield
     finally:
         nn.Module.register_parameter = register  # type: ignore[method-assign]
+        for name, initialiser in initialisers.items():
+            setattr(nn.init, name, initialiser)
 
 
 def _dtype(dtype: torch.dtype | None, config: ConfigFields, tensors: SafetensorsFolder, maps: list[TensorMap]):
@@ -112,11 +125,17 @@ def _check_tensors(
         tensors.dtype(m.theirs)
 
 
-def _copy_to(dtype: torch.dtype, device: torch.device):
-    def copy(view: torch.Tensor) -> torch.Tensor:
-        return torch.empty(view.shape, dtype=dtype, device=device).copy_(view)
-
-    return copy
+def _read_into(m: TensorMap, params: dict[str, nn.Parameter], tensors: SafetensorsFolder, dtype, device) -> None:
+    """Fill fresh tensors in ``dtype`` on ``device`` with their tensor ``m.theirs``, block by block, and swap them
+    into our parameters ``m.ours``."""
+    ours = tuple(torch.empty(params[name].shape, dtype=dtype, device=device) for name in m.ours)
+    views = m.their_views(ours)
+    for start, block in tensors.read_blocks(m.theirs):
+        rows = slice(start, start + block.size(0)) if block.dim() > 1 else slice(None)
+        for view, columns in views:
+            view[rows].copy_(block[..., columns])
+    for name, tensor in zip(m.ours, ours, strict=True):
+        torch.utils.swap_tensors(params[name], nn.Parameter(tensor, requires_grad=params[name].requires_grad))
 
 
 def load_pretrained(
@@ -142,11 +161,8 @@ def load_pretrained(
     _check_tensors(maps, params, tensors, architecture)
     dtype = _dtype(dtype, fields, tensors, maps)
     device = torch.device("cpu" if device is None else device)
-    copy = _copy_to(dtype, device)
     for m in maps:
-        pieces = tensors.read(m.theirs, lambda view, m=m: tuple(copy(piece) for piece in m.to_ours(view)))
-        for name, piece in zip(m.ours, pieces, strict=True):
-            torch.utils.swap_tensors(params[name], nn.Parameter(piece, requires_grad=params[name].requires_grad))
+        _read_into(m, params, tensors, dtype, device)
     model.to(device=device, dtype=dtype)  # the buffers; the parameters are there already
     model.eval()
     generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)

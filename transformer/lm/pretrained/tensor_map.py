@@ -4,7 +4,8 @@ A :class:`TensorMap` pairs a tensor name of the file (``theirs``) with one or mo
 layout: ``"same"`` (the same tensor), ``"transposed"`` (GPT-2's ``Conv1D`` stores ``(in, out)``, ``nn.Linear``
 ``(out, in)``), ``"fused"`` (GPT-2's ``c_attn``: queries, keys and values side by side along the last dimension,
 each transposed when 2-D) and ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1, max_len,
-d_model)``). Both directions are views: the loader copies each piece once, into the model's dtype and device.
+d_model)``). Both directions are views (but for writing a fused tensor): :meth:`TensorMap.their_views` lets the
+loader copy their tensor block by block straight into ours, in the model's dtype and on its device.
 The expected shape of their tensor comes from ours by :meth:`TensorMap.to_theirs` on meta tensors, so every
 tensor is checked against the model before a byte is read.
 """
@@ -53,6 +54,14 @@ class TensorMap:
         if self.layout == "fused":
             return torch.cat([t.t() if t.dim() == 2 else t for t in tensors], dim=-1)
         return tensors[0]
+
+    def their_views(self, tensors: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, slice]]:
+        """Views of our ``tensors`` laid out as theirs, each with the slice of their last dimension it holds:
+        writing ``view[rows] = theirs[rows][..., columns]`` fills ours (a loader copies block by block)."""
+        if self.layout != "fused":
+            return [(self.to_theirs(tensors), slice(None))]
+        width = tensors[0].size(0)
+        return [(t.t() if t.dim() == 2 else t, slice(k * width, (k + 1) * width)) for k, t in enumerate(tensors)]
 
     def their_shape(self, our_shapes: tuple[torch.Size, ...]) -> tuple[int, ...]:
         """The shape their tensor must have for our parameters of ``our_shapes`` (computed on meta tensors)."""
