@@ -281,3 +281,51 @@ def test_a_misshaped_adapter_in_a_projection_fails_with_the_contract_naming_the_
     message = r"CausalSelfAttention.attend: argument 'q' is f32\[2,2,5,4\].*self.d_k=8\)"
     with pytest.raises(T.TypeCheckError, match=message):
         model(tokens)
+
+
+# ---------------------------------------------------------------- gradients in float64
+def test_gradients_of_the_new_blocks_in_float64():
+    torch.manual_seed(6)
+    ff = GatedFeedForward(4, 6, activation="gelu_tanh").double()
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ff, (x,))
+    rotation = RotaryEmbedding(4, 100.0, max_len=8)(torch.arange(3)[None], torch.float64)
+    q = torch.randn(1, 2, 3, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(rotation, (q,))
+    config = LMConfig(vocab=11, n_layers=1, d_model=8, d_ff=8, n_heads=2, n_kv_heads=1, head_dim=4, qk_norm=True,
+                      positional_encoding="rotary", sliding_window=2, **NO_DROPOUT)  # fmt: skip
+    model = build_lm(config).double()
+    attn = model.layers[0].self_attn
+    attn.q_norm.compute_dtype = attn.k_norm.compute_dtype = torch.float64
+    rot = model.rotary(torch.arange(4)[None], torch.float64)
+    h = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: attn(v, T.AttentionMask(causal=True), rotation=rot), (h,))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"head_dim": 0}, "head_dim must be a positive int or None, got head_dim=0"),
+        ({"head_dim": 8.0}, "head_dim must be a positive int or None, got head_dim=8.0"),
+        ({"sliding_window": 0}, "sliding_window must be a positive int or None, got sliding_window=0"),
+        ({"sliding_window": True}, "sliding_window must be a positive int or None, got sliding_window=True"),
+        ({"norm": "rmsnorm"}, "norm must be one of 'layer', 'std', 'rms'; got 'rmsnorm'"),
+        ({"activation": "swiglu"}, "activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'; got 'swiglu'"),
+        ({"ffn_gated": 1}, "ffn_gated must be a bool, got ffn_gated=1"),
+        ({"qkv_bias": "no"}, "qkv_bias must be a bool, got qkv_bias='no'"),
+        ({"out_bias": None}, "out_bias must be a bool, got out_bias=None"),
+        ({"ffn_bias": 0}, "ffn_bias must be a bool, got ffn_bias=0"),
+        ({"qk_norm": "yes"}, "qk_norm must be a bool, got qk_norm='yes'"),
+        ({"lm_head_bias": None}, "lm_head_bias must be a bool, got lm_head_bias=None"),
+        ({"n_heads": 3}, r"n_heads=3 does not divide d_model=8 .*; or set head_dim"),
+    ],
+)
+def test_the_config_refuses_each_bad_block_field_naming_it(fields, message):
+    with pytest.raises(ValueError, match=message):
+        LMConfig(**{"vocab": 11, "n_layers": 1, "d_model": 8, "d_ff": 16, "n_heads": 2, **NO_DROPOUT, **fields})
+
+
+def test_head_dim_lets_the_heads_not_divide_d_model():
+    config = LMConfig(vocab=11, n_layers=1, d_model=10, d_ff=16, n_heads=3, head_dim=4, positional_encoding="rotary")
+    model = build_lm(config.replace(**NO_DROPOUT))
+    assert model(torch.randint(0, 11, (2, 3))).shape == (2, 3, 10)

@@ -1,8 +1,9 @@
 """The GPT-2-like configuration of docs/lm.md computes Hugging Face GPT-2's function.
 
-GPT-2 (built from a config in code, never downloaded, with ``activation_function="gelu"``: its default ``gelu_new`` is
-the tanh approximation, which our FFN does not have) with random weights; the weights are copied into our LM built
-from the documented config, whose output bias (GPT-2's head has none) is zero. Same log-probabilities in float64.
+GPT-2 (built from a config in code, never downloaded) with random weights; the weights are copied into our LM built
+from the documented config. With ``activation_function="gelu"`` the documented config (erf GELU), whose output bias
+(GPT-2's head has none) is set to zero; with GPT-2's default ``gelu_new`` the same config with
+``activation="gelu_tanh", lm_head_bias=False`` (docs/lm_blocks.md): no bias at all. Same log-probabilities in float64.
 """
 
 import pytest
@@ -55,18 +56,22 @@ def _copy_gpt2_into(ours, gpt2):
             ff.w_2.bias.copy_(block.mlp.c_proj.bias)
         ours.norm.weight.copy_(t.ln_f.weight)
         ours.norm.bias.copy_(t.ln_f.bias)
-        ours.generator.proj.bias.zero_()
+        if ours.generator.proj.bias is not None:
+            ours.generator.proj.bias.zero_()
 
 
-def test_the_gpt2_like_config_computes_gpt2():
-    config = gpt2_like(vocab=97, n_layers=2, d_model=32, n_heads=4, max_len=40)
+@pytest.mark.parametrize(
+    "theirs, fields", [("gelu", {}), ("gelu_new", {"activation": "gelu_tanh", "lm_head_bias": False})]
+)
+def test_the_gpt2_like_config_computes_gpt2(theirs, fields):
+    config = gpt2_like(vocab=97, n_layers=2, d_model=32, n_heads=4, max_len=40).replace(**fields)
     gpt2_config = transformers.GPT2Config(
         vocab_size=97,
         n_positions=40,
         n_embd=32,
         n_layer=2,
         n_head=4,
-        activation_function="gelu",
+        activation_function=theirs,
         attn_implementation="sdpa",
     )
     torch.manual_seed(0)
@@ -83,4 +88,5 @@ def test_the_gpt2_like_config_computes_gpt2():
         expected = gpt2(tokens).logits.log_softmax(-1)
         got = ours.generator(ours(tokens))
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
-    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in gpt2.parameters()) + 97  # + our bias
+    head_bias = 0 if fields else 97  # our bias, unless lm_head_bias=False
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in gpt2.parameters()) + head_bias

@@ -59,9 +59,9 @@ def test_left_padded_rows_equal_their_rows_alone_with_and_without_the_cache(kv_h
     torch.testing.assert_close(cache.next_positions, real.sum(1))
 
 
-@pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
-def test_position_tables_read_the_positions_of_left_padded_rows(kind):
-    model = _model(positional_encoding=kind)
+@pytest.mark.parametrize("kind, scale", [("learned", 1.0), ("learned", 2.5), ("sinusoidal", 1.0), ("sinusoidal", 0.5)])
+def test_position_tables_read_the_positions_of_left_padded_rows(kind, scale):
+    model = _model(positional_encoding=kind, positional_scale=scale)
     tokens, real = _left_padded(lengths=(9, 4))
     full = model(tokens, real[:, None, :])  # a bool (batch, 1, seq) key mask
     cache = model.new_cache()
@@ -208,3 +208,17 @@ def test_a_checkpoint_written_before_the_blocks_loads_with_every_new_field_at_it
     ):
         old.pop(name)
     assert LMConfig.from_dict(old) == config  # a dict without the new fields: the same config
+
+
+def test_a_modern_model_round_trips_through_our_checkpoints(tmp_path):
+    from transformer.checkpoint import save_checkpoint
+
+    model = _model(n_kv_heads=1, sliding_window=5, rope_scaling="yarn", rope_factor=2.0, rope_original_max_len=16,
+                   tie_weights=True).float()  # fmt: skip
+    save_checkpoint(tmp_path / "modern", model)
+    loaded = load_checkpoint(tmp_path / "modern").model.eval()
+    assert loaded.config == model.config
+    assert loaded.generator.proj.weight is loaded.embed[0].lut.weight and loaded.generator.proj.bias is None
+    tokens, real = _left_padded()
+    mask = T.AttentionMask(key_mask=real)
+    torch.testing.assert_close(loaded.logits(tokens, mask), model.logits(tokens, mask), rtol=0, atol=0)

@@ -9,6 +9,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb, rotate_half
@@ -118,17 +120,28 @@ def test_partial_rotation_turns_the_first_dims_and_passes_the_rest():
     assert (out[..., 1:, :4] - q[..., 1:, :4]).abs().max() > 1e-3
 
 
-def test_scores_depend_on_the_distance_only():
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(0, 40), n=st.integers(0, 40), shift=st.integers(0, 20), seed=st.integers(0, 2**16))
+def test_scores_depend_on_the_distance_only(m, n, shift, seed):
+    """RoFormer's property (section 3.4.2): <R_m q, R_n k> = <q, R_(n-m) k>, so shifting both positions changes
+    nothing (to float32 tables' rounding)."""
+    generator = torch.Generator().manual_seed(seed)
+    rotary = RotaryEmbedding(8, 10000.0, max_len=64)
+    q, k = (torch.randn(1, 1, 1, 8, dtype=torch.float64, generator=generator) for _ in range(2))
+
+    def score(a, b):
+        return float(rotary(torch.tensor([[a]]), torch.float64)(q) @ rotary(torch.tensor([[b]]), torch.float64)(k).mT)
+
+    assert score(m + shift, n + shift) == pytest.approx(score(m, n), abs=1e-4)
+
+
+def test_scores_change_with_the_distance():
     torch.manual_seed(2)
     rotary = RotaryEmbedding(8, 10000.0, max_len=64)
     q, k = torch.randn(1, 1, 1, 8, dtype=torch.float64), torch.randn(1, 1, 1, 8, dtype=torch.float64)
-
-    def score(m, n):
-        return float(rotary(torch.tensor([[m]]), torch.float64)(q) @ rotary(torch.tensor([[n]]), torch.float64)(k).mT)
-
-    assert score(7, 3) == pytest.approx(score(14, 10), abs=1e-5)
-    assert score(7, 3) == pytest.approx(score(30, 26), abs=1e-5)
-    assert abs(score(7, 3) - score(7, 4)) > 1e-3
+    turned = [float(rotary(torch.tensor([[7]]), torch.float64)(q) @ rotary(torch.tensor([[n]]), torch.float64)(k).mT)
+              for n in (3, 4)]  # fmt: skip
+    assert abs(turned[0] - turned[1]) > 1e-3
 
 
 def test_the_tables_are_computed_once_and_extended_past_max_len():
@@ -202,3 +215,20 @@ def test_scaled_configs_build_and_differ_from_the_unscaled_model():
         scaled = build_lm(plain.replace(**fields)).eval()
         scaled.load_state_dict(state)
         assert (scaled(tokens) - out).abs().max() > 1e-4, fields
+
+
+def test_a_rotary_model_built_on_the_meta_device_computes_its_frequencies_again():
+    config = LMConfig(**BASE, positional_encoding="rotary", rope_scaling="llama3", rope_factor=8.0,
+                      rope_original_max_len=4, max_len=16)  # fmt: skip
+    torch.manual_seed(4)
+    reference = build_lm(config).eval()
+    with torch.device("meta"):
+        model = build_lm(config)
+    model = model.to_empty(device="cpu").eval()
+    with torch.no_grad():
+        model.rotary.inv_freq.fill_(float("nan"))  # what to_empty may leave: any bits
+    model.load_state_dict(reference.state_dict())
+    model.rotary.reset_buffers()
+    torch.testing.assert_close(model.rotary.inv_freq, reference.rotary.inv_freq, rtol=0, atol=0)
+    tokens = torch.randint(0, 11, (2, 9))
+    torch.testing.assert_close(model(tokens), reference(tokens), rtol=0, atol=0)

@@ -1,9 +1,13 @@
 """The decoder-only language model: one concept per module; import everything from here.
 
-* :mod:`~transformer.lm.config`: :class:`LMConfig`, the validated description of a model.
+* :mod:`~transformer.lm.config`: :class:`LMConfig`, the validated description of a model (its block fields checked
+  by :mod:`~transformer.lm.config_checks`).
 * :mod:`~transformer.lm.layers`: the blocks a decoder-only layer is made of.
-* :mod:`~transformer.lm.attention`: causal self-attention (and the per-head value form).
-* :mod:`~transformer.lm.model`: :class:`TransformerLM`, :func:`build_lm`, its cache and step function.
+* :mod:`~transformer.lm.rotary`, :mod:`~transformer.lm.rms_norm`, :mod:`~transformer.lm.gated_feed_forward`: RoPE
+  (and its scaling rules), RMSNorm, the gated feed-forward network (docs/lm_blocks.md).
+* :mod:`~transformer.lm.attention`: causal self-attention (and the per-head value form), with QK-norm and RoPE.
+* :mod:`~transformer.lm.positions`: positions of padded rows, the cache that remembers them, the sliding window.
+* :mod:`~transformer.lm.model`: :class:`TransformerLM`, :func:`build_lm`, its step function.
 * :mod:`~transformer.lm.generation`: :func:`generate` and :func:`beam_generate`.
 """
 

@@ -106,6 +106,10 @@ class ScaledLearnedPositionalEncoding(LearnedPositionalEncoding):
         """``lambda_pe`` times the rows for positions ``offset .. end - 1`` (added, then dropout, by ``forward``)."""
         return self.scale * self.pe[:, offset:end]
 
+    def rows_at(self, positions: Tensor) -> Tensor:
+        """``lambda_pe`` times the rows at ``positions`` (#batch, seq): a left-padded row's, or the cache's."""
+        return self.scale * self.pe[0][positions]
+
 
 class DecoderOnlyLayer(nn.Module):
     """One layer of the decoder-only model: masked self-attention, then the position-wise FFN, each a residual

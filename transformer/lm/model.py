@@ -130,7 +130,7 @@ class TransformerLM(nn.Module):
         rotation = None
         if self.rotary is not None:  # positions are below max_len (validated) or below the slots: no device read
             slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
-            rotation = self.rotary(slots if positions is None else positions, self.norm_dtype(), offset + seq)
+            rotation = self.rotary(slots if positions is None else positions, self.weights_dtype(), offset + seq)
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.layers[i], rotation)
@@ -149,8 +149,8 @@ class TransformerLM(nn.Module):
         :meth:`forward`'s hidden states (same arguments)."""
         return self.generator.proj(self(tokens, mask, cache=cache, positions=positions))
 
-    def norm_dtype(self) -> torch.dtype:
-        """The dtype the model computes in (its output projection's)."""
+    def weights_dtype(self) -> torch.dtype:
+        """The dtype of the model's weights (its output projection's): the dtype RoPE's cos and sin are cast to."""
         return self.generator.proj.weight.dtype
 
     def _check_cache_mask(self, cache: LMCache | None, mask: object, seq: int) -> Tensor | None:

@@ -126,11 +126,19 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if dim <= 0 or dim % 2 != 0:
             raise ValueError(f"RotaryEmbedding: the rotated width must be even and > 0, got dim={dim}")
-        self.dim, self.theta, self.max_len, self.scaling = dim, theta, max_len, scaling
+        self.dim, self.theta, self.max_len, self.scaling, self.rule = dim, theta, max_len, scaling, rule
         inv_freq, self.attention_factor = inverse_frequencies(dim, theta, scaling, **rule)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._cos: Tensor | None = None
         self._sin: Tensor | None = None
+
+    def reset_buffers(self) -> None:
+        """Compute ``inv_freq`` again, on the device it is on, and forget the tables: for a model built on the meta
+        device and materialised with ``to_empty`` (``inv_freq`` is in no checkpoint, so loading never fills it)."""
+        inv_freq, _ = inverse_frequencies(self.dim, self.theta, self.scaling, **self.rule)
+        with torch.no_grad():
+            self.inv_freq.copy_(inv_freq.to(self.inv_freq.device))
+        self._cos = self._sin = None
 
     @classmethod
     def from_config(cls, config: Any) -> RotaryEmbedding:
