@@ -209,3 +209,30 @@ def test_a_bad_folder_exits_2_with_one_line_naming_the_file(what, corpus, tmp_pa
         assert err.count("\n") == 1 and named in err, err
     assert main(["generate", "--model", str(tmp_path / "absent"), "the"]) == 2
     assert "absent: no such directory" in capsys.readouterr().err
+
+
+def test_the_pretrained_tokenizer_travels_as_json_to_the_other_ranks(folder):
+    """Under torchrun rank 0 sends its tokenizer to the others as JSON (``TextTokenizer.from_json``): the pretrained
+    kind comes back with its end ids and encodes and fingerprints the same."""
+    from transformer.data.tokenizers import TextTokenizer
+
+    sent = pretrained_text_tokenizer(folder)
+    received = TextTokenizer.from_json(sent.to_json())
+    assert type(received) is type(sent) and received.eos_ids == sent.eos_ids == (EOS,)
+    assert received.fingerprint == sent.fingerprint and received.encode(LINES[0]) == sent.encode(LINES[0])
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed (gloo)")
+def test_train_lm_init_under_torchrun_ddp_then_resumes(folder, corpus, tmp_path):
+    from torchrun_launch import check_ok, torchrun
+
+    out = tmp_path / "run"
+    base = ["-m", "transformer", "train", "lm", "--init", str(folder), "--text", corpus, "--out", str(out), *TRAIN]
+    first = torchrun(*base, "--steps", "2", "--eval-every", "2", "--strategy", "ddp", timeout=180)
+    check_ok(first)
+    assert first.stdout.count("RESULTS {") == 1 and "pretrained LlamaForCausalLM" in first.stdout
+    assert "ddp on 2 processes (gloo)" in first.stdout
+    again = torchrun(*base, "--steps", "3", "--strategy", "ddp", "--resume", timeout=180)
+    check_ok(again)
+    assert f"resumed from {out} at step 2" in again.stdout
+    assert json.loads((out / "state.json").read_text())["step"] == 3
