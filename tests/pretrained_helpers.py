@@ -17,7 +17,8 @@ VOCAB = 97
 
 
 def hf_config(transformers, kind: str, **overrides):
-    """A tiny config of ``kind`` (gpt2, llama, qwen2, qwen3, mistral): 2 layers, d_model 32, 4 heads, vocab 97."""
+    """A tiny config of ``kind`` (gpt2, llama, qwen2, qwen3, mistral, starcoder2): 2 layers, d_model 32, 4 heads,
+    vocab 97."""
     if kind == "gpt2":
         fields = dict(
             vocab_size=VOCAB, n_positions=48, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -29,7 +30,11 @@ def hf_config(transformers, kind: str, **overrides):
         num_key_value_heads=2, max_position_embeddings=48, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
         pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
     )  # fmt: skip
+    if kind == "starcoder2":
+        fields["norm_epsilon"] = fields.pop("rms_norm_eps")
+        fields["sliding_window"] = 5
     classes = {
+        "starcoder2": transformers.Starcoder2Config,
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
         "qwen3": transformers.Qwen3Config,
@@ -48,6 +53,7 @@ MODEL_CLASSES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "mistral": "MistralForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
 }
 
 

@@ -222,3 +222,16 @@ def test_a_modern_model_round_trips_through_our_checkpoints(tmp_path):
     tokens, real = _left_padded()
     mask = T.AttentionMask(key_mask=real)
     torch.testing.assert_close(loaded.logits(tokens, mask), model.logits(tokens, mask), rtol=0, atol=0)
+
+
+def test_the_modern_model_traces_whole_under_torch_compile_with_its_contracts_on():
+    """fullgraph=True: RoPE's tables, the padding positions and the window band add no graph break, and the checked
+    forwards of the new blocks raise no false contract error while Dynamo traces (Dynamo's own "eager" backend:
+    tracing without code generation)."""
+    torch._dynamo.reset()
+    model = _model(n_kv_heads=2, sliding_window=4, rope_fraction=0.5).float()
+    tokens, real = _left_padded()
+    mask = T.AttentionMask(key_mask=real)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad(), T.use_backend("torch"):
+        torch.testing.assert_close(compiled(tokens, mask), model(tokens, mask), rtol=1e-6, atol=1e-6)

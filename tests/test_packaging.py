@@ -43,6 +43,8 @@ def test_wheel_contents(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "transformer/kernels/__init__.py" in names
     assert "transformer/tasks/__init__.py" in names
+    packages = {str(p.relative_to(ROOT)) for p in (ROOT / "transformer").rglob("__init__.py")}
+    assert packages - set(names) == set(), "subpackages missing from pyproject.toml's packages (not in the wheel)"
     assert "transformer/py.typed" in names  # PEP 561 marker: type checkers read our annotations
     assert not [n for n in names if n.startswith("kernels/")]
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()

@@ -112,6 +112,17 @@ def test_a_file_saved_from_the_base_model_loads_without_its_prefix(tmp_path):
     assert torch.equal(loaded.layers[0].self_attn.q_proj.weight, model.layers[0].self_attn.q_proj.weight)
 
 
+def test_an_old_llama_files_rotary_buffers_are_recognised_and_nothing_else(tmp_path):
+    folder, model = _saved(tmp_path, llama_config())
+    tensors = _tensors(folder / "model.safetensors")
+    tensors["model.layers.1.self_attn.rotary_emb.inv_freq"] = torch.ones(4)  # a buffer of old files, not a weight
+    save_file(tensors, str(folder / "model.safetensors"))
+    assert torch.equal(load_pretrained(folder).norm.weight, model.norm.weight)
+    tensors["model.layers.1.self_attn.rotary_emb.scale"] = torch.ones(4)
+    save_file(tensors, str(folder / "model.safetensors"))
+    _refused(folder, "unexpected tensor 'model.layers.1.self_attn.rotary_emb.scale'")
+
+
 def test_dtype_is_the_checkpoints_unless_asked(tmp_path):
     folder, model = _saved(tmp_path, llama_config())
     assert json.loads((folder / "config.json").read_text())["dtype"] == "float32"
@@ -120,8 +131,9 @@ def test_dtype_is_the_checkpoints_unless_asked(tmp_path):
     assert {p.dtype for p in as64.parameters()} == {torch.float64}
     model.to(torch.bfloat16).save_pretrained(folder)
     assert {p.dtype for p in load_pretrained(folder).parameters()} == {torch.bfloat16}
-    with pytest.raises(ValueError, match="dtype must be a floating torch.dtype"):
-        load_pretrained(folder, dtype=torch.int64)
+    for wrong in (torch.int64, "float32", torch.float8_e4m3fn):
+        with pytest.raises(ValueError, match=r"dtype must be None or one of \['torch.bfloat16'.*got dtype="):
+            load_pretrained(folder, dtype=wrong)
 
 
 def _sharded(tmp_path):
@@ -143,6 +155,17 @@ def test_sharded_folders_load_through_their_index(tmp_path):
     loaded = load_pretrained(folder)
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_saving_over_a_sharded_folder_removes_its_shards_and_index(tmp_path):
+    folder, shards, model = _sharded(tmp_path)
+    (folder / "notes.txt").write_text("kept")
+    loaded = load_pretrained(folder)
+    with torch.no_grad():
+        loaded.norm.weight.add_(1.0)
+    loaded.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "notes.txt"]
+    assert torch.equal(load_pretrained(folder).norm.weight, model.norm.weight + 1.0)
 
 
 def test_each_tensor_is_read_once_in_blocks_of_rows(tmp_path, monkeypatch):

@@ -22,6 +22,9 @@ def _benchmark():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads VmHWM from /proc/self/status")
+@pytest.mark.skipif(
+    not (ROOT / "benchmarks").is_dir(), reason="benchmarks/ is not in this copy (the mutation runner's)"
+)
 def test_the_load_memory_benchmark_records_its_figure_and_meets_the_goal(tmp_path):
     out = tmp_path / "load_memory.json"
     argv = ["--d-model", "512", "--layers", "2", "--vocab", "32000", "--processes", "1", "--json", str(out)]
@@ -36,6 +39,9 @@ def test_the_load_memory_benchmark_records_its_figure_and_meets_the_goal(tmp_pat
         assert result[field]
 
 
+@pytest.mark.skipif(
+    not (ROOT / "benchmarks").is_dir(), reason="benchmarks/ is not in this copy (the mutation runner's)"
+)
 def test_the_committed_result_is_the_documented_one():
     result = json.loads((ROOT / "benchmarks" / "results" / "load_memory.json").read_text())
     page = (ROOT / "docs" / "pretrained.md").read_text()

@@ -23,7 +23,9 @@ from . import (  # blind reviews (docs/guarantees.md)
     interface,
     kernels,
     lm,
+    lm_blocks,
     model,
+    pretrained,
     training,
 )
 from .base import KERNEL_TESTS, K, M, Mutant
@@ -39,6 +41,8 @@ ALL: list[Mutant] = [
     *training.MUTANTS,
     *kernels.MUTANTS,
     *lm.MUTANTS,
+    *lm_blocks.MUTANTS,
+    *pretrained.MUTANTS,
     *distributed.MUTANTS,
     *blind_data.MUTANTS,
     *blind_training.MUTANTS,

@@ -6,9 +6,9 @@ without transformers, checked tensor by tensor, and written so that transformers
 * :mod:`~transformer.lm.pretrained.config_fields`: a ``config.json``'s fields, type-checked, refused by name.
 * :mod:`~transformer.lm.pretrained.rope`: the rotary embedding's parameters as LMConfig's ``rope_*`` fields.
 * :mod:`~transformer.lm.pretrained.tensor_map`: one tensor of theirs as parameters of ours (transposes, fusions).
-* :mod:`~transformer.lm.pretrained.architectures`: what an architecture is; :mod:`~transformer.lm.pretrained.gpt2`
-  and :mod:`~transformer.lm.pretrained.llama` the supported ones; :mod:`~transformer.lm.pretrained.supported`
-  their registry.
+* :mod:`~transformer.lm.pretrained.architectures`: what an architecture is; :mod:`~transformer.lm.pretrained.gpt2`,
+  :mod:`~transformer.lm.pretrained.llama` and :mod:`~transformer.lm.pretrained.starcoder2` the supported ones;
+  :mod:`~transformer.lm.pretrained.supported` their registry.
 * :mod:`~transformer.lm.pretrained.load` and :mod:`~transformer.lm.pretrained.save`: ``from_pretrained`` and
   ``save_pretrained`` (also :meth:`TransformerLM.from_pretrained` and :meth:`TransformerLM.save_pretrained`).
 * :mod:`~transformer.lm.pretrained.tokenizer`: ``tokenizer.json``, special tokens and the ids generation stops at.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from safetensors import SafetensorError, safe_open
 from .errors import PretrainedFormatError
 
 __all__ = [
+    "SHARD_NAME",
     "CONFIG_FILE",
     "GENERATION_CONFIG_FILE",
     "WEIGHTS_FILE",
@@ -44,6 +46,8 @@ CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+#: The names transformers gives shards: ``model-00001-of-00003.safetensors``.
+SHARD_NAME = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 
 #: The safetensors dtypes a model's weights may have, and their torch dtypes (integers, booleans and 8-bit floats
 #: are refused: no supported architecture stores weights in them).
@@ -126,18 +130,18 @@ def _open(file: Path):
 
 
 class SafetensorsFolder:
-    """The tensors of a checkpoint folder: ``model.safetensors``, or the shards of ``model.safetensors.index.json``
-    (whose ``weight_map`` maps each tensor to its shard). Headers are read at construction; data on :meth:`read`."""
+    """The tensors of a checkpoint folder: ``model.safetensors``, else the shards of ``model.safetensors.index.json``
+    (whose ``weight_map`` maps each tensor to its shard), in transformers' order. Headers are read at construction;
+    data by :meth:`read_blocks`."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        index = read_json(folder / INDEX_FILE, required=False)
-        if index is not None:
-            self.source = folder / INDEX_FILE
-            self.headers = self._from_index(index)
-        elif (folder / WEIGHTS_FILE).is_file():
+        if (folder / WEIGHTS_FILE).is_file():  # first, as transformers looks for it first
             self.source = folder / WEIGHTS_FILE
             self.headers = self._headers(folder / WEIGHTS_FILE)
+        elif (folder / INDEX_FILE).is_file():
+            self.source = folder / INDEX_FILE
+            self.headers = self._from_index(read_json(folder / INDEX_FILE))
         else:
             raise PretrainedFormatError(
                 f"{folder}: no {WEIGHTS_FILE} and no {INDEX_FILE} (the weights of a Hugging Face checkpoint folder; "

@@ -49,9 +49,12 @@ class Llama(Architecture):
         (r"norm\.weight", "model.norm.weight"),
         (r"generator\.proj\.weight", "lm_head.weight"),
     )
-    #: transformers' defaults for fields a file may leave out
+    #: transformers' defaults for the fields a file may leave out
     max_len_default: ClassVar[int] = 2048
     head_dim_default: ClassVar[int | None] = None
+    kv_heads_default: ClassVar[int | None] = None  # None: num_attention_heads
+    activation_default: ClassVar[str] = "silu"
+    tie_default: ClassVar[bool] = False
     qk_norm: ClassVar[bool] = False  #: RMSNorm on each head's queries and keys (Qwen3)
 
     def biases(self, config: ConfigFields) -> dict[str, bool]:
@@ -63,41 +66,32 @@ class Llama(Architecture):
         """The sliding window every layer attends through (None: none)."""
         return None
 
-    def lm_config(self, config: ConfigFields) -> LMConfig:
-        d_model = config.integer("hidden_size")
+    def rotary_attention(self, config: ConfigFields) -> dict[str, Any]:
+        """The LMConfig fields every rotary architecture reads alike: sizes, grouped-query heads, RoPE, attention
+        dropout, the activation, the bias-free head (tied when ``tie_word_embeddings``) and the pad id."""
         n_heads = config.integer("num_attention_heads")
-        n_kv_heads = config.integer("num_key_value_heads", None, optional=True)
-        head_dim = config.integer("head_dim", self.head_dim_default, optional=True) or d_model // n_heads
-        n_layers = config.integer("num_hidden_layers")
-        return build_config(
-            config.path,
+        n_kv_heads = config.integer("num_key_value_heads", self.kv_heads_default, optional=True)
+        return dict(
             vocab=config.integer("vocab_size"),
-            n_layers=n_layers,
-            d_model=d_model,
+            n_layers=config.integer("num_hidden_layers"),
+            d_model=config.integer("hidden_size"),
             d_ff=config.integer("intermediate_size"),
             n_heads=n_heads,
             n_kv_heads=None if n_kv_heads in (None, n_heads) else n_kv_heads,
-            head_dim=None if head_dim * n_heads == d_model else head_dim,
             max_len=config.integer("max_position_embeddings", self.max_len_default),
-            dropout=0.0,
             attention_dropout=config.probability("attention_dropout", 0.0),
-            norm="rms",
             norm_placement="pre",
-            layer_norm_eps=config.number("rms_norm_eps", 1e-6),
             embedding_scale=1.0,
-            activation=config.choice("hidden_act", ACTIVATIONS, "silu"),
-            ffn_gated=True,
+            activation=config.choice("hidden_act", ACTIVATIONS, self.activation_default),
             ffn_hidden_dropout=False,
-            qk_norm=self.qk_norm,
             lm_head_bias=False,
-            tie_weights=config.flag("tie_word_embeddings", False),
-            sliding_window=self.window(config, n_layers),
+            tie_weights=config.flag("tie_word_embeddings", self.tie_default),
             pad_id=config.integer("pad_token_id", None, at_least=0, optional=True),
-            **self.biases(config),
             **rope_fields(config),
         )
 
-    def config_json(self, config: LMConfig) -> dict[str, Any]:
+    def written_rotary_attention(self, config: LMConfig) -> dict[str, Any]:
+        """The ``config.json`` fields of :meth:`rotary_attention`."""
         return {
             "model_type": self.model_type,
             "vocab_size": config.vocab,
@@ -106,14 +100,36 @@ class Llama(Architecture):
             "intermediate_size": config.d_ff,
             "num_attention_heads": config.n_heads,
             "num_key_value_heads": config.kv_heads,
-            "head_dim": config.d_k,
             "max_position_embeddings": config.max_len,
             "attention_dropout": config.attention_dropout,
-            "rms_norm_eps": config.layer_norm_eps,
             "hidden_act": _WRITTEN_ACTIVATION.get(config.activation, config.activation),
             "tie_word_embeddings": config.tie_weights,
             "rope_parameters": rope_parameters(config),
             "pad_token_id": config.pad_id,
+        }
+
+    def lm_config(self, config: ConfigFields) -> LMConfig:
+        fields = self.rotary_attention(config)
+        d_model, n_heads = fields["d_model"], fields["n_heads"]
+        head_dim = config.integer("head_dim", self.head_dim_default, optional=True) or d_model // n_heads
+        return build_config(
+            config.path,
+            **fields,
+            head_dim=None if head_dim * n_heads == d_model else head_dim,
+            dropout=0.0,
+            norm="rms",
+            layer_norm_eps=config.number("rms_norm_eps", 1e-6),
+            ffn_gated=True,
+            qk_norm=self.qk_norm,
+            sliding_window=self.window(config, fields["n_layers"]),
+            **self.biases(config),
+        )
+
+    def config_json(self, config: LMConfig) -> dict[str, Any]:
+        return {
+            **self.written_rotary_attention(config),
+            "head_dim": config.d_k,
+            "rms_norm_eps": config.layer_norm_eps,
             **self.written_biases(config),
             **self.written_window(config),
         }

@@ -77,10 +77,16 @@ def parameters_on_meta() -> Iterator[None]:
             setattr(nn.init, name, initialiser)
 
 
-def _dtype(dtype: torch.dtype | None, config: ConfigFields, tensors: SafetensorsFolder, maps: list[TensorMap]):
+def _dtype(
+    dtype: torch.dtype | None, config: ConfigFields, tensors: SafetensorsFolder, maps: list[TensorMap]
+) -> torch.dtype:
+    """``dtype``, else ``config.json``'s ``dtype`` (``torch_dtype`` in older files), else the tensors' own."""
     if dtype is not None:
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"from_pretrained: dtype must be a floating torch.dtype or None, got dtype={dtype!r}")
+        if dtype not in SAFETENSORS_DTYPES.values():
+            raise ValueError(
+                f"from_pretrained: dtype must be None or one of {sorted(str(d) for d in SAFETENSORS_DTYPES.values())}, "
+                f"got dtype={dtype!r}"
+            )
         return dtype
     for field in ("dtype", "torch_dtype"):  # transformers 5 writes dtype, 4 wrote torch_dtype
         name = config.values.get(field)
@@ -163,7 +169,8 @@ def load_pretrained(
     device = torch.device("cpu" if device is None else device)
     for m in maps:
         _read_into(m, params, tensors, dtype, device)
-    model.to(device=device, dtype=dtype)  # the buffers; the parameters are there already
+    model.to(device=device)  # the buffers, in their own dtype (RoPE's frequencies stay float32, as transformers');
+    # the parameters are there already
     model.eval()
     generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)
     model.pretrained_origin = PretrainedOrigin(folder, architecture.name, raw, generation)

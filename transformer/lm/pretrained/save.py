@@ -4,7 +4,8 @@ own ``from_pretrained`` loads, computing the same logits.
 The folder holds ``config.json`` (``architectures``, ``model_type``, the fields of the architecture and the
 weights' ``dtype``), ``model.safetensors`` (their tensor names and layouts; a tied head is written once, as the
 embedding, as transformers writes it) and ``generation_config.json`` when the token ids are known (the loaded
-folder's, or ``bos_token_id`` / ``eos_token_id`` from its ``config.json``). The architecture is the one the model
+folder's, or ``bos_token_id`` / ``eos_token_id`` from its ``config.json``); the shards and index of an earlier save
+into the folder are removed. The architecture is the one the model
 was loaded as, the one named, or the first that computes the model's config exactly; a config no architecture can
 express is refused naming the field. Each file is written atomically.
 """
@@ -19,7 +20,15 @@ import torch
 from ..config import LMConfig
 from ..model import TransformerLM, build_lm
 from .errors import PretrainedFormatError
-from .files import CONFIG_FILE, GENERATION_CONFIG_FILE, WEIGHTS_FILE, write_json, write_safetensors
+from .files import (
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    INDEX_FILE,
+    SHARD_NAME,
+    WEIGHTS_FILE,
+    write_json,
+    write_safetensors,
+)
 from .load import parameters_on_meta
 from .supported import architecture_for, architecture_named
 
@@ -47,6 +56,14 @@ def _check_parameters(model: TransformerLM, config: LMConfig) -> dict[str, torch
                 f"{list(reference[name].shape)}"
             )
     return {name: param.detach() for name, param in params.items()}
+
+
+def _remove_previous_shards(folder: Path) -> None:
+    """Remove the shards and the index of an earlier save into ``folder`` (as transformers' save_pretrained removes
+    the shards it does not write again): the new ``model.safetensors`` holds every tensor."""
+    for path in folder.iterdir():
+        if path.is_file() and (path.name == INDEX_FILE or SHARD_NAME.fullmatch(path.name)):
+            path.unlink()
 
 
 def save_pretrained(model: TransformerLM, path: str | Path, *, architecture: str | None = None) -> Path:
@@ -79,6 +96,7 @@ def save_pretrained(model: TransformerLM, path: str | Path, *, architecture: str
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     write_safetensors(folder / WEIGHTS_FILE, tensors)
+    _remove_previous_shards(folder)
     write_json(folder / CONFIG_FILE, config_json)
     generation = origin.generation_config if origin is not None and carried else None
     if generation is None and any(k in config_json for k in _CARRIED):

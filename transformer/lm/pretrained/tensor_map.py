@@ -4,10 +4,10 @@ A :class:`TensorMap` pairs a tensor name of the file (``theirs``) with one or mo
 layout: ``"same"`` (the same tensor), ``"transposed"`` (GPT-2's ``Conv1D`` stores ``(in, out)``, ``nn.Linear``
 ``(out, in)``), ``"fused"`` (GPT-2's ``c_attn``: queries, keys and values side by side along the last dimension,
 each transposed when 2-D) and ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1, max_len,
-d_model)``). Both directions are views (but for writing a fused tensor): :meth:`TensorMap.their_views` lets the
-loader copy their tensor block by block straight into ours, in the model's dtype and on its device.
-The expected shape of their tensor comes from ours by :meth:`TensorMap.to_theirs` on meta tensors, so every
-tensor is checked against the model before a byte is read.
+d_model)``). :meth:`TensorMap.to_theirs` lays our tensors out as theirs (views, but for a fused tensor): saving
+writes it; on meta tensors it gives the shape their tensor must have, so every tensor is checked against the model
+before a byte is read. :meth:`TensorMap.their_views` are views of our tensors in their layout, into which the
+loader copies their tensor block by block, in the model's dtype and on its device.
 """
 
 from __future__ import annotations
@@ -33,17 +33,6 @@ class TensorMap:
     def __post_init__(self) -> None:
         if (len(self.ours) > 1) != (self.layout == "fused"):
             raise ValueError(f"TensorMap {self.theirs}: layout {self.layout!r} with {len(self.ours)} of our tensors")
-
-    def to_ours(self, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Our tensors (views of ``tensor``), in the order of ``ours``."""
-        if self.layout == "transposed":
-            return (tensor.t(),)
-        if self.layout == "batched":
-            return (tensor.unsqueeze(0),)
-        if self.layout == "fused":
-            parts = tensor.chunk(len(self.ours), dim=-1)
-            return tuple(p.t() if p.dim() == 2 else p for p in parts)
-        return (tensor,)
 
     def to_theirs(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Their tensor from ours (a view, or a new tensor for ``"fused"``)."""

@@ -6,7 +6,9 @@ id or a list, as Llama 3 lists three), else ``config.json``'s, else none (the to
 not stop transformers' ``generate`` either). :meth:`PretrainedTokenizer.generation_arguments` gives them to
 :func:`~transformer.lm.generation.generate`: the first as ``end_symbol``, the others as one-token stop sequences
 (after one of those, :func:`generate` writes the end symbol once and pads; transformers pads at once).
-Encoding adds what the tokenizer's post-processor adds (Llama's ``<s>``), as transformers' tokenizer does.
+Encoding adds what the tokenizer's post-processor adds (Llama's ``<s>``), as transformers' tokenizer does; the
+``add_bos_token`` / ``add_eos_token`` flags of ``tokenizer_config.json`` are not read (transformers' Llama tokenizer
+rebuilds the post-processor from them: a file whose flags disagree with its ``tokenizer.json`` encodes differently).
 """
 
 from __future__ import annotations
