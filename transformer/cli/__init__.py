@@ -5,8 +5,8 @@
     typed-transformer decode --checkpoint DIR "1 2 3 4 5 6 7 8 9 10"
     typed-transformer train lm --text FILE... / train translate --train FILE --valid FILE   (see docs/data.md)
     typed-transformer generate --checkpoint DIR "prompt"                                    (see docs/lm.md)
-    typed-transformer generate --model HF_FOLDER "prompt"                                   (see docs/pretrained.md)
-    typed-transformer train lm --init HF_FOLDER --text FILE...                              (see docs/pretrained.md)
+    typed-transformer generate --model HF_FOLDER "prompt"                                   (see docs/data.md)
+    typed-transformer train lm --init HF_FOLDER --text FILE...                              (see docs/data.md)
     torchrun --nproc_per_node=N -m transformer train TASK [--strategy ddp|fsdp] ...   (see docs/distributed.md)
     typed-transformer consolidate SHARDED_DIR OUT_DIR
 

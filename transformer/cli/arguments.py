@@ -264,7 +264,7 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="continue the pretrained model of this Hugging Face checkpoint folder (config.json, model.safetensors, "
         "tokenizer.json) on the text: its architecture and tokenizer, so no model or tokenizer option; the peak "
-        f"learning rate defaults to {FINE_TUNE_PEAK_LR:g} (docs/pretrained.md)",
+        f"learning rate defaults to {FINE_TUNE_PEAK_LR:g} (docs/data.md)",
     )
 
 
