@@ -17,7 +17,7 @@ VOCAB = 97
 
 
 def hf_config(transformers, kind: str, **overrides):
-    """A tiny config of ``kind`` (gpt2, llama, qwen2, qwen3, mistral, starcoder2): 2 layers, d_model 32, 4 heads,
+    """A tiny config of ``kind`` (gpt2, llama, qwen2, qwen3, mistral, starcoder2, phi3): 2 layers, d_model 32, 4 heads,
     vocab 97."""
     if kind == "gpt2":
         fields = dict(
@@ -33,7 +33,11 @@ def hf_config(transformers, kind: str, **overrides):
     if kind == "starcoder2":
         fields["norm_epsilon"] = fields.pop("rms_norm_eps")
         fields["sliding_window"] = 5
+    if kind == "phi3":
+        fields["rope_parameters"] = {**fields["rope_parameters"], "partial_rotary_factor": 0.5}  # 4 of d_k 8
+        fields["sliding_window"] = 6
     classes = {
+        "phi3": transformers.Phi3Config,
         "starcoder2": transformers.Starcoder2Config,
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
@@ -54,6 +58,7 @@ MODEL_CLASSES = {
     "qwen3": "Qwen3ForCausalLM",
     "mistral": "MistralForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 
 

@@ -75,6 +75,18 @@ def test_qwen_windows_follow_layer_types():
     assert _config("MistralForCausalLM", sliding_window=None).sliding_window is None
 
 
+def test_phi3_reads_partial_rotation_and_refuses_its_longrope_spellings_and_residual_dropout():
+    phi3 = _config("Phi3ForCausalLM", partial_rotary_factor=0.75)  # the top-level spelling
+    assert phi3.rope_fraction == 0.75 and phi3.rotary_dim == 6 and phi3.layer_norm_eps == 1e-5
+    for kind in ("yarn", "su", "longrope", "linear"):  # yarn and su are longrope to Phi-3's config
+        with pytest.raises(PretrainedFormatError, match=rf"rope_parameters.rope_type='{kind}'.*\['default'\]"):
+            _config("Phi3ForCausalLM", rope_parameters={"rope_type": kind, "factor": 2.0})
+    with pytest.raises(PretrainedFormatError, match="resid_pdrop=0.1"):
+        _config("Phi3ForCausalLM", resid_pdrop=0.1)
+    with pytest.raises(PretrainedFormatError, match="partial_rotary_factor=0.5.*whole heads"):
+        _config(partial_rotary_factor=0.5)  # Llama rotates whole heads
+
+
 def test_per_architecture_defaults_and_biases():
     assert _config("Qwen3ForCausalLM").d_k == 128  # Qwen3's head_dim default, not d_model / n_heads
     assert _config("Qwen2ForCausalLM", head_dim=16).d_k == 16  # read by Qwen2's modelling code when present
@@ -90,6 +102,8 @@ def test_each_architecture_is_chosen_for_its_own_configs_and_reads_back_what_it_
     fields = {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
     if name == "GPT2LMHeadModel":
         fields = {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64, "vocab_size": 50}
+    if name == "Phi3ForCausalLM":  # else it is a Llama, which is tried first
+        fields["rope_parameters"]["partial_rotary_factor"] = 0.5
     if name in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
         fields |= {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}
     config = _config(name, **fields)

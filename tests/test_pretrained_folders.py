@@ -215,6 +215,21 @@ def test_each_tensor_is_read_once_in_blocks_of_rows(tmp_path, monkeypatch):
     assert torch.equal(loaded.embed[0].lut.weight, stored["model.embed_tokens.weight"])  # 53 rows: 11 blocks
 
 
+def test_stacked_tensors_load_block_by_block_across_our_tensors(tmp_path, monkeypatch):
+    """Phi-3's qkv_proj is q (32 rows), k and v (16 each) one above the other: blocks of 5 rows straddle them."""
+    config = llama_config(rope_fraction=0.5, sliding_window=6)
+    folder, model = _saved(tmp_path, config)
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["Phi3ForCausalLM"]
+    stored = _tensors(folder / "model.safetensors")
+    attn = model.layers[0].self_attn
+    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+    assert torch.equal(stored["model.layers.0.self_attn.qkv_proj.weight"], qkv)
+    monkeypatch.setattr(files_module, "BLOCK_BYTES", 32 * 4 * 5)
+    loaded = load_pretrained(folder)
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
 def test_loading_needs_no_transformers(tmp_path):
     folder, model = _saved(tmp_path, llama_config(tie_weights=True))
     torch.save(model.logits(torch.arange(6)[None]), tmp_path / "expected.pt")

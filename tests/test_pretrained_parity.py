@@ -48,6 +48,10 @@ CASES = {
     "qwen3-head_dim-bias": ("qwen3", {"attention_bias": True, "num_key_value_heads": 1}),
     "mistral-window": ("mistral", {}),
     "starcoder2-window": ("starcoder2", {}),
+    "phi3-partial-rotary-window": ("phi3", {}),
+    "phi3-mqa-tied-full-rotary": ("phi3", {"num_key_value_heads": 1, "tie_word_embeddings": True,
+                                           "sliding_window": None,
+                                           "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}),
     "starcoder2-mqa-untied-no-bias": ("starcoder2", {"num_key_value_heads": 1, "use_bias": False,
                                                      "tie_word_embeddings": False, "sliding_window": None,
                                                      "hidden_act": "gelu"}),
@@ -104,7 +108,15 @@ def test_every_backend_computes_transformers_logits(tmp_path, case, backend):
 
 
 @pytest.mark.parametrize(
-    "case", ["gpt2", "llama-gqa1-biases-tied", "qwen3-head_dim-bias", "mistral-window", "starcoder2-window"]
+    "case",
+    [
+        "gpt2",
+        "llama-gqa1-biases-tied",
+        "qwen3-head_dim-bias",
+        "mistral-window",
+        "starcoder2-window",
+        "phi3-partial-rotary-window",
+    ],
 )
 def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
     kind, overrides = CASES[case]
@@ -133,7 +145,7 @@ def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
 
 
 ROUND_TRIPS = ["gpt2", "llama-mqa-llama3", "llama-yarn", "qwen2-window", "qwen3-head_dim-bias", "mistral-window"]
-ROUND_TRIPS += ["starcoder2-window"]
+ROUND_TRIPS += ["starcoder2-window", "phi3-partial-rotary-window"]
 
 
 @pytest.mark.parametrize("case", ROUND_TRIPS)
@@ -149,7 +161,10 @@ def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path, case):
     assert again.generation_config.eos_token_id == theirs.generation_config.eos_token_id
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama-gqa1-biases-tied", "qwen2", "mistral-window", "starcoder2-window"])
+@pytest.mark.parametrize(
+    "case",
+    ["gpt2", "llama-gqa1-biases-tied", "qwen2", "mistral-window", "starcoder2-window", "phi3-partial-rotary-window"],
+)
 def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, case):
     """A model of ours (its own random weights, never a transformers model) written by save_pretrained."""
     kind, overrides = CASES[case]

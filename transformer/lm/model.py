@@ -17,6 +17,8 @@ the step function that :mod:`transformer.decoding`'s searches and :func:`transfo
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -191,14 +193,18 @@ class TransformerLM(nn.Module):
         return causal if window is None else causal & window
 
     @classmethod
-    def from_pretrained(cls, path, dtype=None, device=None) -> TransformerLM:
-        """The model of a Hugging Face checkpoint folder: :func:`transformer.lm.pretrained.load_pretrained`."""
+    def from_pretrained(
+        cls, path: str | os.PathLike, dtype: torch.dtype | None = None, device: str | torch.device | None = None
+    ) -> TransformerLM:
+        """The model of a Hugging Face checkpoint folder (GPT-2, Llama, Qwen2/3, Mistral, StarCoder2, Phi-3), in eval
+        mode: :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
         from .pretrained import load_pretrained
 
         return load_pretrained(path, dtype=dtype, device=device)
 
-    def save_pretrained(self, path, *, architecture: str | None = None):
-        """Write a Hugging Face checkpoint folder: :func:`transformer.lm.pretrained.save_pretrained`."""
+    def save_pretrained(self, path: str | os.PathLike, *, architecture: str | None = None) -> Path:
+        """Write a Hugging Face checkpoint folder that transformers loads, and return it:
+        :func:`transformer.lm.pretrained.save_pretrained`."""
         from .pretrained import save_pretrained
 
         return save_pretrained(self, path, architecture=architecture)

@@ -24,6 +24,20 @@ _DIR = "transformer/lm/pretrained/"
 
 MUTANTS = [
     P(
+        "pretrained-phi3-gate-up-swapped",
+        _DIR + "phi3.py",
+        '"w_1": 0, "w_3": 1}',
+        '"w_1": 1, "w_3": 0}',
+        "Phi-3's gate_up_proj read as up above gate",
+    ),
+    P(
+        "pretrained-stacked-offsets-lost",
+        _DIR + "tensor_map.py",
+        "                first += t.size(0)\n",
+        "",
+        "every tensor of a stacked one read from its first rows",
+    ),
+    P(
         "pretrained-conv1d-not-transposed",
         _DIR + "tensor_map.py",
         "            return tensors[0].t()\n",
@@ -81,8 +95,8 @@ MUTANTS = [
     P(
         "pretrained-block-rows-from-zero",
         _DIR + "load.py",
-        "rows = slice(start, start + block.size(0)) if block.dim() > 1 else slice(None)",
-        "rows = slice(0, block.size(0)) if block.dim() > 1 else slice(None)",
+        "view[low - first : high - first].copy_(",
+        "view[low - start : high - start].copy_(",
         "every block of rows copied to the top of the tensor (a large tensor's later rows left as allocated)",
     ),
     P(

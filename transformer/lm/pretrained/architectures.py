@@ -8,8 +8,9 @@ is checked by reading back: a config that would not come back unchanged (a field
 express, as LayerNorm in a Llama) is refused naming the field. Fields transformers reads in no modelling code
 (``use_cache``, ``initializer_range``, token ids...) do not change the function and are not read.
 
-The architectures themselves are in :mod:`~transformer.lm.pretrained.gpt2`, :mod:`~transformer.lm.pretrained.llama`
-and :mod:`~transformer.lm.pretrained.starcoder2`; ``supported.ARCHITECTURES`` lists them by name.
+The architectures themselves are in :mod:`~transformer.lm.pretrained.gpt2`, :mod:`~transformer.lm.pretrained.llama`,
+:mod:`~transformer.lm.pretrained.starcoder2` and :mod:`~transformer.lm.pretrained.phi3`; ``supported.ARCHITECTURES``
+lists them by name.
 """
 
 from __future__ import annotations

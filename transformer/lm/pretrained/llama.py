@@ -56,6 +56,9 @@ class Llama(Architecture):
     activation_default: ClassVar[str] = "silu"
     tie_default: ClassVar[bool] = False
     qk_norm: ClassVar[bool] = False  #: RMSNorm on each head's queries and keys (Qwen3)
+    norm_eps_default: ClassVar[float] = 1e-6
+    rope_rules: ClassVar[tuple[str, ...]] = ("default", "linear", "llama3", "yarn")
+    partial_rotary: ClassVar[bool] = False  #: whether partial_rotary_factor is read (rope_fraction)
 
     def biases(self, config: ConfigFields) -> dict[str, bool]:
         """``qkv_bias``, ``out_bias`` and ``ffn_bias`` of ``config``."""
@@ -87,7 +90,7 @@ class Llama(Architecture):
             lm_head_bias=False,
             tie_weights=config.flag("tie_word_embeddings", self.tie_default),
             pad_id=config.integer("pad_token_id", None, at_least=0, optional=True),
-            **rope_fields(config),
+            **rope_fields(config, self.rope_rules, self.partial_rotary),
         )
 
     def written_rotary_attention(self, config: LMConfig) -> dict[str, Any]:
@@ -118,7 +121,7 @@ class Llama(Architecture):
             head_dim=None if head_dim * n_heads == d_model else head_dim,
             dropout=0.0,
             norm="rms",
-            layer_norm_eps=config.number("rms_norm_eps", 1e-6),
+            layer_norm_eps=config.number("rms_norm_eps", self.norm_eps_default),
             ffn_gated=True,
             qk_norm=self.qk_norm,
             sliding_window=self.window(config, fields["n_layers"]),

@@ -137,9 +137,13 @@ def _read_into(m: TensorMap, params: dict[str, nn.Parameter], tensors: Safetenso
     ours = tuple(torch.empty(params[name].shape, dtype=dtype, device=device) for name in m.ours)
     views = m.their_views(ours)
     for start, block in tensors.read_blocks(m.theirs):
-        rows = slice(start, start + block.size(0)) if block.dim() > 1 else slice(None)
-        for view, columns in views:
-            view[rows].copy_(block[..., columns])
+        for view, first, columns in views:
+            if block.dim() < 2:  # a 1-d tensor is one block
+                view.copy_(block[columns])
+                continue
+            low, high = max(start, first), min(start + block.size(0), first + view.size(0))  # rows in both
+            if low < high:
+                view[low - first : high - first].copy_(block[low - start : high - start][..., columns])
     for name, tensor in zip(m.ours, ours, strict=True):
         torch.utils.swap_tensors(params[name], nn.Parameter(tensor, requires_grad=params[name].requires_grad))
 

@@ -13,8 +13,9 @@ defaults and precedences of transformers' ``RotaryEmbeddingConfigMixin`` (``mode
 
 ``original_max_position_embeddings`` at the top level of the file wins over the one inside (as transformers reads
 Phi-3's files); absent, it is ``max_position_embeddings``. Every other rule (``dynamic``, ``longrope``, ...), any
-key that is not one of the rule's and a ``partial_rotary_factor`` other than 1 (the Llama family's modelling code
-ignores it for the default rule and fails on it for the others) are refused naming the field.
+key that is not one of the rule's and a ``partial_rotary_factor`` other than 1 where the architecture rotates whole
+heads (the Llama family's modelling code ignores it for the default rule and fails on it for the others; Phi-3
+reads it) are refused naming the field.
 """
 
 from __future__ import annotations
@@ -51,23 +52,27 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def rope_fields(config: ConfigFields) -> dict[str, Any]:
-    """The ``rope_*`` fields of :class:`LMConfig` (and ``positional_encoding="rotary"``) for ``config``."""
+def rope_fields(config: ConfigFields, rules: tuple[str, ...] = tuple(_KEYS), partial: bool = False) -> dict[str, Any]:
+    """The ``rope_*`` fields of :class:`LMConfig` (and ``positional_encoding="rotary"``) for ``config``, whose
+    architecture implements the RoPE rules ``rules`` and, when ``partial``, ``partial_rotary_factor``
+    (``rope_fraction``)."""
     nested = config.values.get("rope_parameters") or config.values.get("rope_scaling") or {}
     name = "rope_parameters" if config.values.get("rope_parameters") else "rope_scaling"
     if not isinstance(nested, dict):
         config.refuse(name, nested, "expected a JSON object of RoPE parameters")
     rope = ConfigFields(nested, config.path, prefix=f"{name}.")
     kind = nested.get("rope_type", nested.get("type", "default"))
-    if kind not in _KEYS:
-        rope.refuse("rope_type", kind, f"the supported RoPE rules are {sorted(_KEYS)}")
+    if kind not in rules:
+        rope.refuse("rope_type", kind, f"the supported RoPE rules of this architecture are {sorted(rules)}")
     rope.only(_KEYS[kind])
     theta = rope.number("rope_theta", config.number("rope_theta", 10000.0))
     fraction = rope.number("partial_rotary_factor", config.number("partial_rotary_factor", 1.0))
-    if fraction != 1.0:
+    if fraction != 1.0 and not partial:
         where = rope if rope.has("partial_rotary_factor") else config
         where.refuse("partial_rotary_factor", fraction, "this architecture's modelling code rotates whole heads")
     fields: dict[str, Any] = {"positional_encoding": "rotary", "rope_theta": theta, "rope_scaling": _SCALING[kind]}
+    if partial:
+        fields["rope_fraction"] = fraction
     if kind == "default":
         return fields
     if kind in ("llama3", "yarn"):
@@ -108,6 +113,8 @@ def rope_parameters(config: LMConfig) -> dict[str, Any]:
     writes it; yarn's cos/sin factor is written out, so a reader need not recompute it."""
     kind = {value: key for key, value in _SCALING.items()}[config.rope_scaling]
     out: dict[str, Any] = {"rope_type": kind, "rope_theta": config.rope_theta}
+    if config.rope_fraction != 1.0:
+        out["partial_rotary_factor"] = config.rope_fraction
     if kind != "default":
         out["factor"] = config.rope_factor
     if kind in ("llama3", "yarn"):
