@@ -14,8 +14,9 @@
 # %% [markdown]
 # # A pretrained model, checked
 #
-# A Hugging Face checkpoint folder (`config.json`, `model.safetensors`, `tokenizer.json`) of a GPT-2, Llama, Qwen2,
-# Qwen3 or Mistral model loads into the package's own `TransformerLM`, which computes what transformers computes,
+# A Hugging Face checkpoint folder (`config.json`, `model.safetensors`, `tokenizer.json`) of a GPT-2, Llama, Qwen,
+# Mistral or another supported model (the table in [Pretrained checkpoints](../docs/pretrained.md#supported-architectures))
+# loads into the package's own `TransformerLM`, which computes what transformers computes,
 # with every tensor contract still checked. In this tutorial we load such a folder, generate from it, plant a shape
 # bug in an adapter of our own and read the error that names the dimension, run its attention on another backend,
 # and fine-tune it for a few steps on a text.
