@@ -37,6 +37,23 @@ def test_lm_vs_gpt2_records_every_variant_and_both_check_policies(tmp_path):
     assert result["load_average_before"] and result["date"]
 
 
+def test_generate_vs_transformers_dry_run_records_every_case_on_the_same_tokens(tmp_path):
+    """--quick: tiny sizes, one round; every case recorded with both timings, greedy generation gives transformers'
+    tokens, the prefill the same log-probabilities, and the JSON names the command, device, versions and date."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "gen.json"
+    result = _script("generate_vs_transformers").main(["--quick", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = {r["case"]: r for r in result["rows"]}
+    assert set(rows) == {"generation, batch 1", "generation, batch 8", "prefill 32", "training step"}
+    for row in rows.values():
+        assert row["ours_ms"] > 0 and row["theirs_ms"] > 0 and row["speed_ours_vs_theirs"] > 0
+    assert rows["generation, batch 1"]["tokens_equal"] and rows["generation, batch 8"]["tokens_equal"]
+    assert rows["generation, batch 8"]["ours_tokens_per_s"] > 0
+    assert rows["prefill 32"]["max_relative_logit_difference"] < 1e-5
+    assert "--quick" in result["command"] and result["transformers"] and result["device"] and result["date"]
+
+
 def test_train_step_records_ours_on_and_off_against_torch(tmp_path):
     out = tmp_path / "ts.json"
     result = _script("train_step").main(["--rounds", "1", "--json", str(out)])

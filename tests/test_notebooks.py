@@ -30,6 +30,7 @@ TUTORIALS = [
     "03_attention_backends",
     "04_language_model",
     "05_your_own_model",
+    "06_pretrained_model",
 ]
 
 

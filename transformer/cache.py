@@ -28,22 +28,53 @@ class KVCache:
 
     ``static=False`` (self-attention): every call appends the new positions' keys and values.
     ``static=True`` (cross-attention over a fixed memory): the first call stores them, later calls reuse them.
+
+    :meth:`reserve` preallocates room for a request's whole length (generation knows it: prompt + new tokens): the
+    keys and values then live in one buffer each and every step writes its position in place, instead of copying
+    all the cached positions into a new tensor (``torch.cat``) at every step. ``keys`` and ``values`` are the
+    filled part of the buffers either way.
     """
 
     def __init__(self, *, static: bool = False) -> None:
         self.static = static
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
+        self._keys: Tensor | None = None  # (batch, heads, room, d_k); room >= length
+        self._values: Tensor | None = None
+        self._length = 0
+        self._reserved = 0
+
+    @property
+    def keys(self) -> Tensor | None:
+        return None if self._keys is None else self._keys[:, :, : self._length]
+
+    @property
+    def values(self) -> Tensor | None:
+        return None if self._values is None else self._values[:, :, : self._length]
 
     @property
     def length(self) -> int:
         """Positions held (``steps``)."""
-        return 0 if self.keys is None else self.keys.size(2)
+        return self._length
 
     @property
     def filled(self) -> bool:
         """A static cache that holds its memory already."""
-        return self.static and self.keys is not None
+        return self.static and self._keys is not None
+
+    def reserve(self, positions: int) -> None:
+        """Hold room for ``positions`` positions in all (a request's prompt and new tokens): allocated at the next
+        :meth:`extend` (or now, if keys are held), filled in place by the extends that follow. More positions than
+        reserved still fit (the buffers are then concatenated, as without a reservation)."""
+        if not is_int(positions, at_least=1):
+            raise ValueError(f"KVCache.reserve: positions must be a positive int, got {positions!r}")
+        self._reserved = positions
+        if self._keys is not None and not self.static and self._keys.size(2) < positions:
+            self._keys, self._values = self._room(self.keys), self._room(self.values)
+
+    def _room(self, held: Tensor) -> Tensor:
+        """A buffer of ``self._reserved`` positions with ``held`` in its first ones."""
+        buffer = held.new_empty(*held.shape[:2], self._reserved, held.size(3))
+        buffer[:, :, : held.size(2)] = held
+        return buffer
 
     @checked
     def extend(
@@ -52,22 +83,31 @@ class KVCache:
         """Append the new positions (or, static, store the memory once); return every key and value held."""
         if self.filled:
             raise ValueError("KVCache: a static (cross-attention) cache is filled once; read keys and values instead")
-        if self.keys is not None:
-            validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)
-            if self.keys.shape[:2] != k.shape[:2] or self.keys.size(3) != k.size(3):
+        end = self._length + k.size(2)
+        if self._keys is None:
+            reserve = not self.static and self._reserved > end
+            self._keys, self._values = (self._room(k), self._room(v)) if reserve else (k, v)
+        else:
+            held = self.keys
+            validate_dtype_device("KVCache.extend", held, "the cached keys", k=k, v=v)
+            if held.shape[:2] != k.shape[:2] or held.size(3) != k.size(3):
                 raise ValueError(
                     f"KVCache.extend: new keys {tuple(k.shape)} do not continue the cached "
-                    f"{tuple(self.keys.shape)} (batch, heads, steps, d_k)"
+                    f"{tuple(held.shape)} (batch, heads, steps, d_k)"
                 )
-            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
-        self.keys, self.values = k, v
-        return k, v
+            if end <= self._keys.size(2):  # reserved room: written in place
+                self._keys[:, :, self._length : end] = k
+                self._values[:, :, self._length : end] = v
+            else:
+                self._keys, self._values = torch.cat([held, k], dim=2), torch.cat([self.values, v], dim=2)
+        self._length = end
+        return self.keys, self.values
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search follows its surviving hypotheses; rows may repeat)."""
-        if self.keys is not None:
-            self.keys = self.keys.index_select(0, index.to(self.keys.device))
-            self.values = self.values.index_select(0, index.to(self.values.device))
+        if self._keys is not None:
+            self._keys = self._keys.index_select(0, index.to(self._keys.device))
+            self._values = self._values.index_select(0, index.to(self._values.device))
 
 
 class LayerCache:
@@ -108,6 +148,11 @@ class StackCache:
         """Keep batch rows ``index`` in every layer (rows may repeat: beam search)."""
         for layer in self.layers:
             layer.reorder(index)
+
+    def reserve(self, positions: int) -> None:
+        """Room for ``positions`` positions in every layer's self-attention cache (:meth:`KVCache.reserve`)."""
+        for layer in self.layers:
+            (layer.self_attn if isinstance(layer, LayerCache) else layer).reserve(positions)
 
     def self_attention_mask(
         self, new: int, mask: object, *, layers: int, who: str, stack: str, mask_name: str

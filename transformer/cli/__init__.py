@@ -5,6 +5,8 @@
     typed-transformer decode --checkpoint DIR "1 2 3 4 5 6 7 8 9 10"
     typed-transformer train lm --text FILE... / train translate --train FILE --valid FILE   (see docs/data.md)
     typed-transformer generate --checkpoint DIR "prompt"                                    (see docs/lm.md)
+    typed-transformer generate --model HF_FOLDER "prompt"                                   (see docs/data.md)
+    typed-transformer train lm --init HF_FOLDER --text FILE...                              (see docs/data.md)
     torchrun --nproc_per_node=N -m transformer train TASK [--strategy ddp|fsdp] ...   (see docs/distributed.md)
     typed-transformer consolidate SHARDED_DIR OUT_DIR
 
@@ -42,6 +44,7 @@ import torch
 
 from ..checkpoint import CheckpointError
 from ..common.output_dirs import OutputWriteError
+from ..lm.pretrained import PretrainedFormatError
 from ..tasks import UnknownTokenError
 from ..training import TrainingDiverged, TrainingInterrupted
 from .arguments import add_lm_flags, add_translate_flags
@@ -87,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         return _COMMANDS[args.command](args)
-    except (UsageError, CheckpointError, UnknownTokenError) as error:
+    except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError) as error:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (TrainingDiverged, OutputWriteError) as error:

@@ -14,6 +14,7 @@ from ..data.text_files import ENCODING_ERRORS, PAIR_FORMATS
 from ..data.tokenizers import TOKENIZER_KINDS
 from ..distributed import STRATEGIES
 from ..tasks import get_task
+from ..tasks.pretrained_lm import FINE_TUNE_PEAK_LR
 from ..tasks.text_lm import LM_DEFAULTS
 from ..tasks.translation_files import TRANSLATE_DEFAULTS
 from ..training import NoamSchedule
@@ -176,15 +177,15 @@ def _data_flags(g: argparse._ArgumentGroup, d: dict[str, Any]) -> None:
     g.add_argument(
         "--tokenizer",
         choices=TOKENIZER_KINDS,
-        default="bpe",
-        help="train a bpe or a char tokenizer on the training files (default: %(default)s)",
+        default=None,
+        help="train a bpe or a char tokenizer on the training files (default: bpe)",
     )
     g.add_argument("--tokenizer-file", metavar="PATH", help="use this tokenizer.json instead of training one")
     g.add_argument(
         "--vocab-size",
         type=positive_int,
-        default=d["vocab_size"],
-        help="tokenizer vocabulary, special tokens (and bpe's 256 bytes) included (default: %(default)s)",
+        default=None,
+        help=f"tokenizer vocabulary, special tokens (and bpe's 256 bytes) included (default: {d['vocab_size']})",
     )
     g.add_argument(
         "--min-frequency",
@@ -208,16 +209,16 @@ def _data_flags(g: argparse._ArgumentGroup, d: dict[str, Any]) -> None:
 
 
 def _model_flags(p: argparse.ArgumentParser, d: dict[str, Any], layers: str) -> argparse._ArgumentGroup:
+    # no argparse defaults: None says "not given" (train lm --init refuses these), the task's default applies
     g = p.add_argument_group("model")
-    g.add_argument("--d-model", type=positive_int, default=d["d_model"], help="model width (default: %(default)s)")
-    g.add_argument("--layers", type=positive_int, default=d["n_layers"], help=f"{layers} (default: %(default)s)")
-    g.add_argument("--heads", type=positive_int, default=d["n_heads"], help="attention heads (default: %(default)s)")
-    g.add_argument("--d-ff", type=positive_int, default=d["d_ff"], help="feed-forward width (default: %(default)s)")
+    g.add_argument("--d-model", type=positive_int, help=f"model width (default: {d['d_model']})")
+    g.add_argument("--layers", type=positive_int, help=f"{layers} (default: {d['n_layers']})")
+    g.add_argument("--heads", type=positive_int, help=f"attention heads (default: {d['n_heads']})")
+    g.add_argument("--d-ff", type=positive_int, help=f"feed-forward width (default: {d['d_ff']})")
     g.add_argument(
         "--dropout",
         type=fraction,
-        default=d["dropout"],
-        help="dropout, on the sub-layers and the attention weights (default: %(default)s)",
+        help=f"dropout, on the sub-layers and the attention weights (default: {d['dropout']})",
     )
     return g
 
@@ -250,13 +251,20 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--formulation",
         choices=("paper", "functional"),
-        default="paper",
-        help="the paper's formulation or the functional transformer's (docs/lm.md) (default: %(default)s)",
+        default=None,
+        help="the paper's formulation or the functional transformer's (docs/lm.md) (default: paper)",
     )
     m.add_argument(
         "--max-len",
         type=positive_int,
         help="longest sequence the model takes, in positions (default: the larger of 256 and --block-len)",
+    )
+    m.add_argument(
+        "--init",
+        metavar="DIR",
+        help="continue the pretrained model of this Hugging Face checkpoint folder (config.json, model.safetensors, "
+        "tokenizer.json) on the text: its architecture and tokenizer, so no model or tokenizer option; the peak "
+        f"learning rate defaults to {FINE_TUNE_PEAK_LR:g} (docs/data.md)",
     )
 
 
@@ -313,7 +321,14 @@ def add_translate_flags(p: argparse.ArgumentParser) -> None:
 
 def add_generate_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``generate`` (besides the runtime flags)."""
-    p.add_argument("--checkpoint", required=True, help="checkpoint directory written by `train lm`")
+    model = p.add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", help="checkpoint directory written by `train lm`")
+    model.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a Hugging Face checkpoint folder (config.json, model.safetensors, tokenizer.json; "
+        "generation_config.json's eos_token_id ends a continuation), e.g. a snapshot in ~/.cache/huggingface/hub",
+    )
     p.add_argument("--max-new-tokens", type=positive_int, default=100, help="tokens to add (default 100)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=positive_float, default=None, help="--sample: softmax temperature (1.0)")

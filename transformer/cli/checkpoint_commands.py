@@ -4,12 +4,14 @@ search) and ``consolidate`` (gather a sharded checkpoint into one that ``decode`
 
     typed-transformer decode --checkpoint DIR "1 2 3 4 5 6 7 8 9 10"
     typed-transformer generate --checkpoint DIR [--sample --temperature T --top-k K --top-p P --seed S] "prompt"
+    typed-transformer generate --model HF_FOLDER [the same options] "prompt"
     typed-transformer consolidate SHARDED_DIR OUT_DIR
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
@@ -17,6 +19,8 @@ from ..checkpoint import Checkpoint, load_checkpoint, read_config
 from ..data.tokenizers import TokenizerMismatchError
 from ..distributed import consolidate_checkpoint
 from ..lm.generation import beam_generate, generate
+from ..lm.model import TransformerLM
+from ..lm.pretrained import PretrainedTokenizer
 from ..tasks import task_from_metadata
 from ..tasks.tokenizer_assets import tokenizer_from_checkpoint
 from ..tasks.translation_files import translate
@@ -82,7 +86,9 @@ def _load_task_checkpoint(path: str, device: torch.device, task: str, command: s
 
 
 def generate_command(args: argparse.Namespace, device: torch.device) -> int:
-    """``generate`` on ``device``: print each prompt followed by its continuation."""
+    """``generate`` on ``device``: print each prompt followed by its continuation, from ``--checkpoint`` (a ``train
+    lm`` checkpoint) or ``--model`` (a Hugging Face checkpoint folder, :meth:`TransformerLM.from_pretrained`, with
+    its ``tokenizer.json``; the end-of-sequence ids of its ``generation_config.json`` end a continuation)."""
     sampling = [
         flag
         for flag, value in (
@@ -97,17 +103,26 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         raise UsageError(f"{sampling[0]} is a sampling option: add --sample")
     if args.sample and args.beam_size > 1:
         raise UsageError("--sample and --beam-size > 1 exclude each other")
-    ckpt, tokenizer = _load_task_checkpoint(args.checkpoint, device, "lm", "generate")
-    model = ckpt.model.eval()
+    if getattr(args, "model", None) is not None:
+        if not os.path.isdir(args.model):
+            raise UsageError(f"--model {args.model}: no such directory (a Hugging Face checkpoint folder)")
+        tokenizer = PretrainedTokenizer.from_folder(args.model)  # cheap: a bad folder is named before any weight
+        model = TransformerLM.from_pretrained(args.model, device=device)
+    else:
+        ckpt, tokenizer = _load_task_checkpoint(args.checkpoint, device, "lm", "generate")
+        model = ckpt.model
+    model.eval()
+    ends = list(tokenizer.eos_ids)
     stops = [tokenizer.encode(text) for text in args.stop]
     for prompt_text in args.prompt:
-        ids = tokenizer.encode(prompt_text) or [tokenizer.eos_id]  # an empty prompt: the start of a document
+        ids = tokenizer.encode(prompt_text) or ends[:1]  # an empty prompt: the start of a document
+        if not ids:
+            raise UsageError(f"{args.model}: an empty prompt needs a start token, and the tokenizer has none")
         prompt = torch.tensor([ids], device=device)
+        end = ends[0] if ends else None
         try:
             if args.beam_size > 1:
-                out, _ = beam_generate(
-                    model, prompt, args.max_new_tokens, beam_size=args.beam_size, end_symbol=tokenizer.eos_id
-                )
+                out, _ = beam_generate(model, prompt, args.max_new_tokens, beam_size=args.beam_size, end_symbol=end)
             else:
                 out = generate(
                     model,
@@ -118,16 +133,23 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
                     top_k=args.top_k,
                     top_p=args.top_p,
                     seed=0 if args.seed is None else args.seed,
-                    end_symbol=tokenizer.eos_id,
+                    end_symbol=end,
+                    end_symbols=ends[1:],
                     stop_sequences=stops,
                 )
         except ValueError as error:
             raise UsageError(str(error)) from None
         new = out[0, len(ids) :].tolist()
-        if tokenizer.eos_id in new:
-            new = new[: new.index(tokenizer.eos_id)]
-        print(prompt_text + tokenizer.decode(new))
+        cut = [new.index(i) for i in ends if i in new]
+        print(prompt_text + _continuation(tokenizer, ids, new[: min(cut)] if cut else new))
     return 0
+
+
+def _continuation(tokenizer, prompt: list[int], new: list[int]) -> str:
+    """The text ``new`` adds after ``prompt``: decoded together, less the prompt's own text, so that a tokenizer
+    that drops a leading space of a text it decodes alone (SentencePiece's) keeps the space between them."""
+    head, whole = tokenizer.decode(prompt), tokenizer.decode(prompt + new)
+    return whole[len(head) :] if whole.startswith(head) else tokenizer.decode(new)
 
 
 def decode_translation(args: argparse.Namespace, ckpt) -> int:

@@ -43,8 +43,8 @@ _TASK_HELP = {
     "lm": (
         "a language model on your text files",
         "Train a tokenizer and a decoder-only language model on your text "
-        "files, save a checkpoint with the tokenizer, report held-out perplexity beside a unigram model's "
-        "(docs/data.md).",
+        "files, or continue a pretrained model on them (--init), save a checkpoint with the tokenizer, report "
+        "held-out perplexity beside a unigram model's (docs/data.md).",
     ),
     "translate": (
         "a translation model on your pairs of sentences",
@@ -126,9 +126,10 @@ def add_generate_parser(sub, add_runtime_flags: Callable[[argparse.ArgumentParse
     """The ``generate`` command on the sub-parsers ``sub``, its runtime flags added by ``add_runtime_flags``."""
     p = sub.add_parser(
         "generate",
-        help="continue a prompt with a language model trained by `train lm`",
-        description="Continue each PROMPT with a checkpoint written by `train lm`: greedy by default, "
-        "or --sample (temperature, top-k, top-p, from --seed); --stop ends at a text.",
+        help="continue a prompt with a language model trained by `train lm` or a pretrained one",
+        description="Continue each PROMPT with a checkpoint written by `train lm` (--checkpoint) or a pretrained "
+        "model's Hugging Face folder (--model): greedy by default, or --sample (temperature, top-k, top-p, from "
+        "--seed); --stop ends at a text.",
     )
     add_generate_flags(p)
     add_runtime_flags(p)

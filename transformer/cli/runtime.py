@@ -76,7 +76,8 @@ def checkpoint_device(args: argparse.Namespace) -> torch.device:
     backend runs there and that the checkpoint is not sharded."""
     device = resolve_device(args.device)
     check_backend_runs_on(args.attention_backend, device)
-    refuse_sharded(args.checkpoint)
+    if args.checkpoint is not None:  # generate --model reads a Hugging Face folder instead
+        refuse_sharded(args.checkpoint)
     return device
 
 

@@ -3,6 +3,7 @@
 flags read, the data prepared once, resuming, what is printed).
 
     typed-transformer train lm --text FILE... [--valid FILE...] [--tokenizer bpe|char] [--formulation paper|functional]
+    typed-transformer train lm --init HF_FOLDER --text FILE...   (continue a pretrained model: its tokenizer, config)
     typed-transformer train translate --train FILE --valid FILE [--format tsv|jsonl] [--too-long refuse|truncate|skip]
 
 Problems with the input (files, flags, checkpoints, tokenizers) raise :class:`~transformer.cli.errors.UsageError`,
@@ -37,6 +38,7 @@ from ..distributed import (
     restarted_with_checkpoint,
 )
 from ..lm.generation import generate
+from ..tasks.pretrained_lm import FINE_TUNE_PEAK_LR, fine_tune_criterion, load_pretrained_lm, pretrained_text_tokenizer
 from ..tasks.text_lm import LM_DEFAULTS, lm_config, lm_results, make_lm_trainer, prepare_lm_data
 from ..tasks.tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
 from ..tasks.translation_files import (
@@ -46,6 +48,7 @@ from ..tasks.translation_files import (
     translation_config,
     translation_results,
 )
+from ..training import noam_factor
 from .errors import UsageError
 from .messages import describe_schedule, saved_message
 from .train_setup import require_finite, resume, schedule_settings
@@ -87,16 +90,35 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
     data_dir = args.data_dir or out.rstrip(os.sep) + ".data"
     run = _FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)
     try:
-        given = _given_tokenizer(args)
+        if getattr(args, "init", None) is not None:
+            _refuse_with_init(args)
+        run.check_same_init()
+        given = pretrained_text_tokenizer(args.init) if getattr(args, "init", None) else _given_tokenizer(args)
         tokenizer = _resume_tokenizer(out, given) if run.resumes else given
         train = _train_lm if args.task == "lm" else _train_translate
         return train(args, run, data_dir, tokenizer)
     except (TextFileError, TokenizerMismatchError, ConfigMismatchError, CheckpointError) as error:
         raise UsageError(str(error)) from None
-    except ValueError as error:  # impossible configs and budgets, named by their own messages
+    except ValueError as error:  # impossible configs and budgets, a bad --init folder, named by their own messages
         if isinstance(error, UsageError):
             raise
         raise UsageError(str(error)) from None
+
+
+#: The flags that define a new model or its tokenizer: ``--init`` takes both from its folder.
+_FRESH_MODEL_FLAGS = (
+    "d_model", "layers", "heads", "d_ff", "dropout", "formulation", "max_len",
+    "tokenizer", "tokenizer_file", "vocab_size", "min_frequency",
+)  # fmt: skip
+
+
+def _refuse_with_init(args: argparse.Namespace) -> None:
+    given = ["--" + name.replace("_", "-") for name in _FRESH_MODEL_FLAGS if getattr(args, name, None) is not None]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)} cannot be given with --init: the pretrained model in {args.init} brings its own "
+            "architecture, dropout and tokenizer (its config.json and tokenizer.json)"
+        )
 
 
 _Data = TypeVar("_Data")
@@ -140,6 +162,23 @@ class _FileRun:
                     f"resumed run continues the checkpoint's plan of batches; give {flag} "
                     f"{recorded[name]}"
                 )
+
+    def check_same_init(self) -> None:
+        """A resumed run continues what its checkpoint started: a pretrained model (``--init``, recorded in the
+        metadata as ``init``) again with ``--init``, a new model without it."""
+        found = find_checkpoint(self.out) if self.resumes else None
+        if found is None:
+            return
+        recorded, init = read_metadata(found).get("init"), getattr(self.args, "init", None)
+        if recorded is not None and init is None:
+            raise UsageError(
+                f"the checkpoint in --out {self.out} continues the pretrained model of {recorded}: give --init "
+                f"{recorded} again to resume it"
+            )
+        if recorded is None and init is not None:
+            raise UsageError(
+                f"the checkpoint in --out {self.out} trains a new model, not a pretrained one: resume it without --init"
+            )
 
     def start(self, trainer) -> None:
         """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted
@@ -214,17 +253,34 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
         ),
         tokenizer,
     )
-    fields = _model_fields(args, d)
-    fields["attention_dropout"] = fields["dropout"]
-    if args.max_len is not None:
-        fields["max_len"] = args.max_len
-    config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
-    trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
+    init = getattr(args, "init", None)
+    if init is None:
+        fields = _model_fields(args, d)
+        fields["attention_dropout"] = fields["dropout"]
+        if args.max_len is not None:
+            fields["max_len"] = args.max_len
+        config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
+        trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
+        what = f"{args.formulation or 'paper'} formulation"
+    else:
+        model = load_pretrained_lm(init, run.device, block)
+        config = model.config
+        warmup = d["warmup"] if args.warmup is None else args.warmup
+        fine_tune = {**d, "factor": noam_factor(FINE_TUNE_PEAK_LR, config.d_model, warmup)}
+        trainer = make_lm_trainer(
+            data,
+            config,
+            **_trainer_settings(args, run, fine_tune, config.d_model),
+            model=model,
+            criterion=fine_tune_criterion(),
+            metadata={"init": os.path.abspath(init)},
+        )
+        what = f"pretrained {model.pretrained_origin.architecture} from {init}"
     run.start(trainer)
     print(f"lm: {data.describe()}; {data.report.summary()}")
     print(
-        f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({args.formulation or 'paper'} "
-        f"formulation, {config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
+        f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({what}, "
+        f"{config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
         f"{trainer.config.steps} steps, {run.describe()}"
     )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)

@@ -9,6 +9,10 @@ Both reserve the same four special tokens, at the same ids: ``<pad>`` 0, ``<s>``
 ``<unk>`` 3. A :class:`TextTokenizer` saves itself as one ``tokenizer.json`` (the library's own format, stored
 inside the checkpoint directory) and is identified by the SHA-256 of that file (:attr:`TextTokenizer.fingerprint`),
 which is how a checkpoint and a tokenizer that do not belong together are told apart.
+
+A third kind, ``"pretrained"`` (:class:`PretrainedTextTokenizer`), is a pretrained model's own tokenizer (``train lm
+--init``): never trained here, its special ids are the model's (recorded in the JSON), and encoding adds what its
+post-processor adds (Llama's ``<s>``), as the model saw text in pre-training.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "TOKENIZER_FILE",
     "TOKENIZER_KINDS",
     "TokenizerMismatchError",
+    "PretrainedTextTokenizer",
 ]
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -42,7 +47,8 @@ class TokenizerMismatchError(ValueError):
 
 class TextTokenizer:
     """A trained tokenizer: ``encode(text) -> ids`` (no special tokens), ``decode(ids) -> text`` (special tokens
-    dropped), ``pad_id``/``bos_id``/``eos_id``/``unk_id``, ``vocab_size``, ``to_json()`` and ``fingerprint``."""
+    dropped), ``pad_id``/``bos_id``/``eos_id``/``unk_id``, ``eos_ids`` (the ids that end a text: ``(eos_id,)``),
+    ``vocab_size``, ``to_json()`` and ``fingerprint``."""
 
     def __init__(self, tokenizer, kind: str) -> None:
         if kind not in TOKENIZER_KINDS:
@@ -60,6 +66,11 @@ class TextTokenizer:
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """The ids generation stops at."""
+        return (self.eos_id,)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -92,6 +103,9 @@ class TextTokenizer:
         try:
             data = json.loads(text)
             kind = data.pop("typed_transformer_kind")
+            if kind == PretrainedTextTokenizer.KIND:
+                special = data.pop("typed_transformer_special_ids")
+                return PretrainedTextTokenizer(Tokenizer.from_str(json.dumps(data)), **special)
             return cls(Tokenizer.from_str(json.dumps(data)), kind)
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(
@@ -104,6 +118,58 @@ class TextTokenizer:
 
     def __repr__(self) -> str:
         return f"TextTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, fingerprint={self.fingerprint[:12]})"
+
+
+class PretrainedTextTokenizer(TextTokenizer):
+    """A pretrained model's tokenizer as the file tasks use one (kind ``"pretrained"``): ``eos_ids`` end a text (the
+    first also separates documents in the training stream), ``pad_id``, ``bos_id`` and ``unk_id`` are the model's (or
+    None). ``encode`` adds what the tokenizer's post-processor adds; the special ids are saved in the JSON."""
+
+    KIND = "pretrained"
+
+    def __init__(
+        self,
+        tokenizer,
+        *,
+        eos_ids: Sequence[int],
+        pad_id: int | None = None,
+        bos_id: int | None = None,
+        unk_id: int | None = None,
+    ) -> None:
+        if not eos_ids or not all(is_int(i, at_least=0) for i in eos_ids):
+            raise ValueError(f"a pretrained tokenizer needs its end-of-sequence ids (a list of ids), got {eos_ids!r}")
+        self.tokenizer, self.kind = tokenizer, self.KIND
+        self.special_ids = {"eos_ids": [int(i) for i in eos_ids], "pad_id": pad_id, "bos_id": bos_id, "unk_id": unk_id}
+        self.pad_id, self.bos_id, self.unk_id = pad_id, bos_id, unk_id
+        self.eos_id = int(eos_ids[0])
+        self._json = self.to_json()
+        self.fingerprint = hashlib.sha256(self._json.encode()).hexdigest()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return tuple(self.special_ids["eos_ids"])
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+
+    def to_json(self) -> str:
+        data = json.loads(self.tokenizer.to_str())
+        data["typed_transformer_kind"] = self.KIND
+        data["typed_transformer_special_ids"] = self.special_ids
+        return json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"PretrainedTextTokenizer(vocab_size={self.vocab_size}, eos_ids={list(self.eos_ids)}, "
+            f"fingerprint={self.fingerprint[:12]})"
+        )
 
 
 def load_tokenizer(path: str | os.PathLike) -> TextTokenizer:

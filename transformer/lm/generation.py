@@ -63,14 +63,20 @@ class StopSequences:
         self.steps.reorder(index)
 
 
-def _next_tokens(model: nn.Module, use_cache: bool, prompt_mask: Tensor | None, who: str):
-    """The model's step function, given the prompt's real tokens when there is a ``prompt_mask``."""
+def _next_tokens(model: nn.Module, use_cache: bool, prompt_mask: Tensor | None, who: str, length: int | None):
+    """The model's step function, given the prompt's real tokens when there is a ``prompt_mask``; its key/value
+    cache (if it has one) holds room for the request's ``length`` positions from the start (no copy per step).
+    Beam search passes None: it reorders the cache at every step, which copies all the room reserved."""
     if prompt_mask is None:
-        return model.next_tokens(use_cache=use_cache)
-    if bool((~prompt_mask.any(dim=1)).any()):
+        steps = model.next_tokens(use_cache=use_cache)
+    elif bool((~prompt_mask.any(dim=1)).any()):
         row = int((~prompt_mask.any(dim=1)).nonzero()[0, 0])
         raise ValueError(f"{who}: prompt_mask has no real token in row {row} (True = a real token)")
-    return model.next_tokens(use_cache=use_cache, prompt_mask=prompt_mask)
+    else:
+        steps = model.next_tokens(use_cache=use_cache, prompt_mask=prompt_mask)
+    if length is not None and getattr(steps, "cache", None) is not None and hasattr(steps.cache, "reserve"):
+        steps.cache.reserve(length)
+    return steps
 
 
 @checked
@@ -110,7 +116,9 @@ def generate(
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     validate_sampling("generate", temperature, top_k, top_p)
     also_end = validate_end_symbols("generate", end_symbols, end_symbol, model.config.vocab)
-    steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "generate"), checks, "generate")
+    steps = CheckedSteps(
+        _next_tokens(model, use_cache, prompt_mask, "generate", prompt.size(1) + max_new_tokens), checks, "generate"
+    )
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
     else:
@@ -154,7 +162,7 @@ def beam_generate(
     ``checks`` and ``prompt_mask`` (a left-padded prompt's real tokens) as :func:`generate`."""
     request = validate_generation(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
     validate_beam("beam_generate", beam_size, length_penalty)
-    steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "beam_generate"), checks, "beam_generate")
+    steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "beam_generate", None), checks, "beam_generate")
     with torch.no_grad():
         tokens, score = beam_search_steps(steps, prompt, request.max_len, request.end, beam_size, length_penalty)
     out = torch.full((1, request.max_len), request.pad, dtype=prompt.dtype, device=prompt.device)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..data.corpora import CorpusReport, TextWindows, build_text_store
 from ..data.text_files import check_files, read_text
@@ -141,15 +142,18 @@ def make_lm_trainer(
     out_dir: str | None = None,
     clip_grad: float | None = 1.0,
     metadata: dict[str, Any] | None = None,
+    model: TransformerLM | None = None,
+    criterion: nn.Module | None = None,
 ) -> Trainer:
     """A Trainer for the language model: Adam(betas 0.9/0.98, eps 1e-9) on the Noam schedule, cross-entropy
-    (``LabelSmoothing`` at 0), token-budget batches of training windows (resumable, shardable), the held-out
-    windows for evaluation; every checkpoint carries the tokenizer."""
+    (``LabelSmoothing`` at 0, or ``criterion``), token-budget batches of training windows (resumable, shardable), the
+    held-out windows for evaluation; every checkpoint carries the tokenizer. ``model``: a model to continue (a
+    pretrained one, :mod:`~transformer.tasks.pretrained_lm`) instead of a new ``build_lm(config)``."""
     torch.manual_seed(seed)
     return file_task_trainer(
-        build_lm(config),
+        build_lm(config) if model is None else model,
         data,
-        LabelSmoothing(config.vocab, config.pad_id or 0, 0.0),
+        LabelSmoothing(config.vocab, config.pad_id or 0, 0.0) if criterion is None else criterion,
         task="lm",
         what="window",
         data_settings={"block_len": data.train.block},

@@ -14,9 +14,17 @@ from typing import Any
 from torch import nn
 
 from ..checkpoint import Checkpoint
-from ..data.tokenizers import TOKENIZER_FILE, TextTokenizer, TokenizerMismatchError
+from ..data.tokenizers import TOKENIZER_FILE, PretrainedTextTokenizer, TextTokenizer, TokenizerMismatchError
 
 __all__ = ["attach_tokenizer", "tokenizer_metadata", "tokenizer_from_checkpoint", "check_same_tokenizer", "model_vocab"]
+
+
+def fits_vocab(tokenizer: TextTokenizer, vocab: int) -> bool:
+    """Whether ``tokenizer`` belongs with a model of ``vocab`` tokens: the same size, or, for a pretrained model's
+    own tokenizer, at most as many (a pretrained embedding often has spare rows: Qwen's 151936 for 151665 tokens)."""
+    if tokenizer.kind == PretrainedTextTokenizer.KIND:
+        return tokenizer.vocab_size <= vocab
+    return tokenizer.vocab_size == vocab
 
 
 def model_vocab(config: Any) -> int:
@@ -32,7 +40,7 @@ def attach_tokenizer(model: nn.Module, tokenizer: TextTokenizer) -> None:
     """Make every checkpoint of ``model`` carry ``tokenizer`` (``model.checkpoint_assets``, read by
     :func:`~transformer.checkpoint.save_checkpoint`)."""
     vocab = model_vocab(model.config)
-    if tokenizer.vocab_size != vocab:
+    if not fits_vocab(tokenizer, vocab):
         raise TokenizerMismatchError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is {vocab}"
         )
@@ -44,7 +52,7 @@ def tokenizer_from_checkpoint(ckpt: Checkpoint) -> TextTokenizer:
     with open(ckpt.asset(TOKENIZER_FILE), encoding="utf-8") as f:
         tokenizer = TextTokenizer.from_json(f.read(), source=f"checkpoint {ckpt.path}: {TOKENIZER_FILE}")
     vocab = model_vocab(ckpt.config)
-    if tokenizer.vocab_size != vocab:
+    if not fits_vocab(tokenizer, vocab):
         raise TokenizerMismatchError(
             f"checkpoint {ckpt.path}: its tokenizer has {tokenizer.vocab_size} tokens but the "
             f"model's vocabulary is {vocab}: they were not trained together"

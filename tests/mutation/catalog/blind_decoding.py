@@ -75,13 +75,13 @@ MUTANTS = [
             (
                 (
                     '        """Keep batch rows ``index`` (beam search follows its surviving hypotheses; rows may repeat)."""\n'
-                    "        if self.keys is not None:\n"
-                    "            self.keys = self.keys.index_select(0, index.to(self.keys.device))\n"
+                    "        if self._keys is not None:\n"
+                    "            self._keys = self._keys.index_select(0, index.to(self._keys.device))\n"
                 ),
                 (
                     '        """Keep batch rows ``index`` (beam search follows its surviving hypotheses; rows may repeat)."""\n'
-                    "        if self.keys is not None and index.numel() != self.keys.size(0):\n"
-                    "            self.keys = self.keys.index_select(0, index.to(self.keys.device))\n"
+                    "        if self._keys is not None and index.numel() != self._keys.size(0):\n"
+                    "            self._keys = self._keys.index_select(0, index.to(self._keys.device))\n"
                 ),
             ),
         ),

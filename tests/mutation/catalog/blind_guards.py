@@ -119,8 +119,8 @@ MUTANTS = [
         "transformer/cache.py",
         (
             (
-                'validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)',
-                'validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k)',
+                'validate_dtype_device("KVCache.extend", held, "the cached keys", k=k, v=v)',
+                'validate_dtype_device("KVCache.extend", held, "the cached keys", k=k)',
             ),
         ),
         "KVCache.extend no longer checks the new values: float64 values appended to a float32 cache are "

@@ -85,8 +85,8 @@ MUTANTS = [
         "transformer/cli/__init__.py",
         (
             (
-                "except (UsageError, CheckpointError, UnknownTokenError) as error:",
-                "except (UsageError, UnknownTokenError) as error:",
+                "except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError) as error:",
+                "except (UsageError, UnknownTokenError, PretrainedFormatError) as error:",
             ),
             (
                 "except (TrainingDiverged, OutputWriteError) as error:",

@@ -28,8 +28,9 @@ MUTANTS = [
     M(
         "cache-drops-oldest-position",
         "transformer/cache.py",
-        "            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)\n",
-        "            k, v = torch.cat([self.keys[:, :, 1:], k], dim=2), torch.cat([self.values[:, :, 1:], v], dim=2)\n",
+        "                self._keys, self._values = torch.cat([held, k], dim=2), torch.cat([self.values, v], dim=2)\n",
+        "                self._keys, self._values = torch.cat([held[:, :, 1:], k], dim=2), "
+        "torch.cat([self.values[:, :, 1:], v], dim=2)\n",
         "the key/value cache loses its oldest position",
     ),
 ]

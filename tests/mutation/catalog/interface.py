@@ -136,7 +136,7 @@ MUTANTS: list[Mutant] = [
     M(
         "cache-reorder-forgets-values",
         _CACHE,
-        "            self.values = self.values.index_select(0, index.to(self.values.device))\n",
+        "            self._values = self._values.index_select(0, index.to(self._values.device))\n",
         "",
         "beam reordering moves the keys but not the values",
     ),
@@ -381,7 +381,7 @@ MUTANTS += [
     I20(
         "entry-cache-extend-unchecked",
         _CACHE,
-        '            validate_dtype_device("KVCache.extend", self.keys, "the cached keys", k=k, v=v)\n',
+        '            validate_dtype_device("KVCache.extend", held, "the cached keys", k=k, v=v)\n',
         "",
         "a cache extended with float64 keys is promoted silently by torch.cat",
         _ENTRY_TESTS,

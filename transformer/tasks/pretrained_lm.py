@@ -1,0 +1,69 @@
+"""Continuing a pretrained model on your own text (``typed-transformer train lm --init DIR``): the model and the
+tokenizer of a Hugging Face checkpoint folder (:mod:`transformer.lm.pretrained`), as the ``train lm`` recipe
+(:mod:`~transformer.tasks.text_lm`) takes them.
+
+* :func:`pretrained_text_tokenizer`: the folder's ``tokenizer.json`` as a
+  :class:`~transformer.data.tokenizers.PretrainedTextTokenizer` (its end-of-sequence ids separate documents in the
+  training stream and end generation), saved in every checkpoint like a trained tokenizer.
+* :func:`load_pretrained_lm`: the folder's model in float32 (training in the checkpoint's bfloat16 loses the
+  small updates), refused when its context is shorter than the training windows.
+* :data:`FINE_TUNE_PEAK_LR`: the default peak learning rate of a continued model (the Noam default's 2e-3 for a
+  model of width 1024 would wreck pretrained weights in a few steps).
+
+The loss of a continued model is :func:`fine_tune_criterion`: the summed cross-entropy of every label. The windows
+of a text are never padded, and a pretrained model's padding id is often a real token (Qwen's is its end of text),
+so no id is left out of the loss.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..data.tokenizers import PretrainedTextTokenizer
+from ..lm.model import TransformerLM
+from ..lm.pretrained import PretrainedFormatError, PretrainedTokenizer, load_pretrained
+
+__all__ = ["pretrained_text_tokenizer", "load_pretrained_lm", "fine_tune_criterion", "FINE_TUNE_PEAK_LR"]
+
+#: The peak learning rate ``train lm --init`` uses unless ``--lr`` or ``--lr-factor`` is given.
+FINE_TUNE_PEAK_LR = 5e-5
+
+
+def pretrained_text_tokenizer(folder: str | Path) -> PretrainedTextTokenizer:
+    """The tokenizer of the checkpoint folder ``folder``; its end-of-sequence ids are ``generation_config.json``'s
+    (else ``config.json``'s, else ``tokenizer_config.json``'s ``eos_token``): a folder with none is refused, as the
+    documents of a text could not be told apart."""
+    pretrained = PretrainedTokenizer.from_folder(folder)
+    special = {field: token_id for field, (_, token_id) in pretrained.special_tokens.items()}
+    eos_ids = list(pretrained.eos_ids) or ([special["eos_token"]] if "eos_token" in special else [])
+    if not eos_ids:
+        raise PretrainedFormatError(
+            f"{Path(folder) / 'generation_config.json'}: no eos_token_id (nor in config.json, nor an eos_token in "
+            "tokenizer_config.json): training on text needs the token that ends a document"
+        )
+    return PretrainedTextTokenizer(
+        pretrained.tokenizer,
+        eos_ids=eos_ids,
+        pad_id=pretrained.pad_id,
+        bos_id=special.get("bos_token"),
+        unk_id=special.get("unk_token"),
+    )
+
+
+def load_pretrained_lm(folder: str | Path, device: str | torch.device, block: int) -> TransformerLM:
+    """The model of ``folder`` in float32 on ``device``, whose context holds windows of ``block`` tokens."""
+    model = load_pretrained(folder, dtype=torch.float32, device=device)
+    if block > model.config.max_len:
+        raise ValueError(
+            f"--block-len {block} is longer than the pretrained model's context, max_len={model.config.max_len} "
+            f"({Path(folder) / 'config.json'}): give --block-len {model.config.max_len} or less"
+        )
+    return model
+
+
+def fine_tune_criterion() -> nn.Module:
+    """The summed cross-entropy of every label (the model's generator gives log-probabilities)."""
+    return nn.NLLLoss(reduction="sum")
