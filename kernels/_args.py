@@ -54,18 +54,31 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def kernel_constexprs(q: torch.Tensor, mask, key_mask, key_lengths, causal: bool, dropout_p: float, blocks: dict):
+_CONSTEXPRS: dict = {}  # kernel_constexprs' answers by what decides them
+
+
+def kernel_constexprs(
+    q: torch.Tensor, mask, key_mask, key_lengths, causal: bool, dropout_p: float, blocks: tuple, extra: tuple = ()
+) -> dict:
     """The compile-time switches every attention kernel (forward, dK/dV, dQ) is launched with; ``blocks``: the
-    interpreter's BLOCK_M and BLOCK_N ({} on CUDA, where the autotuner passes its config's)."""
-    head_dim = q.shape[-1]
-    return dict(
-        HEAD_DIM=head_dim,
-        HAS_MASK=mask is not None,
-        HAS_KMASK=key_mask is not None,
-        HAS_KLEN=key_lengths is not None,
-        CAUSAL=causal,
-        DROPOUT=dropout_p > 0.0,
-        PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d(head_dim),
-        **blocks,
-    )
+    interpreter's (("BLOCK_M", m), ("BLOCK_N", n)) (() for an autotuned kernel, which passes its config's);
+    ``extra``: more (name, value) pairs. Built once per combination (host time per call): the same dict is returned
+    every time, so callers must not modify it."""
+    key = (q.shape[-1], q.dtype, mask is None, key_mask is None, key_lengths is None, causal, dropout_p > 0.0)
+    key = (*key, blocks, extra)
+    found = _CONSTEXPRS.get(key)
+    if found is None:
+        head_dim = q.shape[-1]
+        found = _CONSTEXPRS[key] = dict(
+            HEAD_DIM=head_dim,
+            HAS_MASK=mask is not None,
+            HAS_KMASK=key_mask is not None,
+            HAS_KLEN=key_lengths is not None,
+            CAUSAL=bool(causal),
+            DROPOUT=dropout_p > 0.0,
+            PRECISION=dot_precision(q.dtype),
+            BLOCK_D=block_d(head_dim),
+            **dict(blocks),
+            **dict(extra),
+        )
+    return found

@@ -4,7 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _tuning
+from . import _grid, _tuning
 from ._args import acc_dtype, block_d, device_guard, kernel_constexprs, side_inputs
 from ._combine import _combine_kernel
 from ._common import (
@@ -19,7 +19,7 @@ from ._common import (
     program_tile,
     tile_offsets,
 )
-from ._grid import blocks_grid
+from ._launch import autotuned, eager_launch, launch
 
 
 @triton.jit
@@ -256,78 +256,65 @@ combine_kernel = _combine_kernel
 COMBINE_BLOCK_M = 16
 
 
+INTERPRETED = not autotuned(fwd_kernel)  # the interpreter: one jit function, launched with the interpreter's blocks
+_NO_SPLIT, _SPLIT = (("SPLIT", False),), (("SPLIT", True),)
+
+
 def forward(
     q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float, kernel_wrapper=None
 ):
-    """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton or None.
+    """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton (the registered
+    op), or ``_launch.eager_launch`` (or None) for eager launches (kernels/_launch.py: an autotuner's choice is
+    remembered per key).
 
     Short queries over long keys with few (batch, head) pairs would leave most of the GPU idle with one program
     per query block: the keys are then split (``_grid.kv_splits``) and a second kernel combines the partial
     results. The backward is the same either way (it only needs out and lse).
 
     The arguments go to the kernel positionally, in the order of its signature (keywords cost host time)."""
-    wrap = kernel_wrapper if kernel_wrapper is not None else _direct
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
     pairs = batch * heads
+    device = q.device
     out = torch.empty_like(q)
-    lse = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, q.device)
+    lse = torch.empty((batch, heads, q_len), device=device, dtype=acc_dtype(q.dtype))
+    splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, device)
     pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
-    inputs = (q, k, v)
-    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)  # (heads, group, ...)
-    strides_qkv = (*q.stride(), *k.stride(), *v.stride())
-    block_d_ = block_d(head_dim)
-    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, _tuning.block_kwargs())
-    seed = seed if seed is not None else q
+    group = heads // k.shape[1]
+    blocks = _tuning.interpret_block_items if INTERPRETED else ()
+    constexprs = kernel_constexprs(
+        q, mask, key_mask, key_lengths, causal, dropout_p, blocks, _NO_SPLIT if splits == 1 else _SPLIT
+    )
     tuning = _tuning.buckets(q_len, k_len, pairs)
+    klen_dtype = key_lengths.dtype if key_lengths is not None else None
+    key = ("forward", splits, *tuning, id(constexprs), group, klen_dtype, device)
     if _tuning._tuned:  # some kernel may time configs at a new key (CUDA, not pinned): not while capturing
-        klen_dtype = key_lengths.dtype if key_lengths is not None else None
-        key = ("forward", splits, *tuning, *constexprs.values(), scalars[1], q.dtype, klen_dtype)
-        _tuning.check_ready(("forward",) if splits == 1 else ("split",), key, q.device)
-    with device_guard(q.device):
+        _tuning.check_ready(("forward",) if splits == 1 else ("split",), key, device)
+    eager = kernel_wrapper is eager_launch
+    wrap = kernel_wrapper if kernel_wrapper is not None else eager_launch
+    seed = seed if seed is not None else q
+    strides_qkv = (*q.stride(), *k.stride(), *v.stride())
+    with device_guard(device):
         if splits == 1:
             o_b, o_h, o_m, o_d = out.stride()
-            wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
-                *inputs,
-                out,
-                lse,
-                *pointers,
-                seed,
-                *strides_qkv,
-                o_b,
-                o_h,
-                0,
-                o_m,
-                o_d,
-                *side_strides,
-                *scalars,
-                1,
-                k_len,
-                *tuning,
-                SPLIT=False,
-                **constexprs,
-            )
+            args = (q, k, v, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d)
+            args = (*args, *side_strides, heads, group, q_len, k_len, scale, dropout_p, 1, k_len, *tuning)
+            grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa: E731
+            if eager:
+                launch(fwd_kernel, grid, key, args, constexprs)
+            else:
+                wrap(fwd_kernel)[grid](*args, **constexprs)
             return out, lse
-        parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
-        part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
-        wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
-            *inputs,
-            parts,
-            part_lse,
-            *pointers,
-            seed,
-            *strides_qkv,
-            *parts.stride(),
-            *side_strides,
-            *scalars,
-            splits,
-            split_keys,
-            *tuning,
-            SPLIT=True,
-            **constexprs,
-        )
-        wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
+        parts = torch.empty((batch, heads, splits, q_len, head_dim), device=device, dtype=lse.dtype)
+        part_lse = torch.empty((batch, heads, splits, q_len), device=device, dtype=lse.dtype)
+        args = (q, k, v, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride())
+        args = (*args, *side_strides, heads, group, q_len, k_len, scale, dropout_p, splits, split_keys, *tuning)
+        grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)  # noqa: E731
+        if eager:
+            launch(fwd_split_kernel, grid, key, args, constexprs)
+        else:
+            wrap(fwd_split_kernel)[grid](*args, **constexprs)
+        wrap(combine_kernel)[_grid.blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
             parts,
             part_lse,
             out,
@@ -339,10 +326,6 @@ def forward(
             splits,
             HEAD_DIM=head_dim,
             BLOCK_M=COMBINE_BLOCK_M,
-            BLOCK_D=block_d_,
+            BLOCK_D=block_d(head_dim),
         )
     return out, lse
-
-
-def _direct(kernel):
-    return kernel

@@ -25,6 +25,7 @@ from . import _grid
 
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)
+interpret_block_items = tuple(_interpret_blocks.items())  # the same as (name, size) pairs (a launch's cache key)
 BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot needs at least 16 rows and columns
 
 
@@ -41,6 +42,8 @@ def set_interpret_blocks(block_m: int, block_n: int) -> tuple[int, int]:
             raise ValueError(f"{name} must be one of {BLOCK_SIZES}, got {value!r}")
     previous = get_interpret_blocks()
     _interpret_blocks.update(BLOCK_M=block_m, BLOCK_N=block_n)
+    global interpret_block_items
+    interpret_block_items = tuple(_interpret_blocks.items())
     return previous
 
 
@@ -292,7 +295,8 @@ def check_ready(names, key: tuple, device) -> None:
     untuned = [name for name in names if name in _tuned]
     if untuned and capturing(device):
         raise RuntimeError(
-            f"flash_attention: the kernels {untuned} have not been autotuned for this input key {key} and are "
+            f"flash_attention: the kernels {untuned} have not been autotuned for these inputs' key (length and "
+            "batch x heads buckets, head_dim, dtype, masks, causal, dropout, GQA group) and are "
             "called during CUDA graph capture, where timing configs is not allowed. Call "
             "transformer.kernels.tune(q, k, v, ...) with the same shapes, dtype, masks, causal and dropout before "
             f"capturing (or pin configs with {CONFIGS_ENV})."

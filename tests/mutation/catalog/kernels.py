@@ -147,8 +147,8 @@ MUTANTS += [
     K(
         "kernel-dk-stored-with-dv-strides",
         "kernels/_backward.py",
-        "*dk.stride(),\n            *dv.stride(),\n            *scalars,",
-        "*dv.stride(),\n            *dv.stride(),\n            *scalars,",
+        "*dk.stride(), *dv.stride(), *scalars, shares)",
+        "*dv.stride(), *dv.stride(), *scalars, shares)",
         "dK is written with dV's strides (k and v laid out differently)",
     ),
 ]
@@ -312,15 +312,15 @@ MUTANTS += [
     K(
         "kernel-fwd-grid-block-n",
         "kernels/_forward.py",
-        'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)]',
-        'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_N"], pairs)]',
+        '_grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa',
+        '_grid.blocks_grid(q_len, meta["BLOCK_N"], pairs)  # noqa',
         "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)",
     ),
     K(
         "kernel-delta-grid-too-small",
         "kernels/_backward.py",
-        "wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)]",
-        "wrap(delta_kernel)[blocks_grid(q_len, 64, pairs)]",
+        "wrap(delta_kernel)[_grid.blocks_grid(q_len, 32, pairs)]",
+        "wrap(delta_kernel)[_grid.blocks_grid(q_len, 64, pairs)]",
         "the delta kernel's grid (fixed 32-row blocks) covers only the first half of the query rows",
     ),
 ]
@@ -502,10 +502,8 @@ MUTANTS += [
         "kernel-eager-backward-not-once-differentiable",
         "kernels/_op.py",
         (
-            (
-                "    @torch.autograd.function.once_differentiable  # the kernels' backward has no backward of its own\n",
-                "",
-            ),
+            ("return _eager_backward_once(ctx, grad_out, grad_lse)", "return _eager_backward(ctx, grad_out, grad_lse)"),
+            ("return _eager_backward_once(ctx, grad_out, None)", "return _eager_backward(ctx, grad_out, None)"),
         ),
         "the eager backward accepts create_graph=True and returns gradients with no second derivative",
         API_TESTS,
