@@ -114,29 +114,37 @@ SMEM_LIMIT = 227 * 1024  # shared memory one H100 (sm_90) block may use
 SMEM_SCRATCH = 2048  # beyond the tiles: reductions and barriers (512 bytes seen in float32 with masks and dropout)
 
 
-def shared_bytes(name: str, config, block_d: int, itemsize: int) -> int:
+DKDV_DROPOUT_BYTES = 2  # per score: dK/dV transposes its query-major keep tile through shared memory (16 bits)
+
+
+def shared_bytes(name: str, config, block_d: int, itemsize: int, dropout: bool = False) -> int:
     """Shared memory a launch of kernel ``name`` with ``config`` needs at head-dim tile ``block_d`` for inputs of
-    ``itemsize`` bytes: the tiles the loop streams, once per pipeline stage, plus the tiles held for the whole loop.
-    An upper bound of what Triton allocates (compiled for sm_90 with launch specialisation: the bytes are checked
-    against the compiler's own figure in benchmarks/results/kernel_resources_*.json by tests/kernels)."""
+    ``itemsize`` bytes: the tiles the loop streams, once per pipeline stage, plus the tiles held for the whole loop,
+    plus (dK/dV with dropout) the keep tile transposed to key-major. An upper bound of what Triton allocates
+    (compiled for sm_90 with launch specialisation: the bytes are checked against the compiler's own figure in
+    benchmarks/results/kernel_resources_*.json by tests/kernels). The forward and dQ build their keep tile in the
+    scores' own layout (kernels/_common.py keep_block): no shared memory."""
     m, n, stages = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], max(config.num_stages, 2)
+    extra = 0
     if name in ("forward", "split"):  # K and V stream, Q stays
         tiles = stages * 2 * n + m
     elif name == "dkdv":  # Q and dO stream, K and V stay
         tiles = stages * 2 * m + 2 * n
+        extra = DKDV_DROPOUT_BYTES * m * n if dropout else 0
     else:  # dq: K and V stream, Q and dO stay
         tiles = stages * 2 * n + 2 * m
-    return tiles * block_d * itemsize + SMEM_SCRATCH
+    return tiles * block_d * itemsize + extra + SMEM_SCRATCH
 
 
-def fits(name: str, config, block_d: int, itemsize: int) -> bool:
-    """Whether ``config`` of kernel ``name`` fits an H100 block's shared memory at this head-dim tile and dtype."""
-    return shared_bytes(name, config, block_d, itemsize) <= SMEM_LIMIT
+def fits(name: str, config, block_d: int, itemsize: int, dropout: bool = False) -> bool:
+    """Whether ``config`` of kernel ``name`` fits an H100 block's shared memory at this head-dim tile, dtype and
+    dropout switch."""
+    return shared_bytes(name, config, block_d, itemsize, dropout) <= SMEM_LIMIT
 
 
-def fitting(name: str, configs, block_d: int, itemsize: int) -> list:
+def fitting(name: str, configs, block_d: int, itemsize: int, dropout: bool = False) -> list:
     """The configs that fit (in their order); the last config if none does (it is the smallest)."""
-    return [c for c in configs if fits(name, c, block_d, itemsize)] or [configs[-1]]
+    return [c for c in configs if fits(name, c, block_d, itemsize, dropout)] or [configs[-1]]
 
 
 def length_bucket(n: int, low: int = LENGTH_BUCKETS[0], high: int = LENGTH_BUCKETS[1], base: int = 2) -> int:
@@ -256,9 +264,10 @@ _ready: set = set()  # launch keys already seen outside capture (so tuned, or pi
 
 
 def _prune(name: str, keep, configs, named_args, **kwargs) -> list:
-    """The autotuner's ``early_config_prune``: the configs that fit this launch's head_dim and dtype in shared
+    """The autotuner's ``early_config_prune``: the configs that fit this launch's head_dim, dtype and dropout in shared
     memory (the first ``keep`` of them when pinned to the first that fits)."""
-    return fitting(name, configs, kwargs["BLOCK_D"], named_args["Q"].element_size())[:keep]
+    block_d, dropout = kwargs["BLOCK_D"], kwargs.get("DROPOUT", False)
+    return fitting(name, configs, block_d, named_args["Q"].element_size(), dropout)[:keep]
 
 
 def build(jit_fn, name: str):

@@ -215,7 +215,7 @@ def main(argv=None) -> int:
             continue
         key = (name, dtype, head_dim, str(config))
         block_d = max(16, triton.next_power_of_2(head_dim))
-        estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype])
+        estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype], flags["DROPOUT"])
         if estimate < compiled.metadata.shared:
             low += 1
             print(

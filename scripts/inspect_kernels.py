@@ -106,12 +106,12 @@ def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: in
     )
     block_d = max(16, triton.next_power_of_2(head_dim))
     row = dict(row, **resources(compiled))
-    estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype])
+    estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype], dropout)
     return dict(
         row,
         estimate_bytes=estimate,
         fits=row["shared_bytes"] <= SMEM_LIMIT,
-        launched=_tuning.fits(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype]),
+        launched=_tuning.fits(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype], dropout),
     )
 
 
