@@ -39,6 +39,21 @@ def side_inputs(q: torch.Tensor, mask, key_mask, key_lengths, batch: int, heads:
     return (mask_ptr, kmask_ptr, klen_ptr), (*mask_strides, *kmask_strides, klen_stride)
 
 
+def tma_ok(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors (TMA) may read these (batch, heads, len, head_dim) tensors: a unit head_dim stride,
+    a positive row stride, every other stride a multiple of 16 bytes and the data 16-byte aligned (what
+    ``tl.make_tensor_descriptor`` requires of each (batch, head) slice's base and rows). Otherwise the kernels read
+    through pointers (any strides)."""
+    for t in tensors:
+        s_b, s_h, s_row, s_d = t.stride()
+        size = t.element_size()
+        if s_d != 1 or s_row <= 0 or (s_b * size) % 16 or (s_h * size) % 16 or (s_row * size) % 16:
+            return False
+        if t.data_ptr() % 16:
+            return False
+    return True
+
+
 def block_d(head_dim: int) -> int:
     """The head-dim tile: the power of two at or above head_dim, at least 16 (tl.dot's minimum)."""
     return max(16, 1 << (head_dim - 1).bit_length())

@@ -155,6 +155,32 @@ def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
 
 
 @triton.jit
+def rows_source(
+    BASE, n_rows, s_row, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr
+):
+    """Where tiles of rows of one (batch, head) slice are read from (or written to): with ``TMA`` a tensor descriptor
+    over its (n_rows, HEAD_DIM) rows (Hopper's tensor memory accelerator copies whole [BLOCK, BLOCK_D] tiles, rows and
+    columns outside it read as 0), else the slice's pointer itself (for load_rows). The launcher chooses ``TMA`` only
+    when the strides and the data allow it (kernels/_args.py ``tma_ok``)."""
+    if TMA:
+        return tl.make_tensor_descriptor(
+            BASE, shape=[tl.maximum(n_rows, 1), HEAD_DIM], strides=[s_row, 1], block_shape=[BLOCK, BLOCK_D]
+        )
+    else:
+        return BASE
+
+
+@triton.jit
+def load_tile(src, start, offs, offs_d, s_row, s_d, n_rows, d_ok, TMA: tl.constexpr):
+    """The [len(offs), BLOCK_D] tile of rows ``offs`` (= start + arange) from rows_source's ``src``: rows at or past
+    ``n_rows`` and head-dim columns past HEAD_DIM read as 0 on both paths."""
+    if TMA:
+        return src.load([start, 0])
+    else:
+        return load_rows(src, offs, offs_d, s_row, s_d, n_rows, d_ok)
+
+
+@triton.jit
 def key_end(KLEN, s_klb, b, k_len, HAS_KLEN: tl.constexpr):
     """One past the last valid key of batch row b: its key length (clamped to [0, k_len]) or k_len. The lengths are
     read through their stride ``s_klb`` (a sliced or expanded tensor is not contiguous). The length is clamped in

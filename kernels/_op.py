@@ -42,8 +42,9 @@ def _fwd(
     None without dropout)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
+    wrapper = wrap_triton  # pointers, not tensor descriptors: torch.compile traces this body
     return _forward.forward(
-        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=wrap_triton
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=wrapper, descriptors=False
     )
 
 

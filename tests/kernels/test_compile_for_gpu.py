@@ -53,14 +53,20 @@ def test_hopper_code_uses_warp_group_mma_and_pipelined_loads_without_spills(tmp_
     assert {row["kernel"] for row in rows} == {"forward", "dk/dv", "dq"}
     for row in rows:
         assert row["dots"] > 0 and row["wgmma_dots"] == row["dots"], row
-        assert row["async_copies"] > 0, row
+        assert row["async_copies"] + row["tma_copies"] > 0, row  # the forward loads through tensor descriptors
         assert row["spill_bytes"] == 0, row
     lines = table.read_text().splitlines()
     assert len(lines) == 2 + len(rows) and lines[2].startswith("| forward | 64 | "), lines
 
 
 RESULTS = pathlib.Path(__file__).parents[2] / "benchmarks" / "results"
-TUNING_NAMES = {"forward": "forward", "forward split-KV": "split", "dk/dv": "dkdv", "dq": "dq"}
+TUNING_NAMES = {  # _tuning's names
+    "forward": "forward",
+    "forward, pointers": "forward",
+    "forward split-KV": "split",
+    "dk/dv": "dkdv",
+    "dq": "dq",
+}
 
 
 @pytest.mark.parametrize("version", ["39", "36"])
@@ -87,7 +93,8 @@ def test_shared_memory_estimate_bounds_the_compilers_figures(version):
         launched = _tuning.fits(name, config, block_d, 2)
         assert not launched or row["shared_bytes"] <= _tuning.SMEM_LIMIT, row
         launchable[(row["kernel"], row["head_dim"])] = launchable.get((row["kernel"], row["head_dim"]), 0) + launched
-    assert len(launchable) == 4 * 3 and all(launchable.values()), launchable
+    kernels = {kernel for kernel, _ in launchable}
+    assert len(launchable) == len(kernels) * 3 and len(kernels) >= 4 and all(launchable.values()), launchable
 
 
 KEEP_LAYOUT_PROBE = """

@@ -126,8 +126,8 @@ MUTANTS += [
     K(
         "kernel-fwd-k-head-dim-stride-ignored",
         "kernels/_forward.py",
-        "k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)",
-        "k = load_rows(k_base, offs_n, offs_d, s_kn, 1, kv_end, d_ok)",
+        "k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)",
+        "k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, 1, kv_end, d_ok, TMA)",
         "forward: k's head_dim stride taken as 1",
     ),
     K(
@@ -150,6 +150,25 @@ MUTANTS += [
         "*dk.stride(), *dv.stride(), *scalars, shares)",
         "*dv.stride(), *dv.stride(), *scalars, shares)",
         "dK is written with dV's strides (k and v laid out differently)",
+    ),
+]
+
+# --- tensor descriptors (TMA) or pointers, chosen at launch (kernels/_args.py tma_ok). Killed by
+# test_tensor_descriptors.py.
+MUTANTS += [
+    K(
+        "kernel-tma-ignores-row-stride-alignment",
+        "kernels/_args.py",
+        "or (s_row * size) % 16:",
+        "or (s_row * size) % 4:",
+        "tensor descriptors are chosen for rows not 16 bytes apart (TMA would fault on a GPU)",
+    ),
+    K(
+        "kernel-tma-value-rows-past-the-length-read",
+        "kernels/_forward.py",
+        "v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end,",
+        "v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), k_len,",
+        "the descriptor path reads values past key_lengths (0 * NaN there makes the output NaN)",
     ),
 ]
 
@@ -532,8 +551,8 @@ MUTANTS += [
         "kernels/_forward.py",
         (
             (
-                "k_base = head_ptr(K, b, h // group, s_kb, s_kh)",
-                "k_base = head_ptr(K, b, h % (heads // group), s_kb, s_kh)",
+                "k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh)",
+                "k_src = rows_source(head_ptr(K, b, h % (heads // group), s_kb, s_kh)",
             ),
         ),
         "forward: query head h reads kv head h % kv_heads (repeat, not torch's repeat_interleave)",
