@@ -2,6 +2,8 @@
 and the data are 16-byte aligned, pointers otherwise, chosen at launch time. Both run under the interpreter (it
 executes tl.make_tensor_descriptor on the CPU), and they must give the same bits."""
 
+import contextvars
+
 import pytest
 import torch
 from attention_reference import allowed_matrix, attention
@@ -116,3 +118,40 @@ def test_the_registered_op_and_split_kv_read_through_pointers():
         tma, eager = _tma_of_the_forward_launch(q, k, v, scale=0.25)
     assert tma is True and torch.equal(out_op, eager)
     assert (split - eager).abs().max() < 1e-6
+
+
+def test_the_forwards_autotune_key_tells_descriptors_from_pointers(monkeypatch):
+    """Off the interpreter the forward is an autotuner whose key holds TMA (a config tuned for one path is not reused
+    for the other); the backward kernels, which have no such switch, keep TUNE_KEY."""
+    import triton
+
+    from transformer.kernels import _backward, _forward
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    forward = _tuning.build(_forward._fwd_kernel, "forward")
+    dq = _tuning.build(_backward._dq_kernel, "dq")
+    assert isinstance(forward, triton.runtime.autotuner.Autotuner)
+    assert forward.keys == _tuning.TUNE_KEY + ["TMA"] and dq.keys == _tuning.TUNE_KEY
+
+
+def test_on_cuda_descriptors_need_sm90_and_set_an_allocator(monkeypatch):
+    """A CUDA device below sm_90 (no tensor memory accelerator) reads through pointers; on sm_90 the first check sets
+    Triton's allocator (in-kernel descriptors need a scratch buffer) unless one is set already. (No GPU needed: the
+    device's capability is faked.)"""
+    import triton
+    from triton.runtime import _allocation
+
+    capabilities, allocators = {0: (8, 0), 1: (9, 0)}, []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capabilities[index])
+    monkeypatch.setattr(triton, "set_allocator", allocators.append)
+    monkeypatch.setattr(_tuning, "_tma_capable", {})
+    assert not _tuning.tma_enabled(torch.device("cuda", 0)) and allocators == []
+    assert _tuning.tma_enabled(torch.device("cuda", 1)) and len(allocators) == 1
+
+    def with_an_allocator_set():  # in a copy of the context: the process's allocator stays as it was
+        _allocation._allocator.set(lambda size, alignment, stream: None)
+        return _tuning.tma_enabled(torch.device("cuda", 1))
+
+    assert contextvars.copy_context().run(with_an_allocator_set) and len(allocators) == 1
+    with _tuning.tensor_descriptors(False):
+        assert not _tuning.tma_enabled(torch.device("cuda", 1))
