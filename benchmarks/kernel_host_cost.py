@@ -121,7 +121,7 @@ def autotuned_cases(batch=2, heads=8, length=128, head_dim=64):
     """Rows for CUDA's launch path, run last: the forward and backward kernels become Triton autotuners over their
     real configs (built as off the interpreter; 'timings' faked, every launch still stubbed), so each call pays what a
     CUDA call pays on the host for the autotuner at a tuned key (Triton's ``Autotuner.run`` rebuilds its key from
-    the ~50 arguments at every call) or, with kernels/_launch.py, what is left of it."""
+    the ~50 arguments at every call) or, with kernels/_args.py's ``launch``, what is left of it."""
     os.environ["TRITON_INTERPRET"] = "0"
     try:
         tuners = {

@@ -6,11 +6,10 @@ import triton
 import triton.language as tl
 
 from . import _grid, _tuning
-from ._args import acc_dtype, device_guard, kernel_constexprs, side_inputs
+from ._args import acc_dtype, autotuned, device_guard, eager_launch, kernel_constexprs, launch, side_inputs
 from ._common import HEAD_MAJOR, head_ptr, load_rows, program_tile
 from ._dkdv import _dkdv_kernel
 from ._dq import _dq_kernel
-from ._launch import autotuned, eager_launch, launch
 
 
 @triton.jit

@@ -5,7 +5,17 @@ import triton
 import triton.language as tl
 
 from . import _grid, _tuning
-from ._args import acc_dtype, block_d, device_guard, kernel_constexprs, side_inputs, tma_ok
+from ._args import (
+    acc_dtype,
+    autotuned,
+    block_d,
+    device_guard,
+    eager_launch,
+    kernel_constexprs,
+    launch,
+    side_inputs,
+    tma_ok,
+)
 from ._combine import _combine_kernel
 from ._common import (
     BLOCKS_DESCENDING,
@@ -20,7 +30,6 @@ from ._common import (
     rows_source,
     tile_offsets,
 )
-from ._launch import autotuned, eager_launch, launch
 
 
 @triton.jit
@@ -288,8 +297,8 @@ def forward(
     descriptors: bool = True,
 ):
     """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton (the registered
-    op), or ``_launch.eager_launch`` (or None) for eager launches (kernels/_launch.py: an autotuner's choice is
-    remembered per key).
+    op), or ``_args.eager_launch`` (or None) for eager launches (``_args.launch``: an autotuner's choice is remembered
+    per key).
 
     Short queries over long keys with few (batch, head) pairs would leave most of the GPU idle with one program
     per query block: the keys are then split (``_grid.kv_splits``) and a second kernel combines the partial

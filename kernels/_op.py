@@ -20,8 +20,7 @@ import torch
 from torch import Tensor
 from torch.library import custom_op, register_autograd, triton_op, wrap_triton
 
-from ._args import acc_dtype
-from ._launch import eager_launch  # the eager path's kernel wrapper (tests replace it here to record launches)
+from ._args import acc_dtype, eager_launch  # eager_launch: the eager path's wrapper (tests replace it here)
 
 NAMESPACE = "typed_transformer"
 

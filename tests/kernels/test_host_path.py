@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 
-from transformer.kernels import _forward, _launch, _validate, flash_attention, flash_attention_with_lse
+from transformer.kernels import _args, _forward, _validate, flash_attention, flash_attention_with_lse
 
 
 def _qkv(q_len=12, k_len=20, head_dim=16, grad=False):
@@ -75,7 +75,7 @@ def test_an_autotuners_choice_is_remembered_and_launched_directly(monkeypatch):
     tuner = _Timed(_forward._fwd_kernel, configs, configs[1])
     monkeypatch.setattr(_forward, "fwd_kernel", tuner)
     monkeypatch.setattr(_forward, "INTERPRETED", False)  # an autotuner passes its own BLOCK_M / BLOCK_N
-    _launch.forget()
+    _args.forget()
     q, k, v = _qkv(q_len=40, k_len=70)
     first = flash_attention(q, k, v, causal=True)
     assert tuner.runs == 1 and tuner.best_config is configs[1]
@@ -94,4 +94,4 @@ def test_an_autotuners_choice_is_remembered_and_launched_directly(monkeypatch):
     monkeypatch.setattr(_forward, "INTERPRETED", False)
     flash_attention(q, k, v, causal=False)  # another key: the autotuner runs again
     assert tuner.runs == 2
-    _launch.forget()
+    _args.forget()
