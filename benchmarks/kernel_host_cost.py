@@ -3,8 +3,10 @@
 For short sequences a GPU finishes the kernels in microseconds, so what the host does per call (validation, the
 dropout seed, the torch.library op dispatch, the launcher's argument lists) decides the speed. This measures that
 work on the CPU: every kernel object's ``run`` is replaced by a no-op, so each call goes through everything up to
-the point where Triton would bind the arguments and launch (Triton's own launch cost, and on CUDA the
-autotuner's key, are not included: they need a driver).
+the point where Triton would bind the arguments and launch (Triton's own launch cost needs a driver and is not
+included). The last rows wrap the kernels in Triton autotuners over their real configs (timings faked), so they
+include what CUDA's launch path pays on the host for the autotuner at a tuned key; the floor row is an autograd.Function
+that does nothing (what torch's autograd costs with these inputs).
 
     python benchmarks/kernel_host_cost.py                          # print a table
     python benchmarks/kernel_host_cost.py --json benchmarks/results/kernel_host_cost.json --label after
@@ -12,7 +14,7 @@ autotuner's key, are not included: they need a driver).
 Timings: the best of ``--repeats`` runs of ``--number`` calls each (the intrinsic cost; the median is printed too),
 CPU time of the calling thread in microseconds per call, on CPU tensors (the interpreted op registration; the CUDA
 registration is timed directly as
-``triton_op``). The goal (issue 18) is under 30 us for a forward call.
+``triton_op``). The goals (issue 27): at most 20 us for a forward call, 60 us for forward + backward.
 """
 
 import argparse
@@ -30,7 +32,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from transformer import kernels  # noqa: E402
-from transformer.kernels import _backward, _forward, _op  # noqa: E402
+from transformer.kernels import _backward, _forward, _op, _tuning  # noqa: E402
 
 KERNEL_NAMES = {
     _forward: ("fwd_kernel", "fwd_split_kernel", "combine_kernel"),
@@ -80,6 +82,22 @@ def cases(batch=2, heads=8, length=128, head_dim=64):
         keys = next(steps)
         kernels.flash_attention(q1, keys, keys, validate=False)
 
+    class Nothing(torch.autograd.Function):  # the floor: what any autograd.Function costs here, with no kernel code
+        @staticmethod
+        def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+            out, lse = torch.empty_like(q), q.new_empty(q.shape[:3])
+            ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            q, k, v, *_ = ctx.saved_tensors
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), *([None] * 7)
+
+    def floor():
+        out = Nothing.apply(qg, kg, vg, None, None, None, None, True, 0.125, 0.0)
+        torch.autograd.grad(out, (qg, kg, vg), grad)
+
     return {
         "forward": lambda: kernels.flash_attention(q, k, v),
         "forward, validate=False (as the attention dispatcher calls it)": lambda: kernels.flash_attention(
@@ -95,7 +113,48 @@ def cases(batch=2, heads=8, length=128, head_dim=64):
         ),
         "forward + backward (autograd)": forward_backward,
         "decoding step: q_len 1, k_len 3000..3399 (split-KV), validate=False": decoding_step,
+        "floor: an autograd.Function doing nothing (same inputs), forward + torch.autograd.grad": floor,
     }
+
+
+def autotuned_cases(batch=2, heads=8, length=128, head_dim=64):
+    """Rows for CUDA's launch path, run last: the forward and backward kernels become Triton autotuners over their
+    real configs (built as off the interpreter; 'timings' faked, every launch still stubbed), so each call pays what a
+    CUDA call pays on the host for the autotuner at a tuned key (Triton's ``Autotuner.run`` rebuilds its key from
+    the ~50 arguments at every call) or, with kernels/_args.py's ``launch``, what is left of it."""
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        tuners = {
+            (_forward, "fwd_kernel"): _tuning.build(_forward._fwd_kernel, "forward"),
+            (_backward, "dkdv_kernel"): _tuning.build(_backward._dkdv_kernel, "dkdv"),
+            (_backward, "dq_kernel"): _tuning.build(_backward._dq_kernel, "dq"),
+        }
+    finally:
+        os.environ["TRITON_INTERPRET"] = "1"
+    for (module, name), tuner in tuners.items():
+        tuner._bench = lambda *args, config, **meta: [1.0, 1.0, 1.0]
+        tuner.cache_results = False  # nothing to Triton's cache directory
+        setattr(module, name, tuner)
+        module.INTERPRETED = False  # (this change) the launchers pass no interpreter blocks to an autotuner
+    _tuning.block_kwargs = dict  # (before this change) the same
+    q, k, v = (torch.randn(batch, heads, length, head_dim) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    grad = torch.randn_like(q)
+
+    def forward_backward():
+        out = kernels.flash_attention(qg, kg, vg, causal=True)
+        torch.autograd.grad(out, (qg, kg, vg), grad)
+
+    return {
+        "autotuned kernels (CUDA's launch path, tuned key): forward": lambda: kernels.flash_attention(q, k, v),
+        "autotuned kernels (CUDA's launch path, tuned key): forward + backward": forward_backward,
+    }
+
+
+def all_cases():
+    """The rows in order; the autotuned rows last (they replace the kernels for the rest of the process)."""
+    yield from cases().items()
+    yield from autotuned_cases().items()
 
 
 def main(argv=None) -> int:
@@ -112,7 +171,7 @@ def main(argv=None) -> int:
         f"python {platform.python_version()}; microseconds per call, best / median of {args.repeats}"
     )
     rows = []
-    for name, fn in cases().items():
+    for name, fn in all_cases():
         number = max(20, args.number // 5) if "backward" in name else args.number
         best, median = per_call_us(fn, number, args.repeats)
         rows.append({"case": name, "best_us": round(best, 1), "median_us": round(median, 1)})

@@ -51,6 +51,11 @@ def flash_attention_with_lse(
     The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled and masked scores
     before dropout; -inf for a query row with no allowed key. It is differentiable.
     """
+    return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, validate, True)
+
+
+def _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, validate: bool, with_lse: bool):
+    """(out, lse) with ``with_lse``, else out alone (the eager autograd graph then has one output: less host time)."""
     if validate:
         check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
         reason = run_reason(q, k)
@@ -61,7 +66,7 @@ def flash_attention_with_lse(
         q, scale = -q, -scale  # is the same, and autograd carries dq back through the negation
     dropout_p = float(dropout_p)
     seed_t = philox_state(seed, q.device) if dropout_p > 0.0 else None
-    return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
+    return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p, with_lse)
 
 
 def flash_attention(
@@ -91,19 +96,7 @@ def flash_attention(
     ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
     check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """
-    return flash_attention_with_lse(
-        q,
-        k,
-        v,
-        mask=mask,
-        key_mask=key_mask,
-        key_lengths=key_lengths,
-        causal=causal,
-        scale=scale,
-        dropout_p=dropout_p,
-        seed=seed,
-        validate=validate,
-    )[0]
+    return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, validate, False)
 
 
 def tune(

@@ -1,9 +1,11 @@
 """Turn the optional masks into kernel arguments (pointers and strides) without materializing anything; the
-launch's device guard."""
+launch's device guard; eager launches that skip the autotuner's per-call key once it has chosen (see
+:func:`launch`)."""
 
 import contextlib
 
 import torch
+from triton.runtime.autotuner import Autotuner
 
 _NO_GUARD = contextlib.nullcontext()
 
@@ -39,6 +41,21 @@ def side_inputs(q: torch.Tensor, mask, key_mask, key_lengths, batch: int, heads:
     return (mask_ptr, kmask_ptr, klen_ptr), (*mask_strides, *kmask_strides, klen_stride)
 
 
+def tma_ok(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors (TMA) may read these (batch, heads, len, head_dim) tensors: a unit head_dim stride,
+    a positive row stride, every other stride a multiple of 16 bytes and the data 16-byte aligned (what
+    ``tl.make_tensor_descriptor`` requires of each (batch, head) slice's base and rows). Otherwise the kernels read
+    through pointers (any strides)."""
+    for t in tensors:
+        s_b, s_h, s_row, s_d = t.stride()
+        size = t.element_size()
+        if s_d != 1 or s_row <= 0 or (s_b * size) % 16 or (s_h * size) % 16 or (s_row * size) % 16:
+            return False
+        if t.data_ptr() % 16:
+            return False
+    return True
+
+
 def block_d(head_dim: int) -> int:
     """The head-dim tile: the power of two at or above head_dim, at least 16 (tl.dot's minimum)."""
     return max(16, 1 << (head_dim - 1).bit_length())
@@ -54,18 +71,81 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def kernel_constexprs(q: torch.Tensor, mask, key_mask, key_lengths, causal: bool, dropout_p: float, blocks: dict):
+_CONSTEXPRS: dict = {}  # kernel_constexprs' answers by what decides them
+
+
+def kernel_constexprs(
+    q: torch.Tensor, mask, key_mask, key_lengths, causal: bool, dropout_p: float, blocks: tuple, extra: tuple = ()
+) -> dict:
     """The compile-time switches every attention kernel (forward, dK/dV, dQ) is launched with; ``blocks``: the
-    interpreter's BLOCK_M and BLOCK_N ({} on CUDA, where the autotuner passes its config's)."""
-    head_dim = q.shape[-1]
-    return dict(
-        HEAD_DIM=head_dim,
-        HAS_MASK=mask is not None,
-        HAS_KMASK=key_mask is not None,
-        HAS_KLEN=key_lengths is not None,
-        CAUSAL=causal,
-        DROPOUT=dropout_p > 0.0,
-        PRECISION=dot_precision(q.dtype),
-        BLOCK_D=block_d(head_dim),
-        **blocks,
-    )
+    interpreter's (("BLOCK_M", m), ("BLOCK_N", n)) (() for an autotuned kernel, which passes its config's);
+    ``extra``: more (name, value) pairs. Built once per combination (host time per call): the same dict is returned
+    every time, so callers must not modify it."""
+    key = (q.shape[-1], q.dtype, mask is None, key_mask is None, key_lengths is None, causal, dropout_p > 0.0)
+    key = (*key, blocks, extra)
+    found = _CONSTEXPRS.get(key)
+    if found is None:
+        head_dim = q.shape[-1]
+        found = _CONSTEXPRS[key] = dict(
+            HEAD_DIM=head_dim,
+            HAS_MASK=mask is not None,
+            HAS_KMASK=key_mask is not None,
+            HAS_KLEN=key_lengths is not None,
+            CAUSAL=bool(causal),
+            DROPOUT=dropout_p > 0.0,
+            PRECISION=dot_precision(q.dtype),
+            BLOCK_D=block_d(head_dim),
+            **dict(blocks),
+            **dict(extra),
+        )
+    return found
+
+
+# Eager launches that skip the autotuner's per-call key once it has chosen.
+#
+# Triton's ``Autotuner.run`` rebuilds its key from the launch's ~50 arguments at every call: a scan of the list of
+# argument names per argument (quadratic) and ``str(dtype)`` per tensor, tens of microseconds of host time per launch
+# (benchmarks/kernel_host_cost.py's "autotuner key" row). The launchers already build their own key, which
+# determines Triton's (the tuning buckets, the compile-time switches, the GQA group, the split counts and the dtypes:
+# every value of ``TUNE_KEY`` and every argument's dtype follows from it). After the autotuner has run once for a
+# launcher key (timing its configs, or reading them from Triton's cache), :func:`launch` remembers the config it chose
+# and later launches with that key call the chosen config's kernel directly, with the same arguments the autotuner
+# would pass it: the same config, so the same bits.
+#
+# Only eager launches use this; under torch.compile (``wrap_triton``) the kernels are launched as they are.
+
+_chosen: dict = {}  # launcher key -> (constexprs with the chosen config's kwargs, the config's block sizes)
+MAX_CHOSEN = 4096  # a bounded memory (keys hold length buckets, not lengths, so real programs stay far below)
+
+
+def eager_launch(kernel):
+    """The kernel wrapper of eager calls (kernels/_op.py hands it to the launchers): the identity. A launcher given
+    this very function launches through :func:`launch`; any other wrapper (wrap_triton, a test's recorder) is used
+    as ``wrapper(kernel)[grid](...)``."""
+    return kernel
+
+
+def autotuned(kernel) -> bool:
+    """Whether ``kernel`` is an autotuner (CUDA) rather than one jit function (the interpreter)."""
+    return isinstance(kernel, Autotuner)
+
+
+def launch(kernel, grid, key: tuple, args: tuple, constexprs: dict) -> None:
+    """``kernel[grid](*args, **constexprs)``; ``grid`` maps a config's kwargs (BLOCK_M, BLOCK_N) to the launch grid.
+    An autotuner that has chosen a config for ``key`` is bypassed: its chosen config's kernel is launched directly."""
+    chosen = _chosen.get(key)
+    if chosen is not None:
+        kwargs, blocks = chosen
+        kernel.fn.run(*args, grid=grid(blocks), warmup=False, **kwargs)
+        return
+    kernel.run(*args, grid=grid, warmup=False, **constexprs)  # what kernel[grid](*args, ...) calls
+    if isinstance(kernel, Autotuner) and torch._C._len_torch_dispatch_stack() == 0:
+        config = kernel.best_config
+        if len(_chosen) >= MAX_CHOSEN:
+            _chosen.clear()
+        _chosen[key] = ({**constexprs, **config.all_kwargs()}, dict(config.kwargs))
+
+
+def forget() -> None:
+    """Forget every remembered choice (tests; a rebuilt kernel)."""
+    _chosen.clear()

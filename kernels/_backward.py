@@ -5,12 +5,11 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _tuning
-from ._args import acc_dtype, block_d, device_guard, kernel_constexprs, side_inputs
+from . import _grid, _tuning
+from ._args import acc_dtype, autotuned, device_guard, eager_launch, kernel_constexprs, launch, side_inputs
 from ._common import HEAD_MAJOR, head_ptr, load_rows, program_tile
 from ._dkdv import _dkdv_kernel
 from ._dq import _dq_kernel
-from ._grid import blocks_grid
 
 
 @triton.jit
@@ -44,6 +43,9 @@ dq_kernel = _tuning.build(_dq_kernel, "dq")
 delta_kernel = _delta_kernel
 
 
+INTERPRETED = not autotuned(dkdv_kernel)  # the interpreter: jit functions, launched with the interpreter's blocks
+
+
 def backward(
     do,
     q,
@@ -62,69 +64,59 @@ def backward(
     kernel_wrapper=None,
 ):
     """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output. The
-    arguments go to the kernels positionally, in the order of their signatures."""
-    wrap = kernel_wrapper if kernel_wrapper is not None else _direct
+    arguments go to the kernels positionally, in the order of their signatures. ``kernel_wrapper``: as in
+    _forward.forward."""
     batch, heads, q_len, head_dim = q.shape
-    k_len = k.shape[2]
+    kv_heads, k_len = k.shape[1], k.shape[2]
     pairs = batch * heads
-    block_d_ = block_d(head_dim)
+    device = q.device
     if do.stride(-1) != 1 or (do.stride(-2) == 0 and q_len > 1):
         # out.sum().backward() gives an expanded grad_out (every stride 0), a transposed one a strided head_dim:
         # the loads of dO would not be vectorised. FlashAttention copies it to a contiguous layout first too.
         do = do.contiguous()
-    kv_heads = k.shape[1]
     (mask_ptr, kmask_ptr, klen_ptr), side_strides = side_inputs(
         q, mask, key_mask, key_lengths, batch, heads, q_len, k_len
     )
-    sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
     strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     tuning = _tuning.buckets(q_len, k_len, pairs)
-    scalars = (*side_strides, heads, heads // kv_heads, q_len, k_len, scale, dropout_p, *tuning)
-    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, _tuning.block_kwargs())
+    group = heads // kv_heads
+    scalars = (*side_strides, heads, group, q_len, k_len, scale, dropout_p, *tuning)
+    blocks = _tuning.interpret_block_items if INTERPRETED else ()
+    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks)
+    shares = _tuning.group_splits(batch, kv_heads, group, k_len, device)
+    klen_dtype = key_lengths.dtype if key_lengths is not None else None
+    key = ("backward", shares, *tuning, id(constexprs), group, klen_dtype, device)
     if _tuning._tuned:  # some kernel may time configs at a new key (CUDA, not pinned): not while capturing
-        klen_dtype = key_lengths.dtype if key_lengths is not None else None
-        key = ("backward", *tuning, *constexprs.values(), heads // kv_heads, q.dtype, klen_dtype)
-        _tuning.check_ready(("dkdv", "dq"), key, q.device)
-    with device_guard(q.device):
-        delta = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-        wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)](
-            out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32, BLOCK_D=block_d_
-        )
+        _tuning.check_ready(("dkdv", "dq"), key, device)
+    eager = kernel_wrapper is eager_launch
+    wrap = kernel_wrapper if kernel_wrapper is not None else eager_launch
+    sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
+    acc = acc_dtype(q.dtype)
+    with device_guard(device):
+        delta = torch.empty((batch, heads, q_len), device=device, dtype=acc)
+        wrap(delta_kernel)[_grid.blocks_grid(q_len, 32, pairs)](
+            out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32,
+            BLOCK_D=constexprs["BLOCK_D"],
+        )  # fmt: skip
         if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
             delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
         dq = torch.empty_like(q)
-        shares = _tuning.group_splits(batch, kv_heads, heads // kv_heads, k_len, q.device)
         if shares == 1:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
         else:  # float32 partial sums, one per share of the group, summed below in a fixed order
-            dk, dv = (
-                torch.empty((batch, kv_heads * shares, k_len, head_dim), device=q.device, dtype=acc_dtype(q.dtype))
-                for _ in range(2)
-            )
-        wrap(dkdv_kernel)[lambda meta: blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads * shares)](
-            q,
-            k,
-            v,
-            do,
-            lse,
-            delta,
-            dk,
-            dv,
-            *sides,
-            *strides_in,
-            *dk.stride(),
-            *dv.stride(),
-            *scalars,
-            shares,
-            **constexprs,
-        )
+            dk, dv = (torch.empty((batch, kv_heads * shares, k_len, head_dim), device=device, dtype=acc) for _ in "kv")
+        args = (q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, shares)
+        grid = lambda meta: _grid.blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads * shares)  # noqa: E731
+        if eager:
+            launch(dkdv_kernel, grid, ("dkdv", *key), args, constexprs)
+        else:
+            wrap(dkdv_kernel)[grid](*args, **constexprs)
         if shares > 1:
             dk, dv = (t.view(batch, kv_heads, shares, k_len, head_dim).sum(2).to(k.dtype) for t in (dk, dv))
-        wrap(dq_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
-            q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars, **constexprs
-        )
+        args = (q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars)
+        grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa: E731
+        if eager:
+            launch(dq_kernel, grid, ("dq", *key), args, constexprs)
+        else:
+            wrap(dq_kernel)[grid](*args, **constexprs)
     return dq, dk, dv
-
-
-def _direct(kernel):
-    return kernel

@@ -47,7 +47,7 @@ def allowed_block(
     return allowed
 
 
-PHILOX_KEYS = 8  # keep decisions per Philox call: 8 consecutive keys of one query row, 16 bits each
+PHILOX_KEYS = 8  # keep decisions per Philox call: 8 keys of one query row, 16 bits each
 
 
 @triton.jit
@@ -59,16 +59,24 @@ def _halves(r):
 @triton.jit
 def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Bool tile [BLOCK_M, BLOCK_N] (query-major): dropout keeps the probability of query ``offs_m`` and key
-    ``start_n + j`` (``start_n`` a multiple of 8). A pure function of (seed, offset, batch, head, query, key):
+    ``start_n + j`` (``start_n`` a multiple of BLOCK_N). A pure function of (seed, offset, batch, head, query, key):
 
-    one 10-round Philox-4x32 call (``tl.philox``, key = the 64-bit ``seed``) per query row and group of 8
-    consecutive keys, with counter (low and high 32 bits of ``offset + (batch * heads + head) * q_len + query``,
-    key // 8, 0). Its four 32-bit outputs w = 0..3 decide 8 keys: key 8g + w by the low 16 bits of output w, key
-    8g + 4 + w by its high 16 bits; a key is kept when its 16 bits, as an integer, are at least
-    ``floor(dropout_p * 65536)``. (One call per element, as ``tl.rand`` does, costs 8 times as much.)"""
+    one 10-round Philox-4x32 call (``tl.philox``, key = the 64-bit ``seed``) per query row and group of 8 keys, with
+    counter (low and high 32 bits of ``offset + (batch * heads + head) * q_len + query``, g, 0). Key n belongs to
+    group g = 4 * (n // 32) + (n % 8) // 2 and is decided by output w = (n % 32) // 8, its low 16 bits for an even
+    key and its high 16 bits for an odd one: so the 8 keys of one call are 32J + 8w + 2c + b (w = 0..3, b = 0, 1),
+    two adjacent keys in each of four 8-key column groups. A key is kept when its 16 bits, as an integer, are at
+    least ``floor(dropout_p * 65536)``. (One call per element, as ``tl.rand`` does, costs 8 times as much.)
+
+    Why that grouping: in the accumulator layout of Hopper's and Ampere's MMAs a thread holds, in every 8 columns
+    of a row, two adjacent columns 8j + 2c, 8j + 2c + 1 (c = lane % 4). One call's 8 decisions are exactly what one
+    thread holds of its row in four such column groups, so the tile can be built where the scores are (the joins
+    add in-thread axes only) instead of being shuffled through shared memory into the dot's layout. 8 consecutive
+    keys per call spread over 4 threads and needed that shuffle."""
     rows = offset + (bh.to(tl.int64) * q_len + offs_m)
-    groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.uint32)
-    zero = tl.zeros([BLOCK_M, BLOCK_N // 8], tl.uint32)
+    GROUPS: tl.constexpr = BLOCK_N // 8 if BLOCK_N >= 32 else 4  # calls per row (16 keys: half of a 32-key chunk)
+    groups = ((start_n // 32) * 4 + tl.arange(0, GROUPS)).to(tl.uint32)
+    zero = tl.zeros([BLOCK_M, GROUPS], tl.uint32)
     r0, r1, r2, r3 = tl.philox(
         seed,
         rows.to(tl.uint32)[:, None] + zero,
@@ -76,8 +84,18 @@ def keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M: tl.
         groups[None, :] + zero,
         zero,
     )
-    # join appends an axis: [g, half, w // 2, w % 2] flattens to key 8g + 4 * half + w
-    bits = tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))
+    if BLOCK_N >= 32:  # [M, J, c] per output; joins append in-thread axes: [M, J, c, b, w % 2, w // 2]
+        CHUNKS: tl.constexpr = BLOCK_N // 32
+        h0 = tl.reshape(_halves(r0), (BLOCK_M, CHUNKS, 4, 2))
+        h1 = tl.reshape(_halves(r1), (BLOCK_M, CHUNKS, 4, 2))
+        h2 = tl.reshape(_halves(r2), (BLOCK_M, CHUNKS, 4, 2))
+        h3 = tl.reshape(_halves(r3), (BLOCK_M, CHUNKS, 4, 2))
+        bits = tl.join(tl.join(h0, h1), tl.join(h2, h3))
+        bits = tl.permute(bits, (0, 1, 5, 4, 2, 3))  # [M, J, w // 2, w % 2, c, b]: key 32J + 8w + 2c + b
+    else:  # BLOCK_N == 16: the outputs w = 0, 1 (first half of the 32-key chunk) or 2, 3 (second half)
+        second = (start_n // 16) % 2 == 1
+        low, high = tl.where(second, r2, r0), tl.where(second, r3, r1)
+        bits = tl.permute(tl.join(_halves(low), _halves(high)), (0, 3, 1, 2))  # [M, w % 2, c, b]
     return tl.reshape(bits, (BLOCK_M, BLOCK_N)) >= tl.cast(dropout_p * 65536.0, tl.uint16)
 
 
@@ -134,6 +152,32 @@ def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
     """Tile [len(offs), BLOCK_D] of rows ``offs < n_rows``; padded rows and head-dim columns read as 0."""
     ok = (offs[:, None] < n_rows) & d_ok[None, :]
     return tl.load(base + tile_offsets(offs, offs_d, s_row, s_d), mask=ok, other=0.0)
+
+
+@triton.jit
+def rows_source(
+    BASE, n_rows, s_row, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr
+):
+    """Where tiles of rows of one (batch, head) slice are read from (or written to): with ``TMA`` a tensor descriptor
+    over its (n_rows, HEAD_DIM) rows (Hopper's tensor memory accelerator copies whole [BLOCK, BLOCK_D] tiles, rows and
+    columns outside it read as 0), else the slice's pointer itself (for load_rows). The launcher chooses ``TMA`` only
+    when the strides and the data allow it (kernels/_args.py ``tma_ok``)."""
+    if TMA:
+        return tl.make_tensor_descriptor(
+            BASE, shape=[tl.maximum(n_rows, 1), HEAD_DIM], strides=[s_row, 1], block_shape=[BLOCK, BLOCK_D]
+        )
+    else:
+        return BASE
+
+
+@triton.jit
+def load_tile(src, start, offs, offs_d, s_row, s_d, n_rows, d_ok, TMA: tl.constexpr):
+    """The [len(offs), BLOCK_D] tile of rows ``offs`` (= start + arange) from rows_source's ``src``: rows at or past
+    ``n_rows`` and head-dim columns past HEAD_DIM read as 0 on both paths."""
+    if TMA:
+        return src.load([start, 0])
+    else:
+        return load_rows(src, offs, offs_d, s_row, s_d, n_rows, d_ok)
 
 
 @triton.jit

@@ -4,8 +4,18 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _tuning
-from ._args import acc_dtype, block_d, device_guard, kernel_constexprs, side_inputs
+from . import _grid, _tuning
+from ._args import (
+    acc_dtype,
+    autotuned,
+    block_d,
+    device_guard,
+    eager_launch,
+    kernel_constexprs,
+    launch,
+    side_inputs,
+    tma_ok,
+)
 from ._combine import _combine_kernel
 from ._common import (
     BLOCKS_DESCENDING,
@@ -14,12 +24,12 @@ from ._common import (
     keep_block,
     key_blocks,
     key_end,
-    load_rows,
     load_seed,
+    load_tile,
     program_tile,
+    rows_source,
     tile_offsets,
 )
-from ._grid import blocks_grid
 
 
 @triton.jit
@@ -28,8 +38,8 @@ def _softmax_step(
     l_i,
     m_i,
     q,
-    k_base,
-    v_base,
+    k_src,
+    v_src,
     start_n,
     offs_m,
     offs_d,
@@ -64,12 +74,13 @@ def _softmax_step(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
     rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
     compare or select, and the running max is always finite."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
+    k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if MASKED:
         allowed = allowed_block(
@@ -91,10 +102,10 @@ def _softmax_step(
             HAS_KMASK,
             CAUSAL,
         )
-        s = tl.where(allowed, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # the scale folds into one multiply-add per score here too; the max is taken of the unscaled scores
+        m_new = tl.maximum(m_i, tl.max(tl.where(allowed, qk, float("-inf")), 1) * qk_scale)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-        p = tl.exp2(s - m_safe[:, None])
+        p = tl.where(allowed, tl.exp2(qk * qk_scale - m_safe[:, None]), 0.0)
     else:  # the scale folds into one multiply-add per score (qk_scale >= 0: the API makes it so)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_safe = m_new
@@ -103,7 +114,7 @@ def _softmax_step(
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
         p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)
-    v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
+    v = load_tile(v_src, start_n, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok, TMA)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return acc, l_i, m_new
 
@@ -162,6 +173,7 @@ def _fwd_kernel(
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     SPLIT: tl.constexpr,
+    TMA: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -173,11 +185,14 @@ def _fwd_kernel(
     bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(
         q_len, heads, n_splits, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCKS_DESCENDING * CAUSAL
     )  # causal: longest first
-    q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
-    k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
-    v_base = head_ptr(V, b, h // group, s_vb, s_vh)
-
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
+    # TMA: tensor descriptors over this (batch, head)'s rows; else pointers (strides not 16-byte aligned, split-KV)
+    q_src = rows_source(head_ptr(Q, b, h, s_qb, s_qh), q_len, s_qm, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
+    q = load_tile(q_src, pid_m * BLOCK_M, offs_m, offs_d, s_qm, s_qd, q_len, d_ok, TMA)
+    # grouped-query attention: group query heads per kv head; keys past kv_end read as 0 on both paths
+    k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh), kv_end, s_kn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end, s_vn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+
     full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
     lo = 0
     if SPLIT:  # this split's keys (split_keys is a multiple of BLOCK_N)
@@ -202,8 +217,8 @@ def _fwd_kernel(
                 l_i,
                 m_i,
                 q,
-                k_base,
-                v_base,
+                k_src,
+                v_src,
                 start_n,
                 offs_m,
                 offs_d,
@@ -238,6 +253,7 @@ def _fwd_kernel(
                 BLOCK_M,
                 BLOCK_N,
                 MASKED=phase == 1,
+                TMA=TMA,
             )
 
     empty = l_i == 0.0  # no allowed key: output 0, logsumexp -inf
@@ -245,8 +261,14 @@ def _fwd_kernel(
     if DROPOUT:
         acc = acc * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
-    o_ptrs = head_ptr(O, b, h, s_ob, s_oh) + split * s_os + tile_offsets(offs_m, offs_d, s_om, s_od)
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < q_len) & d_ok[None, :])
+    o_base = head_ptr(O, b, h, s_ob, s_oh) + split * s_os
+    if TMA:  # rows past q_len and columns past HEAD_DIM are not written
+        rows_source(o_base, q_len, s_om, HEAD_DIM, BLOCK_M, BLOCK_D, TMA).store(
+            [pid_m * BLOCK_M, 0], acc.to(O.dtype.element_ty)
+        )
+    else:
+        o_ptrs = o_base + tile_offsets(offs_m, offs_d, s_om, s_od)
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < q_len) & d_ok[None, :])
     tl.store(LSE + (bh.to(tl.int64) * n_splits + split) * q_len + offs_m, lse, mask=offs_m < q_len)
 
 
@@ -256,78 +278,79 @@ combine_kernel = _combine_kernel
 COMBINE_BLOCK_M = 16
 
 
+INTERPRETED = not autotuned(fwd_kernel)  # the interpreter: one jit function, launched with the interpreter's blocks
+_EXTRA = {(split, tma): (("SPLIT", split), ("TMA", tma)) for split in (False, True) for tma in (False, True)}
+
+
 def forward(
-    q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float, kernel_wrapper=None
+    q,
+    k,
+    v,
+    mask,
+    key_mask,
+    key_lengths,
+    seed,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    kernel_wrapper=None,
+    descriptors: bool = True,
 ):
-    """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton or None.
+    """Run the forward kernel; returns (out, lse). ``kernel_wrapper`` is torch.library.wrap_triton (the registered
+    op), or ``_args.eager_launch`` (or None) for eager launches (``_args.launch``: an autotuner's choice is remembered
+    per key).
 
     Short queries over long keys with few (batch, head) pairs would leave most of the GPU idle with one program
     per query block: the keys are then split (``_grid.kv_splits``) and a second kernel combines the partial
     results. The backward is the same either way (it only needs out and lse).
 
+    ``descriptors``: the kernel may read q, k, v and write out through tensor descriptors (TMA) where their layouts
+    allow it (``_args.tma_ok``); the registered op passes False (torch.compile traces it: pointers there).
+
     The arguments go to the kernel positionally, in the order of its signature (keywords cost host time)."""
-    wrap = kernel_wrapper if kernel_wrapper is not None else _direct
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
     pairs = batch * heads
+    device = q.device
     out = torch.empty_like(q)
-    lse = torch.empty((batch, heads, q_len), device=q.device, dtype=acc_dtype(q.dtype))
-    splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, q.device)
+    lse = torch.empty((batch, heads, q_len), device=device, dtype=acc_dtype(q.dtype))
+    splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, device)
     pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
-    inputs = (q, k, v)
-    scalars = (heads, heads // k.shape[1], q_len, k_len, scale, dropout_p)  # (heads, group, ...)
-    strides_qkv = (*q.stride(), *k.stride(), *v.stride())
-    block_d_ = block_d(head_dim)
-    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, _tuning.block_kwargs())
-    seed = seed if seed is not None else q
+    group = heads // k.shape[1]
+    blocks = _tuning.interpret_block_items if INTERPRETED else ()
+    eager = kernel_wrapper is eager_launch
+    # tensor descriptors (TMA) where the layouts allow them; pointers for the registered op and for split-KV
+    tma = descriptors and splits == 1 and _tuning.tma_enabled(device) and tma_ok(q, k, v, out)
+    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks, _EXTRA[splits > 1, tma])
     tuning = _tuning.buckets(q_len, k_len, pairs)
+    klen_dtype = key_lengths.dtype if key_lengths is not None else None
+    key = ("forward", splits, *tuning, id(constexprs), group, klen_dtype, device)
     if _tuning._tuned:  # some kernel may time configs at a new key (CUDA, not pinned): not while capturing
-        klen_dtype = key_lengths.dtype if key_lengths is not None else None
-        key = ("forward", splits, *tuning, *constexprs.values(), scalars[1], q.dtype, klen_dtype)
-        _tuning.check_ready(("forward",) if splits == 1 else ("split",), key, q.device)
-    with device_guard(q.device):
+        _tuning.check_ready(("forward",) if splits == 1 else ("split",), key, device)
+    wrap = kernel_wrapper if kernel_wrapper is not None else eager_launch
+    seed = seed if seed is not None else q
+    strides_qkv = (*q.stride(), *k.stride(), *v.stride())
+    with device_guard(device):
         if splits == 1:
             o_b, o_h, o_m, o_d = out.stride()
-            wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)](
-                *inputs,
-                out,
-                lse,
-                *pointers,
-                seed,
-                *strides_qkv,
-                o_b,
-                o_h,
-                0,
-                o_m,
-                o_d,
-                *side_strides,
-                *scalars,
-                1,
-                k_len,
-                *tuning,
-                SPLIT=False,
-                **constexprs,
-            )
+            args = (q, k, v, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d)
+            args = (*args, *side_strides, heads, group, q_len, k_len, scale, dropout_p, 1, k_len, *tuning)
+            grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa: E731
+            if eager:
+                launch(fwd_kernel, grid, key, args, constexprs)
+            else:
+                wrap(fwd_kernel)[grid](*args, **constexprs)
             return out, lse
-        parts = torch.empty((batch, heads, splits, q_len, head_dim), device=q.device, dtype=lse.dtype)
-        part_lse = torch.empty((batch, heads, splits, q_len), device=q.device, dtype=lse.dtype)
-        wrap(fwd_split_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)](
-            *inputs,
-            parts,
-            part_lse,
-            *pointers,
-            seed,
-            *strides_qkv,
-            *parts.stride(),
-            *side_strides,
-            *scalars,
-            splits,
-            split_keys,
-            *tuning,
-            SPLIT=True,
-            **constexprs,
-        )
-        wrap(combine_kernel)[blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
+        parts = torch.empty((batch, heads, splits, q_len, head_dim), device=device, dtype=lse.dtype)
+        part_lse = torch.empty((batch, heads, splits, q_len), device=device, dtype=lse.dtype)
+        args = (q, k, v, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride())
+        args = (*args, *side_strides, heads, group, q_len, k_len, scale, dropout_p, splits, split_keys, *tuning)
+        grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)  # noqa: E731
+        if eager:
+            launch(fwd_split_kernel, grid, key, args, constexprs)
+        else:
+            wrap(fwd_split_kernel)[grid](*args, **constexprs)
+        wrap(combine_kernel)[_grid.blocks_grid(q_len, COMBINE_BLOCK_M, pairs)](
             parts,
             part_lse,
             out,
@@ -339,10 +362,6 @@ def forward(
             splits,
             HEAD_DIM=head_dim,
             BLOCK_M=COMBINE_BLOCK_M,
-            BLOCK_D=block_d_,
+            BLOCK_D=block_d(head_dim),
         )
     return out, lse
-
-
-def _direct(kernel):
-    return kernel

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.library import custom_op, register_autograd, triton_op, wrap_triton
 
-from ._args import acc_dtype
+from ._args import acc_dtype, eager_launch  # eager_launch: the eager path's wrapper (tests replace it here)
 
 NAMESPACE = "typed_transformer"
 
@@ -41,8 +41,9 @@ def _fwd(
     None without dropout)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
+    wrapper = wrap_triton  # pointers, not tensor descriptors: torch.compile traces this body
     return _forward.forward(
-        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=wrap_triton
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=wrapper, descriptors=False
     )
 
 
@@ -151,52 +152,84 @@ flash_attn_fwd = _register("", interpreted=False)
 flash_attn_fwd_interpreted = _register("_interpreted", interpreted=True)
 
 
-def eager_launch(kernel):
-    """The eager path launches each kernel itself (wrap_triton only matters while tracing)."""
-    return kernel
+_launchers: list = []  # [the _forward module, the _backward module], imported at the first eager call
+
+
+def _modules():
+    """The launcher modules (imported lazily: importing them decorates the kernels, reading TRITON_INTERPRET)."""
+    if not _launchers:
+        from . import _backward, _forward
+
+        _launchers.extend((_forward, _backward))
+    return _launchers
+
+
+def _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+    out, lse = _modules()[0].forward(
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
+    )
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
+    ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    return out, lse
+
+
+def _eager_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, mask, key_mask, key_lengths, seed = ctx.saved_tensors
+    if grad_out is None:  # only the logsumexp was used
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = _modules()[1].backward(
+        grad_out,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        grad_lse,
+        mask,
+        key_mask,
+        key_lengths,
+        seed,
+        ctx.causal,
+        ctx.scale,
+        ctx.dropout_p,
+        kernel_wrapper=eager_launch,
+    )
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+# The kernels' backward has no backward of its own. Only a backward with create_graph=True runs with grad enabled;
+# it goes through once_differentiable, which makes a double backward raise. The usual backward (grad disabled)
+# skips the decorator's own work (host time per call).
+_eager_backward_once = torch.autograd.function.once_differentiable(_eager_backward)
 
 
 class _EagerFlashAttention(torch.autograd.Function):
-    """The op's forward and backward bodies, called directly (no torch.library dispatch)."""
+    """The op's forward and backward bodies, called directly (no torch.library dispatch): (out, lse)."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
-        from . import _forward
-
-        out, lse = _forward.forward(
-            q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
-        )
-        ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
-        ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to fold in)
-        return out, lse
+        return _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # the kernels' backward has no backward of its own
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, mask, key_mask, key_lengths, seed = ctx.saved_tensors
-        if grad_out is None:  # only the logsumexp was used
-            grad_out = torch.zeros_like(out)
-        from . import _backward
+        if torch.is_grad_enabled():
+            return _eager_backward_once(ctx, grad_out, grad_lse)
+        return _eager_backward(ctx, grad_out, grad_lse)
 
-        dq, dk, dv = _backward.backward(
-            grad_out,
-            q,
-            k,
-            v,
-            out,
-            lse,
-            grad_lse,
-            mask,
-            key_mask,
-            key_lengths,
-            seed,
-            ctx.causal,
-            ctx.scale,
-            ctx.dropout_p,
-            kernel_wrapper=eager_launch,
-        )
-        return dq, dk, dv, None, None, None, None, None, None, None
+
+class _EagerFlashAttentionOut(torch.autograd.Function):
+    """The same with the output alone (``flash_attention``): one output in the autograd graph, less host time."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+        return _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)[0]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if torch.is_grad_enabled():
+            return _eager_backward_once(ctx, grad_out, None)
+        return _eager_backward(ctx, grad_out, None)
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
@@ -218,16 +251,20 @@ def needs_registered_op(q: Tensor, k: Tensor, v: Tensor) -> bool:
     )
 
 
-def attention(q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float):
-    """(out, lse) through the registered op when the call needs it, else eagerly: the autograd.Function when a
-    gradient may be asked for, the forward launcher itself when none can be (inference, e.g. decoding)."""
+def attention(
+    q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float, with_lse: bool = True
+):
+    """(out, lse) (``with_lse=False``: out alone) through the registered op when the call needs it, else eagerly: the
+    autograd.Function when a gradient may be asked for, the forward launcher itself when none can be (inference,
+    e.g. decoding)."""
     if needs_registered_op(q, k, v):
         op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
-        return op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+        result = op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+        return result if with_lse else result[0]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _EagerFlashAttention.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
-    from . import _forward
-
-    return _forward.forward(
+        function = _EagerFlashAttention if with_lse else _EagerFlashAttentionOut
+        return function.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+    result = _modules()[0].forward(
         q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
     )
+    return result if with_lse else result[0]

@@ -20,11 +20,15 @@ import re
 
 import torch
 import triton
+import triton.language as tl
 
 from . import _grid
 
+_HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")  # Triton >= 3.4
+
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)
+interpret_block_items = tuple(_interpret_blocks.items())  # the same as (name, size) pairs (a launch's cache key)
 BLOCK_SIZES = (16, 32, 64, 128)  # tl.dot needs at least 16 rows and columns
 
 
@@ -41,6 +45,8 @@ def set_interpret_blocks(block_m: int, block_n: int) -> tuple[int, int]:
             raise ValueError(f"{name} must be one of {BLOCK_SIZES}, got {value!r}")
     previous = get_interpret_blocks()
     _interpret_blocks.update(BLOCK_M=block_m, BLOCK_N=block_n)
+    global interpret_block_items
+    interpret_block_items = tuple(_interpret_blocks.items())
     return previous
 
 
@@ -111,29 +117,41 @@ SMEM_LIMIT = 227 * 1024  # shared memory one H100 (sm_90) block may use
 SMEM_SCRATCH = 2048  # beyond the tiles: reductions and barriers (512 bytes seen in float32 with masks and dropout)
 
 
-def shared_bytes(name: str, config, block_d: int, itemsize: int) -> int:
+DKDV_DROPOUT_BYTES = 2  # per score: dK/dV transposes its query-major keep tile through shared memory (16 bits)
+FWD_MASK_BYTES = 4  # per score: the forward with a dense mask converts a 32-bit score-sized tile through shared memory
+
+
+def shared_bytes(name: str, config, block_d: int, itemsize: int, dropout: bool = False, mask: bool = False) -> int:
     """Shared memory a launch of kernel ``name`` with ``config`` needs at head-dim tile ``block_d`` for inputs of
-    ``itemsize`` bytes: the tiles the loop streams, once per pipeline stage, plus the tiles held for the whole loop.
-    An upper bound of what Triton allocates (compiled for sm_90 with launch specialisation: the bytes are checked
-    against the compiler's own figure in benchmarks/results/kernel_resources_*.json by tests/kernels)."""
+    ``itemsize`` bytes: the tiles the loop streams, once per pipeline stage, plus the tiles held for the whole loop,
+    plus (dK/dV with dropout) the keep tile transposed to key-major and (the forward with a dense ``mask``) a
+    score-sized layout conversion (sm_90, triton 3.9: 32 KiB more at 128x64 through tensor descriptors). An upper
+    bound of what Triton allocates (compiled for sm_90 with launch specialisation: checked against the compiler's own
+    figures in benchmarks/results/kernel_*.json by tests/kernels, and by scripts/compile_kernels.py for every variant
+    it compiles). The forward and dQ build their keep tile in the scores' own layout (kernels/_common.py keep_block):
+    no shared memory."""
     m, n, stages = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], max(config.num_stages, 2)
+    extra = 0
     if name in ("forward", "split"):  # K and V stream, Q stays
         tiles = stages * 2 * n + m
+        extra = FWD_MASK_BYTES * m * n if mask else 0
     elif name == "dkdv":  # Q and dO stream, K and V stay
         tiles = stages * 2 * m + 2 * n
+        extra = DKDV_DROPOUT_BYTES * m * n if dropout else 0
     else:  # dq: K and V stream, Q and dO stay
         tiles = stages * 2 * n + 2 * m
-    return tiles * block_d * itemsize + SMEM_SCRATCH
+    return tiles * block_d * itemsize + extra + SMEM_SCRATCH
 
 
-def fits(name: str, config, block_d: int, itemsize: int) -> bool:
-    """Whether ``config`` of kernel ``name`` fits an H100 block's shared memory at this head-dim tile and dtype."""
-    return shared_bytes(name, config, block_d, itemsize) <= SMEM_LIMIT
+def fits(name: str, config, block_d: int, itemsize: int, dropout: bool = False, mask: bool = False) -> bool:
+    """Whether ``config`` of kernel ``name`` fits an H100 block's shared memory at this head-dim tile, dtype, dropout
+    and dense-mask switch."""
+    return shared_bytes(name, config, block_d, itemsize, dropout, mask) <= SMEM_LIMIT
 
 
-def fitting(name: str, configs, block_d: int, itemsize: int) -> list:
+def fitting(name: str, configs, block_d: int, itemsize: int, dropout: bool = False, mask: bool = False) -> list:
     """The configs that fit (in their order); the last config if none does (it is the smallest)."""
-    return [c for c in configs if fits(name, c, block_d, itemsize)] or [configs[-1]]
+    return [c for c in configs if fits(name, c, block_d, itemsize, dropout, mask)] or [configs[-1]]
 
 
 def length_bucket(n: int, low: int = LENGTH_BUCKETS[0], high: int = LENGTH_BUCKETS[1], base: int = 2) -> int:
@@ -202,6 +220,46 @@ def sm_count(device) -> int:
     return _sm_counts[index]
 
 
+_tma_capable: dict = {}  # CUDA device index -> whether it has TMA (sm_90 and later)
+_forced_tma: list = []  # tests and scripts: use tensor descriptors (True) or pointers (False) whatever the layouts
+
+
+def tma_enabled(device) -> bool:
+    """Whether the forward may read through tensor descriptors on ``device``: this Triton has
+    ``tl.make_tensor_descriptor``, and on CUDA the GPU has a tensor memory accelerator (sm_90+), for which Triton's
+    allocator is set (in-kernel descriptors need a global scratch buffer). Under the interpreter descriptors run on the
+    CPU, so both paths are tested there. :func:`tensor_descriptors` overrides it."""
+    if _forced_tma:
+        return _forced_tma[-1]
+    if device.type != "cuda":
+        return _HAS_DESCRIPTORS
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _tma_capable:
+        _tma_capable[index] = _HAS_DESCRIPTORS and torch.cuda.get_device_capability(index)[0] >= 9
+    if _tma_capable[index]:
+        _ensure_allocator()
+    return _tma_capable[index]
+
+
+def _ensure_allocator() -> None:
+    """Triton's allocator for in-kernel tensor descriptors: torch's (graph-capture safe), unless one is set."""
+    from triton.runtime import _allocation
+
+    current = getattr(_allocation, "_allocator", None)
+    if current is None or current.get() is getattr(_allocation, "_NULL_ALLOCATOR", None):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+
+@contextlib.contextmanager
+def tensor_descriptors(enabled: bool):
+    """Inside this block the forward uses tensor descriptors where the layouts allow (True) or pointers (False)."""
+    _forced_tma.append(enabled)
+    try:
+        yield
+    finally:
+        _forced_tma.pop()
+
+
 SPLIT_GRANULARITY = 128  # keys per split are a multiple of the largest key block any launch uses (CUDA or not)
 
 
@@ -253,9 +311,10 @@ _ready: set = set()  # launch keys already seen outside capture (so tuned, or pi
 
 
 def _prune(name: str, keep, configs, named_args, **kwargs) -> list:
-    """The autotuner's ``early_config_prune``: the configs that fit this launch's head_dim and dtype in shared
+    """The autotuner's ``early_config_prune``: the configs that fit this launch's head_dim, dtype and dropout in shared
     memory (the first ``keep`` of them when pinned to the first that fits)."""
-    return fitting(name, configs, kwargs["BLOCK_D"], named_args["Q"].element_size())[:keep]
+    block_d, dropout, mask = kwargs["BLOCK_D"], kwargs.get("DROPOUT", False), kwargs.get("HAS_MASK", False)
+    return fitting(name, configs, block_d, named_args["Q"].element_size(), dropout, mask)[:keep]
 
 
 def build(jit_fn, name: str):
@@ -274,7 +333,8 @@ def build(jit_fn, name: str):
         _tuned.add(name)
     persist = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
     prune = {"early_config_prune": functools.partial(_prune, name, keep)}
-    return triton.autotune(configs=configs, key=TUNE_KEY, prune_configs_by=prune, **persist)(jit_fn)
+    key = TUNE_KEY + [name for name in ("TMA",) if name in jit_fn.arg_names]  # the forward: descriptors or pointers
+    return triton.autotune(configs=configs, key=key, prune_configs_by=prune, **persist)(jit_fn)
 
 
 def capturing(device) -> bool:
@@ -292,7 +352,8 @@ def check_ready(names, key: tuple, device) -> None:
     untuned = [name for name in names if name in _tuned]
     if untuned and capturing(device):
         raise RuntimeError(
-            f"flash_attention: the kernels {untuned} have not been autotuned for this input key {key} and are "
+            f"flash_attention: the kernels {untuned} have not been autotuned for these inputs' key (length and "
+            "batch x heads buckets, head_dim, dtype, masks, causal, dropout, GQA group) and are "
             "called during CUDA graph capture, where timing configs is not allowed. Call "
             "transformer.kernels.tune(q, k, v, ...) with the same shapes, dtype, masks, causal and dropout before "
             f"capturing (or pin configs with {CONFIGS_ENV})."

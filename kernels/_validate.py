@@ -15,8 +15,34 @@ def _shape(t: torch.Tensor) -> str:
     return f"({', '.join(str(s) for s in t.shape)})"
 
 
+_GOOD_QKV: set = set()  # (shapes, dtypes, devices) of q, k, v that passed _validate_qkv (plain tensors only)
+_Tensor = torch.Tensor
+
+
 def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0, scale=None) -> None:
-    """Raise ValueError naming the argument, the expected and the actual value when the inputs are malformed."""
+    """Raise ValueError naming the argument, the expected and the actual value when the inputs are malformed.
+
+    q, k and v are checked once per (shapes, dtypes, devices) of plain tensors: a later call with the same ones only
+    looks them up (host time per call; not while torch.compile traces); masks, dropout and scale are checked at every
+    call."""
+    if type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and not torch.compiler.is_compiling():
+        signature = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device)
+        if signature not in _GOOD_QKV:
+            _validate_qkv(q, k, v)
+            if len(_GOOD_QKV) > 4096:  # a bounded memory of shapes (decoding grows k_len by one a step)
+                _GOOD_QKV.clear()
+            _GOOD_QKV.add(signature)
+    else:
+        _validate_qkv(q, k, v)
+    if mask is not None or key_mask is not None or key_lengths is not None:
+        _validate_masks(q, k, mask, key_mask, key_lengths)
+    if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+
+
+def _validate_qkv(q, k, v) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -55,6 +81,11 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
         raise ValueError(f"q_len and k_len must be >= 1, got q_len={q_len}, k_len={k_len}")
     if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {head_dim} (q shape {_shape(q)})")
+
+
+def _validate_masks(q, k, mask, key_mask, key_lengths) -> None:
+    batch, heads, q_len, _ = q.shape
+    k_len = k.shape[2]
     if mask is not None:
         _check_bool(mask, "mask", q)
         if mask.dim() > 4:
@@ -88,10 +119,6 @@ def validate(q, k, v, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0,
             raise ValueError(f"key_lengths must have shape (batch,)=({batch},), got {_shape(key_lengths)}")
         if key_lengths.device != q.device:
             raise ValueError(f"key_lengths must be on q's device {q.device}, got {key_lengths.device}")
-    if not isinstance(dropout_p, (int, float)) or not 0.0 <= float(dropout_p) < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and not isinstance(scale, (int, float)):
-        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
 
 
 def _check_bool(t, name: str, q: torch.Tensor) -> None:
@@ -105,24 +132,31 @@ def _check_bool(t, name: str, q: torch.Tensor) -> None:
 
 def run_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
     """Why the kernels cannot run these (well-formed) inputs here: the device, the dtype, or sizes no launch grid
-    can take (see _grid.py); None when they can."""
-    batch, heads, q_len, _ = q.shape
-    return device_reason(q) or launch_reason(batch, heads, k.shape[1], q_len, k.shape[2])
+    can take (see _grid.py); None when they can. Decided once per (device, dtype, sizes, interpreter on or off)."""
+    return _run_reason(q.device, q.dtype, q.shape, k.shape[1], k.shape[2], q.is_cuda or interpreting())
+
+
+@functools.lru_cache(maxsize=4096)
+def _run_reason(device, dtype, shape, kv_heads, k_len, _interpreting) -> str | None:
+    batch, heads, q_len, _ = shape
+    return _device_reason(device, dtype) or launch_reason(batch, heads, kv_heads, q_len, k_len)
 
 
 def device_reason(q: torch.Tensor) -> str | None:
     """Why this machine cannot run the kernel on q's device/dtype, or None."""
-    if q.is_cuda:
-        if q.dtype == torch.float64:
+    return _device_reason(q.device, q.dtype)
+
+
+def _device_reason(device, dtype) -> str | None:
+    if device.type == "cuda":
+        if dtype == torch.float64:
             return "float64 runs only under the Triton interpreter (TRITON_INTERPRET=1); use float32 on CUDA"
         return None
-    if q.device.type != "cpu":
-        return (
-            f"the Triton kernel runs on CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got device {q.device}"
-        )
+    if device.type != "cpu":
+        return f"the Triton kernel runs on CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got device {device}"
     if not interpreting():
         return "q is on the CPU and TRITON_INTERPRET=1 is not set; the Triton kernel needs CUDA tensors"
-    if q.dtype == torch.bfloat16:
+    if dtype == torch.bfloat16:
         return "bfloat16 is not supported by the Triton CPU interpreter (triton#11584); use float16 or float32"
     return _old_interpreter_reason()
 

@@ -46,12 +46,19 @@ SMEM_LIMIT = _tuning.SMEM_LIMIT  # 227 KiB: what one H100 (sm_90) block may use
 
 # name: (kernel, autotune configs, constexprs that select the kernel's variant)
 KERNELS = {
-    "forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS, {"SPLIT": False}),
-    "forward split-KV": (_forward.fwd_split_kernel, _tuning.SPLIT_CONFIGS, {"SPLIT": True}),
+    "forward": (_forward.fwd_kernel, _tuning.FWD_CONFIGS, {"SPLIT": False, "TMA": True}),  # eager launches on sm_90
+    "forward, pointers": (_forward.fwd_kernel, _tuning.FWD_CONFIGS, {"SPLIT": False, "TMA": False}),  # torch.compile
+    "forward split-KV": (_forward.fwd_split_kernel, _tuning.SPLIT_CONFIGS, {"SPLIT": True, "TMA": False}),
     "dk/dv": (_backward.dkdv_kernel, _tuning.DKDV_CONFIGS, {}),
     "dq": (_backward.dq_kernel, _tuning.DQ_CONFIGS, {}),
 }
-TUNING_NAMES = {"forward": "forward", "forward split-KV": "split", "dk/dv": "dkdv", "dq": "dq"}  # _tuning's names
+TUNING_NAMES = {  # _tuning's names
+    "forward": "forward",
+    "forward, pointers": "forward",
+    "forward split-KV": "split",
+    "dk/dv": "dkdv",
+    "dq": "dq",
+}
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 LENGTH = 4096
 
@@ -215,7 +222,9 @@ def main(argv=None) -> int:
             continue
         key = (name, dtype, head_dim, str(config))
         block_d = max(16, triton.next_power_of_2(head_dim))
-        estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype])
+        estimate = _tuning.shared_bytes(
+            TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype], flags["DROPOUT"], flags["HAS_MASK"]
+        )
         if estimate < compiled.metadata.shared:
             low += 1
             print(

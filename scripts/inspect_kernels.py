@@ -7,7 +7,8 @@ pointers are 16-byte aligned) and reports, per autotune config:
 * registers per thread and bytes spilled to local memory (``ptxas -v``; 255 registers is the ceiling),
 * shared memory (an H100 block may use at most 227 KiB),
 * how many of the kernel's dots became Hopper warp-group MMAs (``wgmma``) rather than Ampere-style ``mma``,
-* how many loads are asynchronous copies (``cp.async``, what the software pipeliner emits),
+* how many loads are asynchronous copies (``cp.async``, what the software pipeliner emits) or tensor-memory-accelerator
+  copies (TMA, the forward's tensor-descriptor loads),
 * how many SASS instructions the kernel has (static count from ``cuobjdump -sass``; the loops are unrolled
   per block, so this tracks the work per key block, e.g. what dropout's Philox generator adds).
 
@@ -82,6 +83,7 @@ def resources(compiled) -> dict:
         dots=wgmma + len(re.findall(r"= tt\.dot ", ttgir)),
         wgmma_dots=wgmma,
         async_copies=len(re.findall(r"= ttg\.async_copy_global_to_local ", ttgir)),
+        tma_copies=len(re.findall(r"ttng\.async_tma_copy_global_to_local ", ttgir)),  # tensor-descriptor loads
         sass_instructions=len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", sass, re.MULTILINE)),
     )
 
@@ -106,12 +108,12 @@ def inspect(name: str, dtype: str, head_dim: int, causal: bool, config, arch: in
     )
     block_d = max(16, triton.next_power_of_2(head_dim))
     row = dict(row, **resources(compiled))
-    estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype])
+    estimate = _tuning.shared_bytes(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype], dropout)
     return dict(
         row,
         estimate_bytes=estimate,
         fits=row["shared_bytes"] <= SMEM_LIMIT,
-        launched=_tuning.fits(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype]),
+        launched=_tuning.fits(TUNING_NAMES[name], config, block_d, ITEMSIZE[dtype], dropout),
     )
 
 
@@ -124,7 +126,7 @@ def rows(quick: bool, dropout: bool = False, head_dims=(64, 128), every_config: 
                     yield inspect(name, "bf16", head_dim, False, configs[0], dropout=with_dropout)
         return
     for name, (_, configs, variant) in KERNELS.items():
-        if quick and variant.get("SPLIT"):
+        if quick and (variant.get("SPLIT") or variant.get("TMA") is False):
             continue
         for head_dim in (64,) if quick else head_dims:
             for flag in (False,) if quick or variant.get("SPLIT") else causal:
@@ -194,6 +196,7 @@ def main(argv=None) -> int:
         "estimate KiB",
         "wgmma/dots",
         "cp.async",
+        "TMA",
         "SASS",
     )
     print(" | ".join(header))
@@ -221,6 +224,7 @@ def main(argv=None) -> int:
                         row["estimate_bytes"] // 1024,
                         f"{row['wgmma_dots']}/{row['dots']}",
                         row["async_copies"],
+                        row["tma_copies"],
                         row["sass_instructions"],
                     ),
                 )

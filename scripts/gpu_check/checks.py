@@ -284,6 +284,7 @@ def correctness(args):
         check_capture,
         lambda: check_gqa(dtypes[0], 40 if DRY else 1024),
         check_other_device,
+        lambda: __import__("descriptors").check_descriptors(sys.modules[__name__], dtypes[0]),
     ]
     for dtype in dtypes:  # bf16 everywhere; fp16 (the second dtype) at the first length and two head_dims
         for q_len, k_len in lengths if dtype == dtypes[0] else lengths[:1]:

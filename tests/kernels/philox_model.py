@@ -32,13 +32,14 @@ def philox4x32(seed: int, c0, c1, c2, c3) -> list:
 
 def model_bits(seed, batch, heads, q_len, k_len, offset=0) -> np.ndarray:
     """(batch, heads, q_len, k_len) uint32: the 16 bits that decide each element. Element (b, h, i, j): Philox
-    counter (low, high 32 bits of offset + (b * heads + h) * q_len + i, j // 8, 0); its output j % 4 gives 32
-    bits, of which the low 16 (j % 8 < 4) or the high 16 decide."""
+    counter (low, high 32 bits of offset + (b * heads + h) * q_len + i, 4 * (j // 32) + (j % 8) // 2, 0); its
+    output (j % 32) // 8 gives 32 bits, of which the low 16 (j even) or the high 16 (j odd) decide."""
     rows = (np.arange(batch * heads * q_len, dtype=np.uint64) + np.uint64(offset % 2**64)).reshape(-1, 1)
     keys = np.arange(k_len)
-    outputs = philox4x32(seed, rows & LOW32, rows >> np.uint64(32), (keys // 8)[None, :].astype(np.uint64), 0)
-    words = np.choose(keys % 4, outputs)  # output j % 4 for every (row, key)
-    return np.where(keys % 8 < 4, words & 0xFFFF, words >> 16).reshape(batch, heads, q_len, k_len)
+    groups = (4 * (keys // 32) + (keys % 8) // 2)[None, :].astype(np.uint64)
+    outputs = philox4x32(seed, rows & LOW32, rows >> np.uint64(32), groups, 0)
+    words = np.choose((keys % 32) // 8, outputs)  # output (j % 32) // 8 for every (row, key)
+    return np.where(keys % 2 == 0, words & 0xFFFF, words >> 16).reshape(batch, heads, q_len, k_len)
 
 
 def model_keep(seed, batch, heads, q_len, k_len, p=P, offset=0) -> torch.Tensor:

@@ -126,8 +126,8 @@ MUTANTS += [
     K(
         "kernel-fwd-k-head-dim-stride-ignored",
         "kernels/_forward.py",
-        "k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)",
-        "k = load_rows(k_base, offs_n, offs_d, s_kn, 1, kv_end, d_ok)",
+        "k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)",
+        "k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, 1, kv_end, d_ok, TMA)",
         "forward: k's head_dim stride taken as 1",
     ),
     K(
@@ -147,9 +147,28 @@ MUTANTS += [
     K(
         "kernel-dk-stored-with-dv-strides",
         "kernels/_backward.py",
-        "*dk.stride(),\n            *dv.stride(),\n            *scalars,",
-        "*dv.stride(),\n            *dv.stride(),\n            *scalars,",
+        "*dk.stride(), *dv.stride(), *scalars, shares)",
+        "*dv.stride(), *dv.stride(), *scalars, shares)",
         "dK is written with dV's strides (k and v laid out differently)",
+    ),
+]
+
+# --- tensor descriptors (TMA) or pointers, chosen at launch (kernels/_args.py tma_ok). Killed by
+# test_tensor_descriptors.py.
+MUTANTS += [
+    K(
+        "kernel-tma-ignores-row-stride-alignment",
+        "kernels/_args.py",
+        "or (s_row * size) % 16:",
+        "or (s_row * size) % 4:",
+        "tensor descriptors are chosen for rows not 16 bytes apart (TMA would fault on a GPU)",
+    ),
+    K(
+        "kernel-tma-value-rows-past-the-length-read",
+        "kernels/_forward.py",
+        "v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end,",
+        "v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), k_len,",
+        "the descriptor path reads values past key_lengths (0 * NaN there makes the output NaN)",
     ),
 ]
 
@@ -181,23 +200,30 @@ MUTANTS += [
     K(
         "kernel-dropout-key-group-not-divided",
         "kernels/_common.py",
-        "groups = (start_n // 8 + tl.arange(0, BLOCK_N // 8))",
-        "groups = (start_n + tl.arange(0, BLOCK_N // 8))",
-        "the key-group counter of a block starts at its first key, not key // 8: blocks repeat each other's draws",
+        "groups = ((start_n // 32) * 4 + tl.arange(0, GROUPS))",
+        "groups = ((start_n // 32) + tl.arange(0, GROUPS))",
+        "the group counter advances by 1, not 4, per 32-key chunk: neighbouring chunks repeat each other's draws",
     ),
     K(
         "kernel-dropout-outputs-misassigned",
         "kernels/_common.py",
-        "tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))",
-        "tl.join(tl.join(_halves(r0), _halves(r1)), tl.join(_halves(r2), _halves(r3)))",
+        "bits = tl.join(tl.join(h0, h1), tl.join(h2, h3))",
+        "bits = tl.join(tl.join(h0, h2), tl.join(h1, h3))",
         "Philox outputs 1 and 2 go to each other's keys (not the documented layout)",
     ),
     K(
         "kernel-dropout-one-output-reused",
         "kernels/_common.py",
-        "tl.join(tl.join(_halves(r0), _halves(r2)), tl.join(_halves(r1), _halves(r3)))",
-        "tl.join(tl.join(_halves(r0), _halves(r0)), tl.join(_halves(r0), _halves(r0)))",
+        "bits = tl.join(tl.join(h0, h1), tl.join(h2, h3))",
+        "bits = tl.join(tl.join(h0, h0), tl.join(h0, h0))",
         "one Philox output decides all 8 keys of its group (4 of them repeat)",
+    ),
+    K(
+        "kernel-dropout-16-key-block-ignores-its-half-chunk",
+        "kernels/_common.py",
+        "second = (start_n // 16) % 2 == 1",
+        "second = start_n < 0",
+        "a 16-key block always takes outputs 0 and 1: the second half of each 32-key chunk repeats the first's draws",
     ),
     K(
         "kernel-dropout-seed-narrowed-to-32-bits",
@@ -312,15 +338,15 @@ MUTANTS += [
     K(
         "kernel-fwd-grid-block-n",
         "kernels/_forward.py",
-        'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_M"], pairs)]',
-        'wrap(fwd_kernel)[lambda meta: blocks_grid(q_len, meta["BLOCK_N"], pairs)]',
+        '_grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa',
+        '_grid.blocks_grid(q_len, meta["BLOCK_N"], pairs)  # noqa',
         "forward grid counts query blocks of BLOCK_N (too few programs when BLOCK_M < BLOCK_N)",
     ),
     K(
         "kernel-delta-grid-too-small",
         "kernels/_backward.py",
-        "wrap(delta_kernel)[blocks_grid(q_len, 32, pairs)]",
-        "wrap(delta_kernel)[blocks_grid(q_len, 64, pairs)]",
+        "wrap(delta_kernel)[_grid.blocks_grid(q_len, 32, pairs)]",
+        "wrap(delta_kernel)[_grid.blocks_grid(q_len, 64, pairs)]",
         "the delta kernel's grid (fixed 32-row blocks) covers only the first half of the query rows",
     ),
 ]
@@ -502,10 +528,8 @@ MUTANTS += [
         "kernel-eager-backward-not-once-differentiable",
         "kernels/_op.py",
         (
-            (
-                "    @torch.autograd.function.once_differentiable  # the kernels' backward has no backward of its own\n",
-                "",
-            ),
+            ("return _eager_backward_once(ctx, grad_out, grad_lse)", "return _eager_backward(ctx, grad_out, grad_lse)"),
+            ("return _eager_backward_once(ctx, grad_out, None)", "return _eager_backward(ctx, grad_out, None)"),
         ),
         "the eager backward accepts create_graph=True and returns gradients with no second derivative",
         API_TESTS,
@@ -527,8 +551,8 @@ MUTANTS += [
         "kernels/_forward.py",
         (
             (
-                "k_base = head_ptr(K, b, h // group, s_kb, s_kh)",
-                "k_base = head_ptr(K, b, h % (heads // group), s_kb, s_kh)",
+                "k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh)",
+                "k_src = rows_source(head_ptr(K, b, h % (heads // group), s_kb, s_kh)",
             ),
         ),
         "forward: query head h reads kv head h % kv_heads (repeat, not torch's repeat_interleave)",
