@@ -18,16 +18,17 @@ VOCAB = 97
 
 def hf_config(transformers, kind: str, **overrides):
     """A tiny config of ``kind`` (gpt2, llama, qwen2, qwen3, mistral, starcoder2, phi3): 2 layers, d_model 32, 4 heads,
-    vocab 97."""
+    vocab 97; the norms' eps far from every architecture's default (0.02, GPT-2's 0.03), so that an eps read from
+    the wrong field (or not read) changes the logits."""
     if kind == "gpt2":
         fields = dict(
             vocab_size=VOCAB, n_positions=48, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
-            attn_pdrop=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            attn_pdrop=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0, layer_norm_epsilon=0.03,
         )  # fmt: skip
         return transformers.GPT2Config(**{**fields, **overrides})
     fields = dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=48, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+        num_key_value_heads=2, max_position_embeddings=48, rms_norm_eps=0.02, bos_token_id=1, eos_token_id=2,
         pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
     )  # fmt: skip
     if kind == "starcoder2":

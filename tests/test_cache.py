@@ -203,3 +203,25 @@ def test_a_cache_refuses_what_it_cannot_continue():
     assert static.filled and static.length == 4
     with pytest.raises(ValueError, match="a static \\(cross-attention\\) cache is filled once"):
         static.extend(torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8))
+
+
+@pytest.mark.parametrize("reserve_after", [0, 1, 3])  # before any key, after the prompt, after two more steps
+def test_a_reservation_keeps_every_held_key_and_value_and_more_positions_still_fit(reserve_after):
+    """``KVCache.reserve`` changes where positions are kept, never what: each extend returns what a cache without
+    a reservation returns, whether the room is taken before the prompt or after some steps, and past its end."""
+    torch.manual_seed(0)
+    chunks = [(torch.randn(2, 3, 4 if i == 0 else 1, 5), torch.randn(2, 3, 4 if i == 0 else 1, 5)) for i in range(8)]
+    plain, reserved = KVCache(), KVCache()
+    for i, (k, v) in enumerate(chunks):
+        if i == reserve_after:
+            reserved.reserve(7)  # 4 + 7 = 11 positions in all: the last four go past the reservation
+        want_k, want_v = plain.extend(k, v)
+        got_k, got_v = reserved.extend(k, v)
+        assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v), i
+    assert reserved.length == plain.length == 11
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, None])
+def test_a_reservation_of_no_positions_is_refused_naming_the_argument(bad):
+    with pytest.raises(ValueError, match=r"KVCache.reserve: positions must be a positive int, got "):
+        KVCache().reserve(bad)

@@ -236,3 +236,35 @@ def test_train_lm_init_under_torchrun_ddp_then_resumes(folder, corpus, tmp_path)
     check_ok(again)
     assert f"resumed from {out} at step 2" in again.stdout
     assert json.loads((out / "state.json").read_text())["step"] == 3
+
+
+def test_the_fine_tuning_tokenizer_keeps_every_end_of_sequence_id(tmp_path):
+    """``train lm --init`` ends documents (and its checkpoint's ``generate``) at every eos id of the folder."""
+    folder = write_folder(tmp_path / "two-ends", eos_ids=[EOS, 5])
+    assert pretrained_text_tokenizer(folder).eos_ids == (EOS, 5)
+
+
+def test_block_len_may_be_the_whole_pretrained_context_and_no_more(folder):
+    from transformer.tasks.pretrained_lm import load_pretrained_lm
+
+    assert load_pretrained_lm(folder, "cpu", 64).config.max_len == 64  # the folder's max_len
+    with pytest.raises(ValueError, match=r"--block-len 65 is longer than .* max_len=64 .*give --block-len 64 or less"):
+        load_pretrained_lm(folder, "cpu", 65)
+
+
+def test_the_fine_tuning_tokenizer_adds_what_the_folders_post_processor_adds(tmp_path):
+    """Llama's tokenizer.json adds ``<s>`` through its post-processor: the ``pretrained`` tokenizer kind encodes as
+    the folder's tokenizer does, start token included."""
+    from tokenizers import Tokenizer, processors
+
+    folder = write_folder(tmp_path / "with-bos")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    bos = len(WORDS)  # below the model's vocabulary (len(WORDS) + 3)
+    tokenizer.add_special_tokens(["<s>"])
+    assert tokenizer.token_to_id("<s>") == bos
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    ids = pretrained_text_tokenizer(folder).encode(LINES[0])
+    assert ids[0] == bos and ids == tokenizer.encode(LINES[0]).ids == PretrainedTokenizer.from_folder(folder).encode(
+        LINES[0]
+    )

@@ -8,6 +8,7 @@ is tests/test_pretrained_parity.py's.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -155,6 +156,33 @@ def test_sharded_folders_load_through_their_index(tmp_path):
     loaded = load_pretrained(folder)
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_model_safetensors_is_read_before_an_index_beside_it(tmp_path):
+    """As transformers does: a folder with both reads ``model.safetensors`` (here another model's shards and index
+    stay beside it)."""
+    folder, _, sharded = _sharded(tmp_path)
+    torch.manual_seed(1)
+    single = build_lm(sharded.config).eval()
+    shutil.copy(single.save_pretrained(tmp_path / "single") / "model.safetensors", folder / "model.safetensors")
+    assert not torch.equal(single.norm.weight, sharded.norm.weight) or not torch.equal(
+        single.generator.proj.weight, sharded.generator.proj.weight
+    )
+    loaded = load_pretrained(folder)
+    for key, value in single.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_save_pretrained_writes_the_architecture_it_is_asked_for(tmp_path):
+    folder, model = _saved(tmp_path, llama_config())
+    loaded = load_pretrained(folder)
+    assert loaded.pretrained_origin.architecture == "LlamaForCausalLM"
+    out = loaded.save_pretrained(tmp_path / "as-mistral", architecture="MistralForCausalLM")
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["MistralForCausalLM"]
+    again = load_pretrained(out)
+    assert again.pretrained_origin.architecture == "MistralForCausalLM"
+    for key, value in model.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
 
 
 def test_saving_over_a_sharded_folder_removes_its_shards_and_index(tmp_path):

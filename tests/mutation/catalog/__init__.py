@@ -10,10 +10,13 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind_kernels,
     blind_layout_contracts,
     blind_layout_models,
+    blind_lm_blocks,
     blind_model,
+    blind_pretrained,
     blind_runsafety,
     blind_stepchecks,
     blind_training,
+    blind_use_pretrained,
     contracts,
     decoding,
     distributed,
@@ -57,6 +60,9 @@ ALL: list[Mutant] = [
     *blind_stepchecks.MUTANTS,
     *blind_layout_contracts.MUTANTS,
     *blind_layout_models.MUTANTS,
+    *blind_lm_blocks.MUTANTS,
+    *blind_pretrained.MUTANTS,
+    *blind_use_pretrained.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
