@@ -21,6 +21,9 @@ def test_split_rule():
     keys that fit one split; a split count fills at least 85 % of the best wave efficiency."""
     assert _grid.kv_splits(32, 1, 32768, 132, 128) == (4, 8192)
     assert _grid.kv_splits(2048 * 32, 1, 32768, 132, 128) == (1, 32768)
+    # the rule's edge: 106 one-block programs fill 80 % of 132 SMs (no split), 105 do not (the wave rule splits)
+    assert _grid.kv_splits(106, 1, 32768, 132, 128) == (1, 32768)
+    assert _grid.kv_splits(105, 1, 32768, 132, 128)[0] > 1
     assert _grid.kv_splits(1, 65, 32768, 132, 128) == (1, 32768)
     assert _grid.kv_splits(1, 64, 32768, 132, 128)[0] > 1  # 64 queries (one 64-row block) still split: q_len <= 64
     assert _grid.kv_splits(1, 1, 128, 132, 128) == (1, 128)
