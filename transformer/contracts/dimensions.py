@@ -22,4 +22,5 @@ DIMENSIONS: dict[str, str] = {
     "vocab": "vocabulary size",
     "beam": "hypotheses kept per sentence in beam search",
     "steps": "decoding steps taken so far",
+    "prompt": "positions of a prompt that generation continues (the first columns of the steps)",
 }
