@@ -63,7 +63,15 @@ class AttentionMask:
     * ``key_lengths`` (batch,): ``j < key_lengths[b]``, keys padded at the end (FlashAttention's varlen lengths);
     * ``key_mask`` (batch, k_len): ``key_mask[b, j]``, padding anywhere;
     * ``query_lengths`` (batch,): ``i < query_lengths[b]``; padded query rows attend nothing, so they output 0;
+    * ``documents`` (batch, k_len): ``documents[b, j] == documents[b, p(i)]``: several documents packed in one row
+      (ids non-decreasing along the row; :meth:`from_cu_seqlens`, :meth:`from_position_ids`);
+    * ``window_left`` / ``window_right`` (ints >= 0): ``p(i) - window_left <= j <= p(i) + window_right``, a sliding
+      window (Mistral's window W: ``causal=True, window_left=W - 1``);
     * ``dense`` (#batch, #q_len, k_len): anything else, as a boolean tensor.
+
+    The documents and the window place query ``i`` at position ``p(i) = k_len - q_len + i`` (the queries are the last
+    ``q_len`` of the ``k_len`` positions, as FlashAttention aligns them; ``p(i) = i`` when ``q_len == k_len``);
+    ``causal`` keeps torch's top-left alignment.
 
     Build one with :meth:`padding` (source side: key padding), :meth:`target` (decoder self-attention: causal plus
     padding) or the constructor. :meth:`to_dense` gives the equivalent dense tensor; every backend computes the
@@ -75,6 +83,9 @@ class AttentionMask:
     key_mask: Tensor | None = None
     query_lengths: Tensor | None = None
     dense: Tensor | None = None
+    documents: Tensor | None = None
+    window_left: int | None = None
+    window_right: int | None = None
 
     # The largest key and query length, read at construction from lengths held on the host (see _read_bounds).
     _longest: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
@@ -108,6 +119,12 @@ class AttentionMask:
                 )
         if self.key_lengths is not None and self.key_mask is not None:
             raise ValueError("AttentionMask: give key padding as key_lengths or as key_mask, not both")
+        if self.documents is not None:
+            _check_documents(self.documents)
+        for name in ("window_left", "window_right"):
+            value = getattr(self, name)
+            if value is not None and not is_int(value, at_least=0):
+                raise ValueError(f"AttentionMask: {name} must be an int >= 0 (None: unbounded), got {value!r}")
 
     def _read_bounds(self, name: str, lengths: Tensor) -> None:
         """Refuse a negative length, and keep the largest for :meth:`check_fits` to compare with the attention's size.
@@ -146,13 +163,74 @@ class AttentionMask:
             return cls(causal=True, key_lengths=lengths, query_lengths=lengths)
         return cls(dense=target_mask(tgt, pad_id))
 
+    @classmethod
+    def from_cu_seqlens(
+        cls,
+        cu_seqlens: Tensor,
+        length: int | None = None,
+        *,
+        causal: bool = True,
+        window_left: int | None = None,
+        window_right: int | None = None,
+    ) -> AttentionMask:
+        """Documents packed in one row, given by cumulative lengths as FlashAttention's varlen functions take them:
+        ``cu_seqlens = [0, end_1, ..., total]`` (1-D, int), document ``d`` holding positions ``cu_seqlens[d] ..
+        cu_seqlens[d + 1] - 1``. Gives ``documents`` of shape (1, total); ``length`` given (the row's length) must
+        equal ``total``. Causal by default (a packed language-model row). The lengths are read to check them (on a
+        GPU, one synchronisation, where the batch is built)."""
+        if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or not _is_integer(cu_seqlens):
+            raise ValueError(
+                "AttentionMask.from_cu_seqlens: cu_seqlens must be a 1-D integer tensor [0, end_1, ..., total], got "
+                f"{shape_text(cu_seqlens) if isinstance(cu_seqlens, Tensor) else type(cu_seqlens).__name__}"
+            )
+        ends = cu_seqlens.tolist()
+        if not ends or ends[0] != 0:
+            raise ValueError(f"AttentionMask.from_cu_seqlens: cu_seqlens must start at 0, got {_short(ends)}")
+        drop = next((d for d in range(1, len(ends)) if ends[d] < ends[d - 1]), None)
+        if drop is not None:
+            raise ValueError(
+                f"AttentionMask.from_cu_seqlens: cu_seqlens must not decrease, got {ends[drop]} after "
+                f"{ends[drop - 1]} at index {drop} ({_short(ends)})"
+            )
+        if length is not None and ends[-1] != length:
+            raise ValueError(
+                f"AttentionMask.from_cu_seqlens: the documents' lengths add up to {ends[-1]} positions, the row has "
+                f"length={length} (cu_seqlens={_short(ends)})"
+            )
+        lengths = torch.diff(cu_seqlens.to(torch.int64))
+        ids = torch.repeat_interleave(torch.arange(len(ends) - 1, device=cu_seqlens.device), lengths)
+        return cls(causal=causal, documents=ids.unsqueeze(0), window_left=window_left, window_right=window_right)
+
+    @classmethod
+    def from_position_ids(
+        cls,
+        position_ids: Int[Tensor, "batch seq"],
+        *,
+        causal: bool = True,
+        window_left: int | None = None,
+        window_right: int | None = None,
+    ) -> AttentionMask:
+        """Documents packed in each row, found from the tokens' positions as transformers finds them for a
+        padding-free batch: a document starts wherever ``position_ids[b, t] != position_ids[b, t - 1] + 1`` (and at
+        ``t = 0``). Causal by default."""
+        if not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or not _is_integer(position_ids):
+            raise ValueError(
+                "AttentionMask.from_position_ids: position_ids must be an integer tensor of shape (batch, seq), got "
+                f"{shape_text(position_ids) if isinstance(position_ids, Tensor) else type(position_ids).__name__}"
+            )
+        starts = torch.ones_like(position_ids, dtype=torch.bool)
+        starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
+        return cls(
+            causal=causal,
+            documents=starts.long().cumsum(-1) - 1,
+            window_left=window_left,
+            window_right=window_right,
+        )
+
     def __repr__(self) -> str:
         parts = ["causal=True"] if self.causal else []
-        parts += [
-            f"{name}={getattr(self, name)!r}"
-            for name in ("key_lengths", "key_mask", "query_lengths", "dense")
-            if getattr(self, name) is not None
-        ]
+        parts += [f"{name}={value!r}" for name, value in self.named_parts().items()]
+        parts += [f"{name}={getattr(self, name)}" for name in _WINDOW if getattr(self, name) is not None]
         return f"AttentionMask({', '.join(parts)})"
 
     # ------------------------------------------------------------------ views
@@ -170,6 +248,13 @@ class AttentionMask:
             parts.append(torch.arange(q_len, device=device)[:, None] < self.query_lengths[:, None, None])
         if self.dense is not None:
             parts.append(self.dense)
+        if self.documents is not None:
+            slots = self.documents[:, k_len - q_len :] if q_len <= k_len else None
+            if slots is None:
+                raise ValueError(f"AttentionMask: documents need q_len <= k_len, got q_len={q_len}, k_len={k_len}")
+            parts.append(slots[:, :, None] == self.documents[:, None, :])
+        if self.window_left is not None or self.window_right is not None:
+            parts.append(self.window_dense(q_len, k_len, device))
         if not parts:
             return None
         mask = parts[0]
@@ -177,24 +262,40 @@ class AttentionMask:
             mask = mask & part
         return mask.expand(*mask.shape[:-1], k_len)  # a view: the key axis is always whole, as dense masks' is
 
+    def window_dense(self, q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+        """The window's part alone, (1, q_len, k_len) bool: ``p(i) - window_left <= j <= p(i) + window_right``."""
+        offset = torch.arange(k_len, device=device) - torch.arange(k_len - q_len, k_len, device=device)[:, None]
+        allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+        if self.window_left is not None:
+            allowed &= offset >= -self.window_left
+        if self.window_right is not None:
+            allowed &= offset <= self.window_right
+        return allowed.unsqueeze(0)
+
     def named_parts(self) -> dict[str, Tensor]:
         """The tensor parts given, by field name (``{"key_lengths": ..., "dense": ...}``)."""
-        return {
-            name: getattr(self, name)
-            for name in ("key_lengths", "key_mask", "query_lengths", "dense")
-            if getattr(self, name) is not None
-        }
+        return {name: getattr(self, name) for name in _TENSORS if getattr(self, name) is not None}
 
     def tensors(self) -> list[Tensor]:
-        return [t for t in (self.key_lengths, self.key_mask, self.query_lengths, self.dense) if t is not None]
+        return list(self.named_parts().values())
+
+    def has_window(self) -> bool:
+        """True when a sliding window is given (either side)."""
+        return self.window_left is not None or self.window_right is not None
 
     def is_empty(self) -> bool:
         """True when the mask allows everything (no part given)."""
-        return not self.causal and not self.tensors()
+        return not self.causal and not self.tensors() and not self.has_window()
 
     def key_only(self) -> bool:
         """True when only key padding is given (the same mask for every query)."""
-        return not self.causal and self.query_lengths is None and self.dense is None
+        return (
+            not self.causal
+            and self.query_lengths is None
+            and self.dense is None
+            and self.documents is None
+            and not self.has_window()
+        )
 
     def replace(self, **changes) -> AttentionMask:
         return dataclasses.replace(self, **changes)
@@ -207,14 +308,7 @@ class AttentionMask:
         return self._map(lambda t: t if t.size(0) == 1 and t.dim() == 3 else t.index_select(0, index.to(t.device)))
 
     def _map(self, fn) -> AttentionMask:
-        return dataclasses.replace(
-            self,
-            **{
-                name: fn(getattr(self, name))
-                for name in ("key_lengths", "key_mask", "query_lengths", "dense")
-                if getattr(self, name) is not None
-            },
-        )
+        return dataclasses.replace(self, **{name: fn(value) for name, value in self.named_parts().items()})
 
     def check_fits(self, batch: int, q_len: int, k_len: int) -> None:
         """Raise TypeCheckError when a part does not fit attention of this (batch, q_len, k_len) (while checks are on).
@@ -233,6 +327,11 @@ class AttentionMask:
                     f"AttentionMask: {name} holds {longest} in batch row {row}, more than the {size} "
                     f"positions attended ({dim}={size}; {name}={_values(lengths)})"
                 )
+        if self.documents is not None and q_len > k_len:
+            raise ValueError(
+                f"AttentionMask: documents place the queries at the last q_len of the k_len positions, so they need "
+                f"q_len <= k_len; got q_len={q_len}, k_len={k_len}"
+            )
         if not checks_enabled():
             return
         expected = {
@@ -240,6 +339,7 @@ class AttentionMask:
             "query_lengths": ("batch",),
             "key_mask": ("batch", "k_len"),
             "dense": ("#batch", "#q_len", "k_len"),
+            "documents": ("batch", "k_len"),
         }
         sizes = {"batch": batch, "q_len": q_len, "k_len": k_len}
         for name, dims in expected.items():
@@ -251,7 +351,7 @@ class AttentionMask:
                 for got, d in zip(value.shape, dims, strict=True)
             )
             if not ok:
-                kind = "Int" if name.endswith("lengths") else "Bool"
+                kind = "Int" if name.endswith("lengths") or name == "documents" else "Bool"
                 bound = ", ".join(f"{d}={n}" for d, n in sizes.items())
                 raise TypeCheckError(
                     f"argument 'mask.{name}' is {shape_text(value)}, expected "
@@ -259,10 +359,41 @@ class AttentionMask:
                 )
 
 
+_TENSORS = ("key_lengths", "key_mask", "query_lengths", "dense", "documents")
+_WINDOW = ("window_left", "window_right")
+
+
+def _is_integer(t: Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
+def _short(values: list) -> str:
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...]"
+
+
+def _check_documents(documents: object) -> None:
+    """Refuse documents that are not (batch, k_len) integer ids, or (on the CPU, outside a compiled trace: no
+    device sync) ids that decrease along a row: the row and position where they do."""
+    if not isinstance(documents, Tensor) or documents.dim() != 2 or not _is_integer(documents):
+        raise ValueError(
+            "AttentionMask: documents must be an integer tensor of shape (batch, k_len) (each position's document "
+            f"id), got {shape_text(documents) if isinstance(documents, Tensor) else type(documents).__name__}"
+        )
+    if documents.device.type != "cpu" or documents.size(1) < 2 or torch.compiler.is_compiling():
+        return
+    drops = documents[:, 1:] < documents[:, :-1]
+    if bool(drops.any()):
+        row, pos = (int(x) for x in drops.nonzero()[0])
+        raise ValueError(
+            f"AttentionMask: documents must be non-decreasing along each row (documents packed one after another); "
+            f"batch row {row} goes from {int(documents[row, pos])} to {int(documents[row, pos + 1])} at position "
+            f"{pos + 1}"
+        )
+
+
 def _values(lengths: Tensor) -> str:
     """The lengths as a short list for a message (a host tensor: no synchronisation)."""
-    values = lengths.tolist()
-    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...]"
+    return _short(lengths.tolist())
 
 
 def _real_lengths(tokens: Tensor, pad_id: int) -> tuple[Tensor, bool]:

@@ -26,6 +26,7 @@ One concept per module:
 * ``choice``: the backends' names, :func:`use_backend` / :func:`current_backend`, and :func:`resolve_backend` (auto's
   pick; a named backend never falls back);
 * ``reference``: :func:`attention`, the semantic reference (the ``"eager"`` backend);
+* ``score_mods``: the score modifiers (softcap, ALiBi and :func:`alibi_slopes`) the reference applies;
 * ``dispatch``: :func:`run_backend` (each backend's masks) and :func:`refuse` (a refusal, raised from a compiled graph);
 * ``torch_backend``: the ``"torch"`` backend, torch's function given the most structured mask it takes;
 * ``grouped``: grouped-query attention in the modules (:func:`run_heads`);
@@ -47,11 +48,13 @@ from .choice import (
 from .dispatch import Refusal, dense_heads_mask, kernel_masks, refuse, run_backend
 from .grouped import repeat_kv_heads, run_heads
 from .reference import attention
+from .score_mods import alibi_slopes
 from .sdpa import scaled_dot_product_attention
 from .torch_backend import torch_mask_form, torch_sdpa
 
 __all__ = [
     "attention",
+    "alibi_slopes",
     "use_backend",
     "current_backend",
     "BACKENDS",

@@ -29,11 +29,22 @@ def dense_heads_mask(mask: Tensor | AttentionMask | None, q_len: int, k_len: int
 
 
 def kernel_masks(mask: Tensor | AttentionMask | None) -> dict:
-    """The fused kernel's own mask arguments: the structured parts as they are, a dense mask as a 4-D tensor."""
+    """The fused kernel's own mask arguments: the structured parts as they are, a dense mask as a 4-D tensor.
+    Documents and the window are passed only when given (``documents``, ``window_left``, ``window_right``)."""
     if not isinstance(mask, AttentionMask):
         return {"mask": mask}
     dense = None if mask.dense is None else mask.dense.unsqueeze(1)
-    return {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": mask.causal}
+    parts = {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": mask.causal}
+    for name in ("documents", "window_left", "window_right"):
+        if getattr(mask, name) is not None:
+            parts[name] = getattr(mask, name)
+    return parts
+
+
+def score_modifiers(softcap: float | None, alibi_slopes: Tensor | None) -> dict:
+    """The score modifiers as keyword arguments, only those given (``softcap``, ``alibi_slopes``)."""
+    given = {"softcap": softcap, "alibi_slopes": alibi_slopes}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def _zero_padded_queries(out: Tensor, mask: Tensor | AttentionMask | None) -> Tensor:
@@ -74,8 +85,12 @@ def run_backend(
     mask: Tensor | AttentionMask | None,
     dropout_p: float,
     scale: float | None = None,
+    *,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> Tensor:
-    """Attention on backend ``name`` (already resolved), inputs already checked; ``scale`` None is 1/sqrt(d_k).
+    """Attention on backend ``name`` (already resolved), inputs already checked; ``scale`` None is 1/sqrt(d_k);
+    ``softcap`` and ``alibi_slopes`` the score modifiers of :mod:`transformer.backends.score_mods`.
 
     A :class:`Refusal` (what :func:`resolve_backend` gives while torch.compile traces a choice that cannot run) becomes
     the operator that raises its ValueError when the compiled graph runs."""
@@ -85,9 +100,13 @@ def run_backend(
     if name == "triton":
         from .. import kernels
 
-        out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask))
+        modifiers = score_modifiers(softcap, alibi_slopes)
+        out = kernels.flash_attention(
+            q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask), **modifiers
+        )
         return _zero_padded_queries(out, mask)
     if name == "torch":
-        return torch_sdpa(q, k, v, mask, dropout_p, scale)
+        return torch_sdpa(q, k, v, mask, dropout_p, scale, softcap=softcap, alibi_slopes=alibi_slopes)
     dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
-    return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout, scale)[0]
+    dense = dense_heads_mask(mask, q.size(-2), k.size(-2))
+    return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]

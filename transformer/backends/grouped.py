@@ -21,18 +21,22 @@ def run_heads(
     mask: Tensor | AttentionMask | None,
     dropout_p: float,
     scale: float | None = None,
+    *,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> Tensor:
     """:func:`~transformer.backends.run_backend` for (batch, heads, len, d_k) queries whose key/value may have fewer
     heads (grouped-query attention: query head h reads key/value head h // (heads / kv_heads)).
 
     The kernel reads the key/value heads in place; torch's function gets ``enable_gqa``; only the reference
     (``"eager"``) repeats the key/value heads."""
+    modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes}
     if k.size(1) == q.size(1) or name == "triton":
-        return run_backend(name, q, k, v, mask, dropout_p, scale)
+        return run_backend(name, q, k, v, mask, dropout_p, scale, **modifiers)
     if name == "torch":
-        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True)
+        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True, **modifiers)
     k, v = repeat_kv_heads(k, v, q.size(1))
-    return run_backend(name, q, k, v, mask, dropout_p, scale)
+    return run_backend(name, q, k, v, mask, dropout_p, scale, **modifiers)
 
 
 def repeat_kv_heads(k: Tensor, v: Tensor, heads: int) -> tuple[Tensor, Tensor]:

@@ -40,10 +40,14 @@ def torch_sdpa(
     *,
     is_causal: bool = False,
     enable_gqa: bool = False,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> Tensor:
     """torch's own function on inputs already checked, with the mask in its most structured form
     (:func:`torch_mask_form`). ``enable_gqa``: key/value heads (dim -3) shared by groups of query heads (torch < 2.5
     has no enable_gqa: the key/value heads are repeated for it)."""
+    if softcap is not None or alibi_slopes is not None:
+        raise NotImplementedError("the torch backend does not take softcap or alibi_slopes yet (issue 29)")
     mask, is_causal = torch_mask_form(mask, query.size(-2), key.size(-2), is_causal)
     if mask is not None and mask.dim() < 2:  # some fused CPU paths index dim -2 of the mask: give them one
         mask = mask.reshape(1, -1) if mask.dim() == 1 else mask.reshape(1, 1)
