@@ -43,8 +43,8 @@ MUTANTS = [
         "transformer/backends/grouped.py",
         (
             (
-                "        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True)\n",
-                "        return torch_sdpa(q, k, v, mask, dropout_p, None, enable_gqa=True)\n",
+                "        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True, **modifiers)\n",
+                "        return torch_sdpa(q, k, v, mask, dropout_p, None, enable_gqa=True, **modifiers)\n",
             ),
         ),
         "grouped-query attention on the torch backend (auto on CPU) ignores the module's score scale: an LM with "

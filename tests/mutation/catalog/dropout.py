@@ -163,8 +163,8 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-eager-backend-ignored",
         "transformer/backends/dispatch.py",
-        "    return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout, scale)[0]\n",
-        "    return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), None, scale)[0]\n",
+        "    return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]\n",
+        "    return attention.unchecked(q, k, v, dense, None, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]\n",
         "the eager backend never drops the attention probabilities",
     ),
     D(
@@ -207,19 +207,15 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-triton-backend-ignored",
         "transformer/backends/dispatch.py",
-        "        out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask))\n",
-        "        out = kernels.flash_attention(q, k, v, scale=scale, validate=False, **kernel_masks(mask))\n",
+        "            q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask), **modifiers\n",
+        "            q, k, v, scale=scale, validate=False, **kernel_masks(mask), **modifiers\n",
         "the triton backend never passes dropout_p to the kernel",
     ),
     D(
         "dropout-triton-fixed-seed",
         "transformer/backends/dispatch.py",
-        "        out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask))\n",
-        (
-            "        out = kernels.flash_attention(\n"
-            "            q, k, v, seed=0, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask)\n"
-            "        )\n"
-        ),
+        "            q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask), **modifiers\n",
+        "            q, k, v, seed=0, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask), **modifiers\n",
         "the triton backend drops with one fixed seed: the same mask at every call, whatever torch's seed",
     ),
     # --- which p each site gets (transformer/model.py)

@@ -122,8 +122,8 @@ MUTANTS += [
     ),
     _dropin(
         "gqa-module-torch-without-gqa",
-        "        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True)\n",
-        "        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=False)\n",
+        "        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=True, **modifiers)\n",
+        "        return torch_sdpa(q, k, v, mask, dropout_p, scale, enable_gqa=False, **modifiers)\n",
         "the modules' torch path forgets enable_gqa",
         _GQA_TESTS,
         _GROUPED,

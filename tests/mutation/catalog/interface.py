@@ -53,8 +53,8 @@ MUTANTS: list[Mutant] = [
     M(
         "kernel-gets-no-causal-flag",
         "transformer/backends/dispatch.py",
-        '    return {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": mask.causal}\n',
-        '    return {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": False}\n',
+        '    parts = {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": mask.causal}\n',
+        '    parts = {"mask": dense, "key_mask": mask.key_mask, "key_lengths": mask.key_lengths, "causal": False}\n',
         "the kernel is not told the mask is causal",
     ),
     M(
@@ -76,8 +76,8 @@ MUTANTS: list[Mutant] = [
         "transformer/masks.py",
         (
             (
-                "return not self.causal and self.query_lengths is None and self.dense is None",
-                "return self.query_lengths is None and self.dense is None",
+                "            not self.causal\n            and self.query_lengths is None\n",
+                "            self.query_lengths is None\n",
             ),
         ),
         "a causal mask with key padding is sent to SDPA as one key row (no causal)",
@@ -100,15 +100,15 @@ MUTANTS: list[Mutant] = [
     M(
         "backend-validated-twice",
         "transformer/backends/dispatch.py",
-        "        out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask))\n",
-        "        out = kernels.flash_attention(q, k, v, dropout_p=dropout_p, scale=scale, **kernel_masks(mask))\n",
+        "            q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask), **modifiers\n",
+        "            q, k, v, dropout_p=dropout_p, scale=scale, **kernel_masks(mask), **modifiers\n",
         "the kernel's inputs are validated twice per call",
     ),
     M(
         "backend-scale-ignored-by-eager",
         "transformer/backends/dispatch.py",
-        "    return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout, scale)[0]\n",
-        "    return attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(-2), k.size(-2)), dropout)[0]\n",
+        "    return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]\n",
+        "    return attention.unchecked(q, k, v, dense, dropout, None, softcap=softcap, alibi_slopes=alibi_slopes)[0]\n",
         "the eager backend ignores a given score scale",
     ),
     # --- caches owned by the modules
