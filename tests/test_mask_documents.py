@@ -243,3 +243,30 @@ def test_alibi_slopes_of_a_power_of_two_are_press_et_al():
     assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
     with pytest.raises(ValueError, match="n_heads must be a positive int, got 0"):
         alibi_slopes(0)
+
+
+def test_the_eager_backend_applies_the_score_modifiers():
+    """run_backend's eager path computes the reference with the cap and the slopes (and they change the result)."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 3, 4, dtype=torch.float64) * 3 for _ in range(3))
+    slopes = torch.tensor([0.7, 0.2], dtype=torch.float64)
+    for softcap, given in ((None, slopes), (0.5, None), (0.5, slopes)):
+        out = run_backend("eager", q, k, v, None, 0.0, softcap=softcap, alibi_slopes=given)
+        expected = loop_attention(q, k, v, 0.5, softcap, given, None)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+        assert not torch.allclose(out, run_backend("eager", q, k, v, None, 0.0))
+
+
+def test_the_kernel_gets_every_structured_part_and_modifier():
+    from transformer.backends import kernel_masks
+    from transformer.backends.dispatch import score_modifiers
+
+    lengths, docs = torch.tensor([3, 2]), torch.tensor([[0, 0, 1], [0, 1, 1]])
+    parts = kernel_masks(AttentionMask(causal=True, key_lengths=lengths, documents=docs, window_left=2, window_right=1))
+    assert parts["causal"] is True and parts["key_lengths"] is lengths and parts["documents"] is docs
+    assert (parts["window_left"], parts["window_right"]) == (2, 1)
+    assert "documents" not in kernel_masks(AttentionMask(causal=True))  # passed only when given
+    assert kernel_masks(AttentionMask(window_right=0))["window_right"] == 0  # 0 is a window, not "none"
+    slopes = torch.ones(2)
+    assert score_modifiers(2.0, slopes) == {"softcap": 2.0, "alibi_slopes": slopes}
+    assert score_modifiers(None, None) == {}

@@ -11,6 +11,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind_layout_contracts,
     blind_layout_models,
     blind_lm_blocks,
+    blind_masks29,
     blind_model,
     blind_pretrained,
     blind_runsafety,
@@ -63,6 +64,7 @@ ALL: list[Mutant] = [
     *blind_lm_blocks.MUTANTS,
     *blind_pretrained.MUTANTS,
     *blind_use_pretrained.MUTANTS,
+    *blind_masks29.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
