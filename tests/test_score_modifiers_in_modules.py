@@ -154,3 +154,16 @@ def test_drop_in_with_gqa_gives_the_slopes_to_the_query_heads():
     for backend in ("eager", "torch"):
         got = T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend=backend, alibi_slopes=slopes)
         torch.testing.assert_close(got, _formula(q, k, v, 8**-0.5, slopes=slopes), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["eager", "torch"])
+def test_the_modifiers_and_documents_compile_without_a_graph_break(backend):
+    """torch.compile(fullgraph=True) (Dynamo with the eager backend: no code generation) gives eager mode's answer."""
+    slopes = alibi_slopes(4)
+    mha = T.MultiHeadedAttention(4, 32, dropout=0.0, softcap=2.0, alibi_slopes=slopes).eval()
+    x = torch.randn(2, 6, 32) * 3
+    mask = AttentionMask(causal=True, documents=torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]]), window_left=2)
+    with T.use_backend(backend):
+        want = mha(x, x, x, mask)
+        got = torch.compile(mha, backend="eager", fullgraph=True)(x, x, x, mask)
+    torch.testing.assert_close(got, want)

@@ -161,3 +161,28 @@ def test_triton_is_refused_naming_the_part_the_kernel_lacks():
         resolve_backend("triton", q, k, v, None, 0.0, alibi_slopes=torch.ones(2))
     assert resolve_backend("auto", q, k, v, mask, 0.0, softcap=2.0) == "torch"
     assert resolve_backend("auto", q.double(), k.double(), v.double(), mask, 0.0, softcap=2.0) == "eager"
+
+
+def test_the_new_parts_reach_the_kernels_check_by_name_only_when_given(monkeypatch):
+    """Ready for the kernel's part: documents, the window and the modifiers go to kernels.unsupported_reason under
+    its argument names, and nothing it does not need; auto on CUDA asks with them (a fake CUDA query)."""
+    from transformer.backends import choice
+
+    seen = []
+    monkeypatch.setattr(kernels, "unsupported_reason", lambda q, k, v, **kw: seen.append(kw))
+    monkeypatch.setattr(choice, "kernel_takes", lambda name: True)
+    q = k = v = torch.randn(1, 2, 4, 16)
+    documents = torch.tensor([[0, 0, 1, 1]])
+    slopes = torch.ones(2)
+    mask = AttentionMask(causal=True, documents=documents, window_left=1)
+    assert triton_unsupported_reason(q, k, v, mask, 0.0, softcap=3.0, alibi_slopes=slopes) is None
+    assert seen[-1]["documents"] is documents and seen[-1]["window_left"] == 1 and seen[-1]["softcap"] == 3.0
+    assert seen[-1]["alibi_slopes"] is slopes and "window_right" not in seen[-1] and "causal" not in seen[-1]
+    triton_unsupported_reason(q, k, v, None, 0.0)
+    assert set(seen[-1]) == {"mask", "dropout_p", "scale"}  # a kernel of before issue 29 is asked as before
+
+    asked = []
+    monkeypatch.setattr(choice, "triton_unsupported_reason", lambda *a, **kw: asked.append(kw))
+    fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.bfloat16})()
+    assert resolve_backend("auto", fake_cuda, k, v, mask, 0.0, softcap=3.0) == "triton"
+    assert asked == [{"softcap": 3.0}]

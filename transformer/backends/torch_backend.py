@@ -5,8 +5,8 @@ The score modifiers (:mod:`transformer.backends.score_mods`): ALiBi alone is an 
 ``-slope * |p(i) - j|``, -inf where the mask forbids), so torch's fused function still runs; a ``softcap`` is not a
 bias (it reshapes the scores before the mask), so with one the attention is torch's math definition in plain PyTorch
 (:func:`transformer.backends.sdpa.reference`, dense scores). ``flex_attention``'s ``score_mod`` would express it, but
-on the CPU without torch.compile it has no backward and its forward was ten times slower than the dense form
-(docs/attention.md, "Documents, windows and score modifiers")."""
+on the CPU without torch.compile it has no backward and its forward was no faster than the dense form
+(``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers")."""
 
 from __future__ import annotations
 
