@@ -186,3 +186,21 @@ def test_the_new_parts_reach_the_kernels_check_by_name_only_when_given(monkeypat
     fake_cuda = type("FakeCuda", (), {"is_cuda": True, "dtype": torch.bfloat16})()
     assert resolve_backend("auto", fake_cuda, k, v, mask, 0.0, softcap=3.0) == "triton"
     assert asked == [{"softcap": 3.0}]
+
+
+@pytest.mark.parametrize("backend", ["eager", "torch"])
+@pytest.mark.parametrize("modifier", [{}, {"softcap": 1.0}, {"alibi_slopes": torch.zeros(4)}])
+def test_dropout_law_holds_within_documents(backend, modifier):
+    """Two documents of 16 in each row of 32 (GQA 4/2): every query sees its own 16 keys with equal scores, so with
+    identity values the output is the dropped probabilities: 1/(16 (1-p)) on a fraction 1-p of its own document's
+    keys, and exactly 0 on the other document's."""
+    p, n = 0.3, 32
+    q, k = torch.zeros(8, 4, n, 8), torch.randn(8, 2, n, 8)
+    v = torch.eye(n).expand(8, 2, n, n).clone()
+    documents = torch.tensor([[0] * 16 + [1] * 16]).expand(8, n)
+    out = run_heads(backend, q, k, v, AttentionMask(documents=documents), p, **modifier)
+    same = (documents[0][:, None] == documents[0][None, :]).expand_as(out)
+    assert (out[~same] == 0).all()
+    kept = (out != 0) & same
+    assert abs(kept.float().sum().item() / same.sum().item() - (1 - p)) < 0.02
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / (16 * (1 - p))))
