@@ -3,6 +3,7 @@ sizes (the figures themselves come from full runs on an idle machine, never from
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,22 @@ def test_contracts_compile_counts_one_switch_read_per_checked_call():
     assert count(ffn, (x,)) == 1
     mha = T.MultiHeadedAttention(2, 8, dropout=0.0)
     assert count(mha, (x, x, x)) == 3  # forward, attend inside it, and the checked attention the backend runs
+
+
+def test_structured_attention_records_each_backend_and_flex_against_the_reference(tmp_path, monkeypatch):
+    """Issue 29's question (dense or flex_attention for the torch backend): every variant checked against the
+    reference first, forward and forward+backward recorded, flex's missing CPU backward said so."""
+    out = tmp_path / "structured.json"
+    args = ["--length", "16", "--window", "4", "--heads", "2", "--head-dim", "8", "--rounds", "1", "--out", str(out)]
+    script = _script("structured_attention")
+    monkeypatch.setitem(sys.modules, script.__name__, script)  # flex_attention's tracing imports its score_mod's module
+    result = script.main(args)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = {(r["modifiers"], r["variant"]): r for r in result["rows"]}
+    for modifiers in ("none", "softcap", "alibi_slopes"):
+        for variant in ("eager", "torch"):
+            assert rows[(modifiers, variant)]["forward_ms"] > 0
+            assert rows[(modifiers, variant)]["forward_backward_ms"] > 0
+        if (modifiers, "flex_attention") in rows:
+            assert rows[(modifiers, "flex_attention")]["forward_backward_ms"].startswith("no backward: ")
+    assert result["machine"]["load_average_1_5_15_before"] and result["date"]

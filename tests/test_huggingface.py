@@ -205,12 +205,6 @@ def test_register_under_another_name_registers_both_functions_under_that_name():
     assert AttentionInterface()["typed_transformer"] is huggingface.attention_forward
 
 
-def test_softcap_is_refused_as_transformers_sdpa_refuses_it():
-    q = torch.randn(1, 2, 3, 16)
-    with pytest.raises(ValueError, match="does not support `softcap`"):
-        huggingface.attention_forward(torch.nn.Module(), q, q, q, None, softcap=30.0)
-
-
 def test_a_missing_or_old_transformers_gets_the_version_and_the_command(monkeypatch):
     def missing(name):
         raise huggingface.metadata.PackageNotFoundError(name)

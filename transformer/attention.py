@@ -26,9 +26,11 @@ from .backends import (
     resolve_backend,
     run_heads,
     scaled_dot_product_attention,
+    score_modifiers,
     triton_missing_reason,
     use_backend,
 )
+from .backends.score_mods import check_score_modifiers
 from .cache import KVCache
 from .common.arguments import is_int
 from .config import AttentionBackend, check_kv_heads
@@ -59,6 +61,10 @@ class AttentionHeads(nn.Module):
     ``kv_heads`` heads, and ``out_proj`` = W^O over the concatenated heads). The step every form runs is
     :meth:`attend_heads`: ``softmax(scale * Q K^T, masked) V`` per head on the chosen backend, or on the eager reference
     with the probabilities kept in ``self.attn`` (``record_attention``). ``scale`` None is the paper's 1/sqrt(d_k).
+    The score modifiers of :mod:`transformer.backends.score_mods`: ``softcap`` c turns the scaled scores into
+    ``c * tanh(s / c)`` (Gemma 2); ``alibi_slopes`` (h,) float adds ``-slope_h * |p(i) - j|`` (ALiBi, Press et al.
+    2022; :func:`~transformer.backends.alibi_slopes` gives the standard ones), kept as a non-persistent buffer (it
+    follows ``.to()``; state dicts are unchanged).
     Subclasses give the call signature: :class:`MultiHeadedAttention` (query, key, value) and the language model's
     self-attentions (:mod:`transformer.lm.attention`); a subclass with other value maps overrides
     :meth:`build_value_maps` and :meth:`value_heads`.
@@ -76,6 +82,8 @@ class AttentionHeads(nn.Module):
         d_k: int | None = None,
         qkv_bias: bool = True,
         out_bias: bool = True,
+        softcap: float | None = None,
+        alibi_slopes: Tensor | None = None,
     ) -> None:
         super().__init__()
         if d_k is None and d_model % h != 0:
@@ -93,6 +101,11 @@ class AttentionHeads(nn.Module):
         self.dropout_p = dropout
         self.scale = self.default_scale() if scale is None else float(scale)
         self.backend: str = check_backend_name(backend)
+        device = alibi_slopes.device if isinstance(alibi_slopes, Tensor) else None
+        check_score_modifiers(type(self).__name__, softcap, alibi_slopes, 1, h, device)
+        self.softcap = softcap
+        self.alibi_slopes: Tensor | None
+        self.register_buffer("alibi_slopes", alibi_slopes, persistent=False)
         self.record_attention = False
         self.attn: Tensor | None = None
 
@@ -160,16 +173,22 @@ class AttentionHeads(nn.Module):
         the innermost ``use_backend`` block's or the module's; with ``record_attention``, on the eager reference,
         keeping the probabilities in ``self.attn``. Dropout on the probabilities in training mode only."""
         dropout_p = self.dropout_p if self.training else 0.0
+        modifiers = self.score_modifiers()
         if self.record_attention:
             dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
             k, v = repeat_kv_heads(k, v, self.h)
             x, self.attn = attention.unchecked(
-                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale
+                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale, **modifiers
             )
             return x
         if backend is None:
-            backend = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p, self.scale)
-        return run_heads(backend, q, k, v, mask, dropout_p, self.scale)
+            requested = current_backend() or self.backend
+            backend = resolve_backend(requested, q, k, v, mask, dropout_p, self.scale, **modifiers)
+        return run_heads(backend, q, k, v, mask, dropout_p, self.scale, **modifiers)
+
+    def score_modifiers(self) -> dict:
+        """The module's score modifiers as keyword arguments, only those given (``softcap``, ``alibi_slopes``)."""
+        return score_modifiers(self.softcap, self.alibi_slopes)
 
     def combine_heads(self, x: Tensor) -> Tensor:
         """W^O over the concatenated heads: (batch, h, q_len, d_k) -> (batch, q_len, h * d_k) -> (batch, q_len,

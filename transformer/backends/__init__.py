@@ -45,7 +45,7 @@ from .choice import (
     triton_unsupported_reason,
     use_backend,
 )
-from .dispatch import Refusal, dense_heads_mask, kernel_masks, refuse, run_backend
+from .dispatch import Refusal, dense_heads_mask, kernel_masks, refuse, run_backend, score_modifiers
 from .grouped import repeat_kv_heads, run_heads
 from .reference import attention
 from .score_mods import alibi_slopes
@@ -68,6 +68,7 @@ __all__ = [
     "run_backend",
     "dense_heads_mask",
     "kernel_masks",
+    "score_modifiers",
     "run_heads",
     "repeat_kv_heads",
     "torch_sdpa",

@@ -11,6 +11,7 @@ name never falls back: it raises (from the compiled graph, under torch.compile).
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 from contextlib import AbstractContextManager
 
@@ -21,7 +22,7 @@ from ..common.switches import ContextSetting
 from ..common.versions import TORCH_VERSION
 from ..config import AttentionBackend
 from ..masks import AttentionMask
-from .dispatch import Refusal, kernel_masks, refuse
+from .dispatch import Refusal, kernel_masks, refuse, score_modifiers
 
 __all__ = [
     "BACKENDS",
@@ -79,10 +80,15 @@ def triton_unsupported_reason(
     dropout_p: float,
     scale: float | None = None,
     auto: bool = False,
+    *,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> str | None:
     """Why the fused kernel cannot run these inputs (Triton missing or broken, or the kernel's own limits), or None.
     With ``auto``, also why ``auto`` does not choose it for inputs it can run (``kernels.auto_reason``: head_dim above
-    128, expected slower than SDPA until a GPU measures it; docs/kernels.md)."""
+    128, expected slower than SDPA until a GPU measures it; docs/kernels.md). The mask's documents and window and the
+    score modifiers go to ``kernels.unsupported_reason`` by name, only when given; a kernel without such an argument
+    (one built before issue 29) is the reason."""
     missing = triton_missing_reason()
     if missing is not None:
         return missing
@@ -90,10 +96,24 @@ def triton_unsupported_reason(
         from .. import kernels
     except ImportError as error:  # triton installed but broken
         return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
-    parts = kernel_masks(mask)
+    parts = {**kernel_masks(mask), **score_modifiers(softcap, alibi_slopes)}
     parts.pop("causal", None)
+    lacking = [name for name in parts if name not in _KERNEL_MASKS and not kernel_takes(name)]
+    if lacking:
+        return f"this transformer.kernels does not take {', '.join(lacking)} (a kernel older than issue 29)"
     reason = kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
     return reason if reason is not None or not auto else kernels.auto_reason(q)
+
+
+_KERNEL_MASKS = ("mask", "key_mask", "key_lengths")  # what every kernel's unsupported_reason takes
+
+
+def kernel_takes(name: str) -> bool:
+    """Whether the installed kernel's ``flash_attention`` and ``unsupported_reason`` take keyword argument ``name``
+    (``documents``, ``window_left``, ``softcap``, ...: issue 29's arguments, read from their signatures)."""
+    from .. import kernels
+
+    return all(name in inspect.signature(f).parameters for f in (kernels.flash_attention, kernels.unsupported_reason))
 
 
 def _say(level: int, message: str, *args: object) -> None:
@@ -110,16 +130,22 @@ def resolve_backend(
     mask: Tensor | AttentionMask | None,
     dropout_p: float,
     scale: float | None = None,
+    *,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> str | Refusal:
     """The backend that runs these inputs: ``requested`` (checked: a named backend never falls back) or auto's pick.
+    ``softcap``/``alibi_slopes``: the score modifiers, which the kernel must take too (auto: else torch, which runs
+    ALiBi fused as a float mask and a cap through torch's math definition; docs/attention.md).
 
     The triton backend's inputs are validated here, once per call; the kernel is then called without a second check.
     A backend that cannot run the inputs raises ValueError (from the compiled graph, under torch.compile: see
     :func:`refuse`).
     """
     name = check_backend_name(requested or "auto")
+    modifiers = score_modifiers(softcap, alibi_slopes)  # only those given: the tests' stand-ins take *args
     if name == "triton":
-        reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale)
+        reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, **modifiers)
         if reason is not None:
             return refuse(f"attention backend 'triton' cannot run these inputs: {reason}")
     if name != "auto":
@@ -136,7 +162,7 @@ def resolve_backend(
             )
         else:
             # auto=True positionally: the tests' stand-ins for it take *args
-            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, True)
+            reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, True, **modifiers)
             if reason is None:
                 return "triton"
             _say(logging.INFO, "attention backend 'auto' does not use triton here: %s", reason)

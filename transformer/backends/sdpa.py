@@ -18,7 +18,11 @@ names the argument; where torch's own backends disagree (a mask together with ``
 different lengths, a mask on another device: some fused CPU paths accept them silently), this function always
 refuses, as torch's reference (math) backend does.
 
-Two extras: ``attn_mask`` may be an :class:`~transformer.masks.AttentionMask` (with 4-D inputs), and ``backend=``
+Extras, keyword-only: the score modifiers ``softcap`` (``c * tanh(s / c)`` on the scaled scores, Gemma 2) and
+``alibi_slopes`` ((heads,), or (batch, heads) with 4-D inputs: ``-slope * |p(i) - j|`` added, ALiBi) of
+:mod:`transformer.backends.score_mods`, applied before the mask (ValueError naming the argument when bad).
+``attn_mask`` may be an :class:`~transformer.masks.AttentionMask` (with 4-D inputs; documents and a sliding window
+too), and ``backend=``
 picks the implementation (``backend`` > :func:`~transformer.backends.use_backend` > ``"auto"``, see
 :mod:`transformer.backends`): ``"triton"`` (our kernel, on CUDA or under ``TRITON_INTERPRET=1``), ``"torch"``
 (torch's own function), ``"eager"`` (:func:`reference`, torch's definition in plain PyTorch). ``"auto"`` runs the
@@ -39,6 +43,7 @@ from torch import Tensor
 from ..masks import AttentionMask
 from .choice import check_backend_name, current_backend, resolve_backend, triton_unsupported_reason
 from .dispatch import run_backend
+from .score_mods import check_score_modifiers, modify_scores
 from .torch_backend import torch_mask_form, torch_sdpa
 
 __all__ = ["scaled_dot_product_attention", "reference"]
@@ -58,6 +63,8 @@ def scaled_dot_product_attention(
     enable_gqa: bool = False,
     *,
     backend: str | None = None,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> Tensor:
     """``softmax(query @ key^T * scale + mask) @ value``, exactly as
     ``torch.nn.functional.scaled_dot_product_attention`` (see the module docstring), on our kernel where it takes the
@@ -65,26 +72,51 @@ def scaled_dot_product_attention(
 
     The arguments are torch's; ``attn_mask`` may also be an :class:`~transformer.masks.AttentionMask` (4-D inputs
     only), and ``backend`` (keyword only) names the implementation: ``"auto"`` (the default, through
-    :func:`~transformer.backends.use_backend`), ``"triton"``, ``"torch"`` or ``"eager"``.
+    :func:`~transformer.backends.use_backend`), ``"triton"``, ``"torch"`` or ``"eager"``; ``softcap`` and
+    ``alibi_slopes`` (keyword only) modify the scaled scores before the mask, as the reference does.
     The signature is torch's, not a checked contract: bad inputs get torch's own exception types.
     """
     batch = check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    modifiers = {}
+    if softcap is not None or alibi_slopes is not None:
+        _check_modifiers(softcap, alibi_slopes, batch, query.device)
+        modifiers = {name: x for name, x in (("softcap", softcap), ("alibi_slopes", alibi_slopes)) if x is not None}
     requested = check_backend_name(backend) if backend is not None else (current_backend() or "auto")
     if requested == "triton" or (requested == "auto" and query.is_cuda):  # the kernel may run: its layout
         q4, k4, v4 = _as_4d(query, key, value, batch, enable_gqa)
         mask4 = AttentionMask(causal=True) if is_causal else _mask_4d(attn_mask, batch)
     else:  # resolve_backend only reads the dtype and the device to choose between torch and eager
         q4, k4, v4, mask4 = query, key, value, attn_mask
-    name = resolve_backend(requested, q4, k4, v4, mask4, dropout_p, scale)
+    name = resolve_backend(requested, q4, k4, v4, mask4, dropout_p, scale, **modifiers)
     if not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG):  # a Logger call is a graph break
-        logger.debug("%s runs on %s: %s", _NAME, name, _why(requested, name, q4, k4, v4, mask4, dropout_p, scale))
+        why = _why(requested, name, q4, k4, v4, mask4, dropout_p, scale, modifiers)
+        logger.debug("%s runs on %s: %s", _NAME, name, why)
     if name not in ("torch", "eager"):  # triton, or a refusal that run_backend raises (from the graph, if compiled)
-        out = run_backend(name, q4, k4, v4, mask4, dropout_p, scale)
+        out = run_backend(name, q4, k4, v4, mask4, dropout_p, scale, **modifiers)
         return out.reshape(*batch, query.size(-2), value.size(-1))
     if name == "torch":
-        return torch_sdpa(query, key, value, attn_mask, dropout_p, scale, is_causal=is_causal, enable_gqa=enable_gqa)
+        return torch_sdpa(
+            query, key, value, attn_mask, dropout_p, scale, is_causal=is_causal, enable_gqa=enable_gqa, **modifiers
+        )
     mask, causal = torch_mask_form(attn_mask, query.size(-2), key.size(-2), is_causal)
-    return reference(query, key, value, mask, dropout_p, causal, scale, enable_gqa)
+    return reference(query, key, value, mask, dropout_p, causal, scale, enable_gqa, **modifiers)
+
+
+def _check_modifiers(softcap: float | None, slopes: Tensor | None, batch: tuple[int, ...], device) -> None:
+    """The extras' rules (ValueError naming the argument): a finite cap > 0; slopes one per query head (the output's
+    dim -3), (heads,) or, with 4-D inputs, (batch, heads); float, on the query's device."""
+    if slopes is not None and not batch:
+        raise ValueError(
+            f"{_NAME}: argument 'alibi_slopes' needs inputs with a heads dim (-3, at least 3-D), got 2-D inputs"
+        )
+    heads = batch[-1] if batch else 1
+    rows = batch[0] if len(batch) == 2 else 1  # (batch, heads) slopes: 4-D inputs only
+    check_score_modifiers(_NAME, softcap, slopes, rows, heads, device)
+    if slopes is not None and slopes.dim() == 2 and len(batch) != 2:
+        raise ValueError(
+            f"{_NAME}: argument 'alibi_slopes' of shape (batch, heads) needs 4-D inputs, got output dims "
+            f"{[*batch, 'L', 'Ev']}; give ({heads},) slopes"
+        )
 
 
 # ---------------------------------------------------------------------------- torch's rules, torch's errors
@@ -212,8 +244,13 @@ def reference(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    *,
+    softcap: float | None = None,
+    alibi_slopes: Tensor | None = None,
 ) -> Tensor:
     """torch's definition (its math backend) in plain PyTorch, for inputs already checked: the ``"eager"`` backend.
+    The score modifiers (``softcap``, then ``alibi_slopes``; :func:`~transformer.backends.score_mods.modify_scores`)
+    act on the scaled scores before the mask, as in the reference.
 
     float16/bfloat16 inputs are computed in float32 and the result cast back, as torch's math backend does. Rows whose
     every score is -inf (a fully masked row) output 0 with zero gradients, as torch's safe softmax.
@@ -227,6 +264,7 @@ def reference(
     scores = q @ k.transpose(-2, -1)
     if q.size(-1) > 0:  # torch scales q and k before the product: with E = 0 the scores are 0, not 0 * inf
         scores = scores * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
+    scores = modify_scores(scores, softcap, alibi_slopes)
     if is_causal:
         attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
     if attn_mask is not None:
@@ -271,7 +309,15 @@ def _mask_4d(mask: Tensor | AttentionMask | None, batch: tuple[int, ...]) -> Ten
 
 
 def _why(
-    requested: str, name: str, q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float, scale: float | None
+    requested: str,
+    name: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask,
+    dropout_p: float,
+    scale: float | None,
+    modifiers: dict | None = None,
 ) -> str:
     if requested != "auto":
         return f"asked for by name ({requested!r})"
@@ -283,4 +329,5 @@ def _why(
         return "this torch's fused attention returns NaN on fully masked rows (torch < 2.5)"
     if not q.is_cuda:
         return f"{q.device.type} tensors: auto runs the kernel on CUDA only"
-    return f"the kernel does not take these inputs: {triton_unsupported_reason(q, k, v, mask, dropout_p, scale)}"
+    reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, **(modifiers or {}))
+    return f"the kernel does not take these inputs: {reason}"

@@ -1,15 +1,24 @@
 """The ``"torch"`` backend: ``torch.nn.functional.scaled_dot_product_attention`` given the most structured mask it
-takes (none, ``is_causal``, one key row per sentence, or a dense boolean), for the modules and the drop-in alike."""
+takes (none, ``is_causal``, one key row per sentence, or a dense boolean), for the modules and the drop-in alike.
+
+The score modifiers (:mod:`transformer.backends.score_mods`): ALiBi alone is an additive float ``attn_mask`` (the bias
+``-slope * |p(i) - j|``, -inf where the mask forbids), so torch's fused function still runs; a ``softcap`` is not a
+bias (it reshapes the scores before the mask), so with one the attention is torch's math definition in plain PyTorch
+(:func:`transformer.backends.sdpa.reference`, dense scores). ``flex_attention``'s ``score_mod`` would express it, but
+on the CPU without torch.compile it has no backward and its forward was no faster than the dense form
+(``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers")."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..common.versions import TORCH_VERSION
 from ..masks import AttentionMask
+from .score_mods import alibi_bias
 
-__all__ = ["torch_mask_form", "torch_sdpa"]
+__all__ = ["alibi_attn_mask", "torch_mask_form", "torch_sdpa"]
 
 _TORCH_HAS_GQA = TORCH_VERSION >= (2, 5)  # enable_gqa
 
@@ -23,7 +32,7 @@ def torch_mask_form(
         return mask, is_causal
     if mask.is_empty():
         return None, False
-    if mask.causal and not mask.tensors():
+    if mask.causal and not mask.tensors() and not mask.has_window():
         return None, True
     if mask.key_only():
         return mask.to_dense(1, k_len).unsqueeze(1), False
@@ -45,10 +54,18 @@ def torch_sdpa(
 ) -> Tensor:
     """torch's own function on inputs already checked, with the mask in its most structured form
     (:func:`torch_mask_form`). ``enable_gqa``: key/value heads (dim -3) shared by groups of query heads (torch < 2.5
-    has no enable_gqa: the key/value heads are repeated for it)."""
-    if softcap is not None or alibi_slopes is not None:
-        raise NotImplementedError("the torch backend does not take softcap or alibi_slopes yet (issue 29)")
+    has no enable_gqa: the key/value heads are repeated for it). ``softcap``/``alibi_slopes``: the score modifiers,
+    ALiBi as a float mask (:func:`alibi_attn_mask`), a cap through torch's math definition (see the module)."""
     mask, is_causal = torch_mask_form(mask, query.size(-2), key.size(-2), is_causal)
+    if softcap is not None:
+        from .sdpa import reference  # the drop-in's module imports this one
+
+        return reference(
+            query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, softcap=softcap, alibi_slopes=alibi_slopes
+        )
+    if alibi_slopes is not None:
+        mask = alibi_attn_mask(mask, is_causal, alibi_slopes, query.size(-2), key.size(-2), query.dtype)
+        is_causal = False
     if mask is not None and mask.dim() < 2:  # some fused CPU paths index dim -2 of the mask: give them one
         mask = mask.reshape(1, -1) if mask.dim() == 1 else mask.reshape(1, 1)
     if enable_gqa and _TORCH_HAS_GQA:
@@ -61,3 +78,20 @@ def torch_sdpa(
     return F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )
+
+
+def alibi_attn_mask(
+    mask: Tensor | None, is_causal: bool, slopes: Tensor, q_len: int, k_len: int, dtype: torch.dtype
+) -> Tensor:
+    """ALiBi's bias ``-slope * |p(i) - j|`` as an additive float mask of ``dtype`` for torch's function, with the
+    mask in it: -inf where a boolean ``mask`` (or ``is_causal``, top-left) forbids, a float ``mask`` added. Shaped
+    (heads, q_len, k_len) or (batch, heads, q_len, k_len), broadcast with the mask's own dims. A row with no key left
+    is all -inf: torch (>= 2.5) gives it zeros and zero gradients, as the reference does."""
+    bias = alibi_bias(slopes, q_len, k_len, dtype)
+    if is_causal:
+        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril()
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(mask.logical_not(), float("-inf"))
+    return bias + mask.to(dtype)

@@ -56,8 +56,8 @@ MUTANTS = [
         "transformer/integrations/huggingface.py",
         (
             (
-                "    is_causal = bool(q_len > 1 and attention_mask is None and is_causal)\n",
-                "    is_causal = bool(attention_mask is None and is_causal)\n",
+                "    is_causal = q_len > 1 and attention_mask is None and causal_model\n",
+                "    is_causal = attention_mask is None and causal_model\n",
             ),
         ),
         "decoding one token with a cache and no mask passes is_causal=True with q_len=1: torch's top-left causal "

@@ -139,10 +139,12 @@ MUTANTS: list[Mutant] = [
         "transformer/attention.py",
         (
             "            x, self.attn = attention.unchecked(\n"
-            "                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale\n"
+            "                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), dropout, self.scale, **modifiers\n"
             "            )\n"
         ),
-        "            x, self.attn = attention.unchecked(q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), None, self.scale)\n",
+        "            x, self.attn = attention.unchecked(\n"
+        "                q, k, v, dense_heads_mask(mask, q.size(2), k.size(2)), None, self.scale, **modifiers\n"
+        "            )\n",
         "record_attention=True never drops the attention probabilities",
     ),
     D(
@@ -155,8 +157,8 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-backends-in-eval",
         "transformer/attention.py",
-        "        return run_heads(backend, q, k, v, mask, dropout_p, self.scale)\n",
-        "        return run_heads(backend, q, k, v, mask, self.dropout_p, self.scale)\n",
+        "        return run_heads(backend, q, k, v, mask, dropout_p, self.scale, **modifiers)\n",
+        "        return run_heads(backend, q, k, v, mask, self.dropout_p, self.scale, **modifiers)\n",
         "eager/torch/triton attention get the module's dropout_p in evaluation too",
     ),
     # --- each backend (transformer/backends/__init__.py)

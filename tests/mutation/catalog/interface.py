@@ -67,7 +67,7 @@ MUTANTS: list[Mutant] = [
     M(
         "sdpa-causal-with-padding",
         "transformer/backends/torch_backend.py",
-        "    if mask.causal and not mask.tensors():\n",
+        "    if mask.causal and not mask.tensors() and not mask.has_window():\n",
         "    if mask.causal:\n",
         "SDPA gets is_causal alone although the mask also pads keys",
     ),
@@ -86,8 +86,8 @@ MUTANTS: list[Mutant] = [
     M(
         "backend-module-beats-context",
         "transformer/attention.py",
-        "            backend = resolve_backend(current_backend() or self.backend, q, k, v, mask, dropout_p, self.scale)\n",
-        "            backend = resolve_backend(self.backend or current_backend(), q, k, v, mask, dropout_p, self.scale)\n",
+        "            requested = current_backend() or self.backend\n",
+        "            requested = self.backend or current_backend()\n",
         "the module's default overrides the use_backend block",
     ),
     M(
