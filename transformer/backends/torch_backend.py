@@ -23,7 +23,7 @@ def torch_mask_form(
         return mask, is_causal
     if mask.is_empty():
         return None, False
-    if mask.causal and not mask.tensors():
+    if mask.causal and not mask.tensors() and not mask.has_window():
         return None, True
     if mask.key_only():
         return mask.to_dense(1, k_len).unsqueeze(1), False

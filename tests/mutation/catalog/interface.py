@@ -67,7 +67,7 @@ MUTANTS: list[Mutant] = [
     M(
         "sdpa-causal-with-padding",
         "transformer/backends/torch_backend.py",
-        "    if mask.causal and not mask.tensors():\n",
+        "    if mask.causal and not mask.tensors() and not mask.has_window():\n",
         "    if mask.causal:\n",
         "SDPA gets is_causal alone although the mask also pads keys",
     ),
