@@ -95,7 +95,7 @@ def sliding_window_mask(q_len: int, k_len: int, window: int, device: torch.devic
 class LMCache(StackCache):
     """The key/value caches of the whole stack: one :class:`~transformer.cache.KVCache` per layer.
 
-    After a padded prompt it also holds ``real_keys`` (batch, length) bool, True = a real token's key, and
+    After a padded prompt it also holds ``real_keys`` (batch, held) bool, True = a real token's key, and
     ``next_positions`` (batch,), each row's next position; both are None for an unpadded prompt (the next position
     is then ``length``). Beam search's :meth:`reorder` keeps them with the keys.
 
