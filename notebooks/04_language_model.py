@@ -170,8 +170,10 @@ print(f"positions 100-127: every one changed, by at least {difference[100:].min(
 # second file, so the row computes exactly what its two pieces compute alone (in float64, to rounding). Without the
 # documents, the start of the second file would attend to the end of the first. The label at the boundary, the
 # second file's first token, is left out of the loss (it becomes the padding id), as it would be with each piece
-# in a row of its own. The tests: `test_lm_packing.py` (the loss and every gradient of packed rows equal their
-# documents alone) and `test_data_packing.py`.
+# in a row of its own. The tests:
+# `test_lm_packing.py::test_a_packed_batch_has_the_loss_and_gradients_of_its_documents_alone` (the loss and every
+# gradient of packed rows equal their documents alone) and
+# `test_data_packing.py::test_the_loss_of_a_packed_window_is_the_sum_of_its_documents_losses_alone`.
 
 # %%
 crossing = next(i for i in range(len(data.train)) if len(set(data.train.documents(i)[:-1].tolist())) > 1)
