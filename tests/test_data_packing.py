@@ -88,3 +88,23 @@ def test_bad_packing_arguments_are_refused_by_name(tmp_path):
         LMBatch(tokens, pad=None, documents=torch.zeros(1, 2, dtype=torch.long), ignore_index=PAD)
     with pytest.raises(ValueError, match="need pad=None.*got pad=0, ignore_index=None"):
         LMBatch(tokens, pad=0, documents=torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_a_continued_models_packed_loss_leaves_out_the_ignored_label(tmp_path):
+    """train lm --init: the summed cross-entropy of every label (a pretrained padding id is often a real token) but
+    the -100 that packing puts at a document's first token."""
+    from transformer.tasks.pretrained_lm import IGNORED_LABEL, fine_tune_criterion
+
+    torch.manual_seed(0)
+    config = LMConfig(vocab=20, n_layers=1, d_model=16, d_ff=16, n_heads=2, dropout=0.0, attention_dropout=0.0,
+                      positional_encoding="rotary", max_len=16, pad_id=PAD)  # fmt: skip
+    model, criterion = build_lm(config).double(), fine_tune_criterion()
+    batch = TextWindows(_store(tmp_path), 15, pack=True, ignore_index=IGNORED_LABEL).make_batch([0])
+    assert (batch.labels == IGNORED_LABEL).sum() == len(DOCUMENTS) - 1
+    packed = criterion(model.generator(model(*batch.inputs()))[0], batch.labels[0])
+    alone = sum(
+        criterion(model.generator(model(torch.tensor([doc[:-1]])))[0], torch.tensor(doc[1:]))
+        for doc in DOCUMENTS
+        if len(doc) > 1
+    )
+    torch.testing.assert_close(packed, alone, rtol=1e-10, atol=1e-10)
