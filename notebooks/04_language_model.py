@@ -26,6 +26,7 @@
 # [Language model](../docs/lm.md), [Your own data](../docs/data.md).
 
 # %%
+import copy
 import inspect
 import math
 import os
@@ -98,14 +99,19 @@ print("decodes to the same text:", tokenizer.decode(ids) == line)
 # then tokenized once into a memory-mapped array on disk and cut into windows of 129 tokens, consecutive windows
 # sharing one token: a window's first 128 tokens are the input, its last 128 the labels, so every token but the
 # first is predicted once per pass ([Data on disk, batches by tokens](../docs/data.md#data-on-disk-batches-by-tokens)).
+# Each file is a document, and `pack=True` (what `train lm` does by default) keeps a window's documents apart: the
+# mask carries each token's document, and the label that begins a file is left out of the loss
+# ([Packing](../docs/data.md#packing); more below, once there is a model).
 
 # %%
 workdir = tempfile.TemporaryDirectory()
-data = prepare_lm_data(train_files, workdir.name, tokenizer=tokenizer, block=128, valid_files=valid_files)
+data = prepare_lm_data(train_files, workdir.name, tokenizer=tokenizer, block=128, valid_files=valid_files, pack=True)
 print(data.describe())
 batch = data.train.make_batch([100, 101])
-print("inputs", tuple(batch.tokens.shape), "labels", tuple(batch.labels.shape), "| mask:", batch.mask)
-print("the labels are the inputs shifted by one:", torch.equal(batch.labels[:, :-1], batch.tokens[:, 1:]))
+print("inputs", tuple(batch.tokens.shape), "labels", tuple(batch.labels.shape), "| mask: causal", batch.mask.causal,
+      "| documents", batch.mask.documents.unique().tolist())
+kept = batch.labels[:, :-1] != tokenizer.pad_id
+print("the labels are the inputs shifted by one:", torch.equal(batch.labels[:, :-1][kept], batch.tokens[:, 1:][kept]))
 print(repr(tokenizer.decode(batch.tokens[0, :24].tolist())))
 
 # %% [markdown]
@@ -155,6 +161,34 @@ with torch.no_grad():
     difference = (model.generator(model(changed)) - log_probs).abs().amax(dim=(0, 2))
 print(f"positions 0-99: largest change {difference[:100].max().item():.1e}")
 print(f"positions 100-127: every one changed, by at least {difference[100:].min().item():.2f}")
+
+# %% [markdown]
+# ## Packed rows: documents kept apart
+#
+# A window that holds the end of one file and the start of the next is a *packed row*: with the documents in its
+# mask (`AttentionMask(documents=...)`), no token attends to the other file, and the positions restart at the
+# second file, so the row computes exactly what its two pieces compute alone (in float64, to rounding). Without the
+# documents, the start of the second file would attend to the end of the first. The label at the boundary, the
+# second file's first token, is left out of the loss (it becomes the padding id), as it would be with each piece
+# in a row of its own. The tests:
+# `test_lm_packing.py::test_a_packed_batch_has_the_loss_and_gradients_of_its_documents_alone` (the loss and every
+# gradient of packed rows equal their documents alone) and
+# `test_data_packing.py::test_the_loss_of_a_packed_window_is_the_sum_of_its_documents_losses_alone`.
+
+# %%
+crossing = next(i for i in range(len(data.train)) if len(set(data.train.documents(i)[:-1].tolist())) > 1)
+packed = data.train.make_batch([crossing])
+pieces = torch.unique_consecutive(packed.mask.documents[0], return_counts=True)[1].tolist()
+ignored = (packed.labels[0] == tokenizer.pad_id).nonzero().flatten().tolist()
+print(f"window {crossing}: documents of {pieces} tokens; the label of position {ignored} (the next document's first "
+      "token) is left out")
+exact = copy.deepcopy(model).double()
+with torch.no_grad():
+    together = exact(packed.tokens, packed.mask)
+    apart = torch.cat([exact(piece) for piece in packed.tokens.split(pieces, dim=1)], dim=1)
+    leaky = exact(packed.tokens)
+print(f"packed row against its documents run alone: largest difference {(together - apart).abs().max().item():.1e}")
+print(f"the row without its documents (attending across the boundary): {(leaky - apart).abs().max().item():.2f}")
 
 # %% [markdown]
 # ## Training

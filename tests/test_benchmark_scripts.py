@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,3 +98,30 @@ def test_structured_attention_records_each_backend_and_flex_against_the_referenc
         if (modifiers, "flex_attention") in rows:
             assert rows[(modifiers, "flex_attention")]["forward_backward_ms"].startswith("no backward: ")
     assert result["machine"]["load_average_1_5_15_before"] and result["date"]
+
+
+def test_packed_training_dry_run_trains_the_same_labels_both_ways_with_equal_losses(tmp_path):
+    """--quick: the packed and padded runs see the same labels each step, and their losses agree to rounding (the
+    same documents, the same model; the padded run is the packed run's reference)."""
+    out = tmp_path / "packed.json"
+    result = _script("packed_training").main(["--quick", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert "--quick" in result["command"] and result["device"] and result["date"] and result["load_average_after"]
+    assert len(result["losses"]["packed"]) == len(result["losses"]["padded"]) == 3
+    assert result["loss_max_abs_difference"] < 1e-5
+    assert result["positions_run"]["packed"] < result["positions_run"]["padded"]
+    assert set(result["tokens_per_second"]) == {"packed", "padded"}
+
+
+def test_packed_training_rows_hold_each_document_once_and_labels_stay_within_documents():
+    bench = _script("packed_training")
+    documents = bench.make_corpus(50, 16, 20, seed=1)
+    groups = bench.step_groups(documents, rows=3, row_len=16, steps=2)
+    flat = [doc for group in groups for row in group for doc in row]
+    assert all(a is b for a, b in zip(flat, documents, strict=False))  # in order, none skipped or repeated
+    assert all(sum(len(d) for d in row) <= 16 for group in groups for row in group)
+    tokens, mask, labels = bench.packed_batch(groups[0], 16)
+    same = mask.documents[:, 1:] == mask.documents[:, :-1]
+    kept = labels[:, :-1] != bench.IGNORE
+    assert torch.equal(kept, same & (mask.documents[:, :-1] < torch.tensor([len(r) for r in groups[0]])[:, None]))
+    assert torch.equal(labels[:, :-1][kept], tokens[:, 1:][kept])

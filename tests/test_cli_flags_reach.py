@@ -173,7 +173,9 @@ def test_the_file_tasks_defaults_are_the_documented_ones(tmp_path, capture, monk
         "runs/lm",
     )
     assert (trainer.make_batches.max_tokens, trainer.make_batches.seed) == (d["max_tokens"], 0)
-    assert next(trainer.make_batches(torch.Generator())).tokens.size(1) == d["block_len"]
+    batch = next(trainer.make_batches(torch.Generator()))
+    assert batch.tokens.size(1) == d["block_len"] and batch.mask.documents is not None  # --pack: the default
+    assert trainer.metadata["data"]["pack"] is True
     assert (_schedule(trainer).factor, _schedule(trainer).warmup) == (d["factor"], d["warmup"])
     assert (tmp_path / "runs" / "lm.data" / "train").is_dir()  # --data-dir: OUT.data
 
@@ -231,6 +233,7 @@ def test_the_language_models_flags_reach_the_data_the_model_and_the_trainer(tmp_
                 "0.25",
                 "--block-len",
                 "12",
+                "--no-pack",
                 "--max-tokens",
                 "96",
                 "--d-model",
@@ -273,7 +276,8 @@ def test_the_language_models_flags_reach_the_data_the_model_and_the_trainer(tmp_
         prep["block"],
         prep["valid_fraction"],
         prep["encoding_errors"],
-    ) == ("char", 30, 3, 12, 0.25, "replace")
+        prep["pack"],
+    ) == ("char", 30, 3, 12, 0.25, "replace", False)
     trainer = seen["trainer"]
     config = trainer.model.config
     assert (
@@ -295,7 +299,8 @@ def test_the_language_models_flags_reach_the_data_the_model_and_the_trainer(tmp_
     assert trainer.config.out_dir == str(out) and not trainer.config.progress
     assert (_schedule(trainer).warmup, _schedule(trainer).factor) == (7, 0.7)
     assert sorted(p.name for p in data_dir.iterdir()) == ["train"]
-    assert trainer.metadata["data"] == {"block_len": 12, "max_tokens": 96, "seed": 2}
+    assert trainer.metadata["data"] == {"block_len": 12, "max_tokens": 96, "seed": 2, "pack": False}
+    assert batch.mask.documents is None
 
 
 def test_the_translation_flags_reach_the_data_the_model_the_trainer_and_the_report(tmp_path, capture, monkeypatch):

@@ -207,6 +207,43 @@ def test_resume_with_another_tokenizer_is_refused(lm_run, corpus, tmp_path, caps
     assert code == 2 and "was trained with another tokenizer" in err and "Traceback" not in err
 
 
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    """Twelve short files of 3 to 14 lines: most training windows of 16 tokens cross a document boundary."""
+    root = tmp_path_factory.mktemp("documents")
+    paths = []
+    for i in range(12):
+        path = root / f"doc{i:02d}.py"
+        path.write_text("\n".join(LINES[i % 4 :] + LINES[: 3 + i % 7]) + "\n")
+        paths.append(str(path))
+    return paths
+
+
+def test_packing_is_on_by_default_recorded_and_changes_what_is_trained(documents, tmp_path, capsys):
+    base = ["train", "lm", "--text", *documents, "--steps", "3", "--eval-every", "3", *TINY_LM, "--dropout", "0"]
+    assert main([*base, "--out", str(tmp_path / "packed")]) == 0
+    assert main([*base, "--out", str(tmp_path / "unpacked"), "--no-pack"]) == 0
+    runs = [tmp_path / "packed", tmp_path / "unpacked"]
+    meta = [json.loads((d / "meta.json").read_text())["metadata"]["data"] for d in runs]
+    assert meta[0]["pack"] is True and meta[1]["pack"] is False
+    losses = [json.loads((d / "state.json").read_text())["history"]["train_loss"] for d in runs]
+    assert losses[0][0] != losses[1][0]  # the same windows, the boundaries masked in one run only
+
+
+def test_resume_is_exact_with_packing_and_refuses_another_pack_setting(documents, tmp_path, capsys):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    base = ["train", "lm", "--text", *documents, "--eval-every", "3", *TINY_LM, "--dropout", "0.1", "--pack"]
+    assert main([*base, "--steps", "6", "--out", str(straight)]) == 0
+    assert main([*base, "--steps", "3", "--out", str(split)]) == 0
+    assert main([*base, "--steps", "6", "--out", str(split), "--resume", "--no-pack"]) == 2
+    assert "--no-pack differs from the checkpoint's --pack" in capsys.readouterr().err
+    assert main([*base, "--steps", "6", "--out", str(split), "--resume"]) == 0
+    a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    losses = [json.loads((d / "state.json").read_text())["history"]["train_loss"] for d in (straight, split)]
+    assert losses[0] == losses[1]
+
+
 def _dates(tmp_path, n, name, held_out):
     import datetime
 

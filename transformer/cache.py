@@ -103,6 +103,20 @@ class KVCache:
         self._length = end
         return self.keys, self.values
 
+    def drop_first(self, n: int) -> None:
+        """Forget the first ``n`` positions held (a sliding window's cache keeps only the window's keys, Mistral's
+        rolling buffer): the held keys and values become views of the last ones, which the next :meth:`extend` copies
+        with the new positions into a tensor of their size, so memory follows what is held, not what was seen."""
+        if self.static:
+            raise ValueError("KVCache.drop_first: a static (cross-attention) cache holds its memory whole")
+        if not is_int(n, at_least=0) or n > self._length:
+            raise ValueError(f"KVCache.drop_first: n must be an int in [0, {self._length}] (positions held), got {n!r}")
+        if n == 0:
+            return
+        self._keys = self._keys[:, :, n : self._length]
+        self._values = self._values[:, :, n : self._length]
+        self._length -= n
+
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search follows its surviving hypotheses; rows may repeat)."""
         if self._keys is not None:

@@ -246,6 +246,15 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
         default=d["block_len"],
         help="tokens per training window (default: %(default)s)",
     )
+    g.add_argument(
+        "--pack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the documents (the text files) of a window apart: no token attends to another document, "
+        "positions restart at each, and a document's first token is not predicted from the one before; exact for "
+        "every model train lm builds or continues (each document trains as if alone in its row). --no-pack: windows "
+        "run across documents, as before (docs/data.md) (default: --pack)",
+    )
     _data_flags(g, d)
     m = _model_flags(p, d, "decoder layers")
     m.add_argument(

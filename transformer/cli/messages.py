@@ -10,7 +10,13 @@ from ..checkpoint import checkpoint_step, read_metadata
 from ..distributed import is_sharded_checkpoint
 from .parser import PROG
 
-__all__ = ["resumed_message", "saved_message", "describe_checkpoint", "describe_schedule"]
+__all__ = ["resumed_message", "saved_message", "describe_checkpoint", "describe_schedule", "setting_flag"]
+
+
+def setting_flag(name: str, value: object) -> str:
+    """A data setting as the command line gives it: ``--seed 4``, a switch as ``--pack`` or ``--no-pack``."""
+    flag = name.replace("_", "-")
+    return (f"--{flag}" if value else f"--no-{flag}") if isinstance(value, bool) else f"--{flag} {value}"
 
 
 def resumed_message(out: str, step: int, restart: int | None = None) -> str:

@@ -38,7 +38,13 @@ from ..distributed import (
     restarted_with_checkpoint,
 )
 from ..lm.generation import generate
-from ..tasks.pretrained_lm import FINE_TUNE_PEAK_LR, fine_tune_criterion, load_pretrained_lm, pretrained_text_tokenizer
+from ..tasks.pretrained_lm import (
+    FINE_TUNE_PEAK_LR,
+    IGNORED_LABEL,
+    fine_tune_criterion,
+    load_pretrained_lm,
+    pretrained_text_tokenizer,
+)
 from ..tasks.text_lm import LM_DEFAULTS, lm_config, lm_results, make_lm_trainer, prepare_lm_data
 from ..tasks.tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
 from ..tasks.translation_files import (
@@ -50,7 +56,7 @@ from ..tasks.translation_files import (
 )
 from ..training import noam_factor
 from .errors import UsageError
-from .messages import describe_schedule, saved_message
+from .messages import describe_schedule, saved_message, setting_flag
 from .train_setup import require_finite, resume, schedule_settings
 
 __all__ = ["train_file_task"]
@@ -123,6 +129,9 @@ def _refuse_with_init(args: argparse.Namespace) -> None:
 
 _Data = TypeVar("_Data")
 
+#: The data settings of a checkpoint written before they were recorded: train lm packed no window before 2026-11-27.
+_BEFORE_RECORDED = {"pack": False}
+
 
 class _FileRun:
     """What ``train lm`` and ``train translate`` share: where to save, the strategy (one process, or this rank of a
@@ -153,14 +162,14 @@ class _FileRun:
         found = find_checkpoint(self.out)
         if found is None:
             return
-        recorded = read_metadata(found).get("data", {})
+        recorded = {**_BEFORE_RECORDED, **read_metadata(found).get("data", {})}
         for name, value in settings.items():
             if name in recorded and recorded[name] != value:
-                flag = "--" + name.replace("_", "-")
+                theirs = setting_flag(name, recorded[name])
                 raise UsageError(
-                    f"{flag} {value} differs from the checkpoint's {recorded[name]} (in {found}): a "
-                    f"resumed run continues the checkpoint's plan of batches; give {flag} "
-                    f"{recorded[name]}"
+                    f"{setting_flag(name, value)} differs from the checkpoint's "
+                    f"{theirs if isinstance(value, bool) else recorded[name]} (in {found}): a resumed run continues "
+                    f"the checkpoint's plan of batches; give {theirs}"
                 )
 
     def check_same_init(self) -> None:
@@ -237,7 +246,8 @@ def _trainer_settings(
 def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
     d, out = LM_DEFAULTS, run.out
     block = _pick(args, "block_len", d)
-    run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block})
+    settings = {"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block, "pack": args.pack}
+    run.check_same_data(settings)
     data = run.prepare(
         lambda tokenizer: prepare_lm_data(
             args.text,
@@ -250,6 +260,8 @@ def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
             valid_files=args.valid or (),
             valid_fraction=_pick(args, "valid_fraction", d),
             encoding_errors=args.encoding_errors or "strict",
+            pack=args.pack,
+            ignore_index=None if getattr(args, "init", None) is None else IGNORED_LABEL,
         ),
         tokenizer,
     )

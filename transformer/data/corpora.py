@@ -3,7 +3,9 @@
 * Language modelling: :func:`build_text_store` tokenizes each file (``</s>`` after each) into one
   :class:`~transformer.data.token_store.TokenStore`; :class:`TextWindows` cuts a span of its flat stream into
   windows of ``block + 1`` tokens, consecutive windows sharing one token, so every token of the span but the first
-  is predicted exactly once per epoch.
+  is predicted exactly once per epoch. Packed (``pack=True``) each window's documents (its files) are kept apart:
+  no token attends to another document, positions restart at each, and the first token of a document is not a
+  label (:class:`~transformer.data.lm_batch.LMBatch`).
 * Translation: :func:`build_pair_stores` tokenizes ``source<TAB>target`` (or JSON-lines) files into a source store
   and a target store, aligned row by row; :class:`PairDataset` makes :class:`~transformer.training.batch.Batch` objects
   (target wrapped in ``<s> ... </s>``). Pairs longer than the model's ``max_len`` are refused (naming file and
@@ -123,12 +125,31 @@ def build_text_store(
 class TextWindows:
     """Windows of ``block + 1`` tokens over ``store``'s flat stream from ``start`` to ``end``: window ``i`` starts at
     ``start + i * block``, so consecutive windows overlap by one token and each token after the first is a label
-    exactly once. ``make_batch(indices)`` stacks windows into an :class:`~transformer.data.lm_batch.LMBatch`."""
+    exactly once. ``make_batch(indices)`` stacks windows into an :class:`~transformer.data.lm_batch.LMBatch`.
 
-    def __init__(self, store: TokenStore, block: int, start: int = 0, end: int | None = None) -> None:
+    ``pack=True``: the store's sequences (one per file, each ending in ``</s>``) are documents kept apart within a
+    window (``LMBatch(documents=...)``): a label that begins a document becomes ``ignore_index``, which the loss
+    leaves out. Which windows there are, and so the plan of batches, is the same either way."""
+
+    def __init__(
+        self,
+        store: TokenStore,
+        block: int,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        pack: bool = False,
+        ignore_index: int | None = None,
+    ) -> None:
         end = int(store.offsets[-1]) if end is None else end
         if not is_int(block, at_least=1):
             raise ValueError(f"TextWindows: block must be a positive int, got {block!r}")
+        if pack and not is_int(ignore_index):
+            raise ValueError(
+                "TextWindows: pack=True needs an int ignore_index (the label the loss leaves out), got "
+                f"{ignore_index!r}"
+            )
+        self.pack, self.ignore_index = pack, ignore_index
         if not 0 <= start < end <= int(store.offsets[-1]):
             raise ValueError(f"TextWindows: span [{start}, {end}) is not inside the {int(store.offsets[-1])} tokens")
         self.store, self.block, self.start, self.end = store, block, start, end
@@ -150,13 +171,27 @@ class TextWindows:
     def window(self, index: int) -> np.ndarray:
         return self.store.window(self.start + index * self.block, self.block + 1)
 
+    def documents(self, index: int) -> np.ndarray:
+        """The document (store sequence) of each of window ``index``'s ``block + 1`` tokens."""
+        first = self.start + index * self.block
+        return np.searchsorted(self.store.offsets, np.arange(first, first + self.block + 1), side="right") - 1
+
     def make_batch(self, indices: Iterable[int]) -> LMBatch:
-        rows = np.stack([self.window(int(i)) for i in indices])
-        return LMBatch(torch.from_numpy(rows), pad=None)
+        indices = [int(i) for i in indices]
+        rows = torch.from_numpy(np.stack([self.window(i) for i in indices]))
+        if not self.pack:
+            return LMBatch(rows, pad=None)
+        documents = torch.from_numpy(np.stack([self.documents(i) for i in indices]))
+        return LMBatch(rows, pad=None, documents=documents, ignore_index=self.ignore_index)
 
     def labels(self) -> np.ndarray:
-        """Every label of every window, in order: the stream from ``start + 1`` over ``count * block`` tokens."""
-        return self.store.window(self.start + 1, self.count * self.block)
+        """Every label of every window, in order: the stream from ``start + 1`` over ``count * block`` tokens (packed:
+        without the labels that begin a document, which the loss leaves out)."""
+        labels = self.store.window(self.start + 1, self.count * self.block)
+        if not self.pack:
+            return labels
+        positions = np.arange(self.start + 1, self.start + 1 + labels.size)
+        return labels[~np.isin(positions, self.store.offsets)]
 
 
 # ---------------------------------------------------------------------------- translation

@@ -7,7 +7,11 @@ between the paper's formulation and the functional transformer's (``LMConfig.fun
 
 The model is always causal: the mask it is given (key padding, an ``AttentionMask`` or a dense tensor) is
 combined with "attend to yourself and earlier positions", passed as ``AttentionMask(causal=True, ...)`` so every
-backend runs without a dense mask (a sliding window adds a dense band). Incremental decoding is the modules' own:
+backend runs without a dense mask; a sliding window is the structured ``window_left = sliding_window - 1``. A
+packed row (several documents, ``AttentionMask(documents=...)``, or ``from_cu_seqlens``/``from_position_ids``) keeps
+each position within its document, and positions restart at every document for every positional scheme
+(:func:`~transformer.lm.positions.positions_from_documents`), so a packed row computes what its documents alone
+would (docs/lm.md, "Packed rows"). Incremental decoding is the modules' own:
 :meth:`TransformerLM.new_cache` gives an :class:`~transformer.lm.positions.LMCache` (one
 :class:`~transformer.cache.KVCache` per layer, and a padded prompt's pads and positions), the embeddings or the
 rotary embedding take the positions (:mod:`transformer.lm.positions`), and :meth:`TransformerLM.next_tokens` is
@@ -41,9 +45,9 @@ from .layers import (
 from .positions import (
     LMCache,
     key_padding_only,
+    positions_from_documents,
     positions_from_padding,
     real_tokens,
-    sliding_window_mask,
     validate_positions,
 )
 from .rotary import RotaryEmbedding
@@ -99,7 +103,9 @@ class TransformerLM(nn.Module):
 
         ``positions`` (#batch, seq) are the tokens' positions (what the positional table or RoPE reads); by
         default each row counts from its first real token (left padding, as Hugging Face's
-        ``attention_mask.cumsum(-1) - 1``), continuing the cache's count."""
+        ``attention_mask.cumsum(-1) - 1``), continuing the cache's count; in a packed row (``mask`` an
+        ``AttentionMask`` with ``documents``) each document counts from its own first token. Given ``positions``
+        are used as they are."""
         validate_nonempty(tokens, "TransformerLM.forward: argument 'tokens'", "batch seq")
         validate_dtype_device(
             "TransformerLM.forward",
@@ -118,6 +124,8 @@ class TransformerLM(nn.Module):
         if positions is not None:
             validate_positions(positions, self.max_len)
             following = positions.expand(batch, seq)[:, -1] + 1
+        elif isinstance(mask, AttentionMask) and mask.documents is not None:
+            positions = self._document_positions(mask.documents, real, batch, seq)
         elif cache is not None and cache.length > 0:
             positions = cache.positions(seq, tokens.device)
             following = None if positions is None else positions[:, -1] + 1
@@ -136,6 +144,8 @@ class TransformerLM(nn.Module):
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.layers[i], rotation)
+        if cache is not None:
+            cache.trim()  # a windowed cache keeps the last sliding_window - 1 positions
         return self.norm(x)
 
     @checked
@@ -176,21 +186,40 @@ class TransformerLM(nn.Module):
                 )
         return real_tokens(mask, seq)
 
+    @staticmethod
+    def _document_positions(documents: Tensor, real: Tensor | None, batch: int, seq: int) -> Tensor:
+        """The positions of a packed row: each document counted from its first token (refused with padding, whose
+        own count would disagree: give ``positions`` then)."""
+        if tuple(documents.shape) != (batch, seq):
+            raise ValueError(
+                f"TransformerLM.forward: argument 'mask.documents' must be (batch, seq) = ({batch}, {seq}), one "
+                f"document id per token, got shape {tuple(documents.shape)}"
+            )
+        if real is not None:
+            raise ValueError(
+                "TransformerLM.forward: a mask with both documents and padding (key_mask, key_lengths or a dense "
+                "part) leaves the positions ambiguous; pass positions= explicitly"
+            )
+        return positions_from_documents(documents)
+
     def _causal(self, mask: Tensor | AttentionMask | None, seq: int) -> Tensor | AttentionMask:
-        """``mask`` and causality (and the sliding window) for ``seq`` positions attending each other."""
-        window = None
+        """``mask`` and causality (and the sliding window, ``window_left = sliding_window - 1``, the tighter of it
+        and the mask's own) for ``seq`` positions attending each other."""
+        left = None
         if self.sliding_window is not None and self.sliding_window < seq:
-            device = mask.device if isinstance(mask, Tensor) else self.generator.proj.weight.device
-            window = sliding_window_mask(seq, seq, self.sliding_window, device)
-        if mask is None and window is None:
+            left = self.sliding_window - 1
+        if mask is None and left is None:
             return AttentionMask(causal=True)
-        if mask is None or isinstance(mask, AttentionMask):
-            mask = AttentionMask() if mask is None else mask
-            if window is not None:
-                mask = mask.replace(dense=window if mask.dense is None else mask.dense & window)
+        if isinstance(mask, Tensor):
+            if left is None:
+                return mask & subsequent_mask(seq, device=mask.device)
+            mask = AttentionMask(dense=mask)
+        mask = AttentionMask() if mask is None else mask
+        if left is None:
             return mask.replace(causal=True)
-        causal = mask & subsequent_mask(seq, device=mask.device)
-        return causal if window is None else causal & window
+        if mask.window_left is not None:
+            left = min(left, mask.window_left)
+        return mask.replace(causal=True, window_left=left)
 
     @classmethod
     def from_pretrained(
@@ -210,8 +239,9 @@ class TransformerLM(nn.Module):
         return save_pretrained(self, path, architecture=architecture)
 
     def new_cache(self) -> LMCache:
-        """An empty key/value cache for :meth:`forward` one position at a time."""
-        return LMCache(len(self.layers))
+        """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W it keeps
+        only the last W - 1 positions between calls (:class:`~transformer.lm.positions.LMCache`'s ``window``)."""
+        return LMCache(len(self.layers), window=self.sliding_window)
 
     @checked
     def next_token_log_probs(

@@ -6,9 +6,14 @@ decoding steps, and the sliding window that limits how far back a position looks
 * :class:`LMCache`: the key/value caches of the stack (one :class:`~transformer.cache.KVCache` per layer), plus,
   once a padded prompt has gone in, which cached keys are real tokens and each row's next position, so that the
   one-token steps that follow skip the pads and continue each row's count.
-* :func:`sliding_window_mask`: Mistral's window (Jiang et al. 2023, section 2, "Sliding Window Attention"): query
-  ``i`` attends key ``j`` only if ``i - window < j`` (``j <= i`` being causality's). Positions here are slots: the
-  window counts cached slots, pads included, as Hugging Face's cache does.
+* :func:`positions_from_documents`: in a packed row (several documents, ``AttentionMask(documents=...)``), each
+  token's position counted from its document's first token, so every document sees the positions it would alone.
+* Mistral's sliding window (Jiang et al. 2023, section 2, "Sliding Window Attention"): query ``i`` attends key ``j``
+  only if ``i - window < j`` (``j <= i`` being causality's), passed as the structured ``AttentionMask(window_left=
+  window - 1)`` (:func:`sliding_window_mask` is its dense form). Positions here are slots: the window counts cached
+  slots, pads included, as Hugging Face's cache does. :class:`LMCache` built with ``window`` keeps only the last
+  ``window - 1`` positions' keys and values after each call (the rolling buffer of Mistral's section 2), so its
+  memory is bounded by the window, not the length; the positions it hands out stay absolute (RoPE).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import KVCache, StackCache
+from ..common.arguments import is_int
 from ..contracts import Bool, Int, Tensor, checked
 from ..masks import AttentionMask
 
@@ -23,6 +29,7 @@ __all__ = [
     "LMCache",
     "real_tokens",
     "positions_from_padding",
+    "positions_from_documents",
     "sliding_window_mask",
     "key_padding_only",
     "validate_positions",
@@ -67,6 +74,17 @@ def positions_from_padding(real: Bool[Tensor, "#batch seq"]) -> Int[Tensor, "#ba
     return torch.where(real, real.long().cumsum(-1) - 1, slots)
 
 
+@checked
+def positions_from_documents(documents: Int[Tensor, "batch seq"]) -> Int[Tensor, "batch seq"]:
+    """Each token's position counted from the first token of its document (``documents``: the non-decreasing
+    document id of every position, as ``AttentionMask.documents``): documents ``[0, 0, 1, 1, 1]`` give positions
+    ``[0, 1, 0, 1, 2]``, each slot minus the slot where its document starts (a new document wherever the id changes)."""
+    slots = torch.arange(documents.size(-1), device=documents.device)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    return slots - torch.where(starts, slots, 0).cummax(-1).values
+
+
 def sliding_window_mask(q_len: int, k_len: int, window: int, device: torch.device) -> Bool[Tensor, "1 q_len k_len"]:
     """True where query ``i`` (at slot ``k_len - q_len + i``: the queries are the last positions) may see key ``j``
     under the window: ``slot(i) - j < window``. Causality (``j <= slot(i)``) is the causal mask's part."""
@@ -77,17 +95,51 @@ def sliding_window_mask(q_len: int, k_len: int, window: int, device: torch.devic
 class LMCache(StackCache):
     """The key/value caches of the whole stack: one :class:`~transformer.cache.KVCache` per layer.
 
-    After a padded prompt it also holds ``real_keys`` (batch, length) bool, True = a real token's key, and
+    After a padded prompt it also holds ``real_keys`` (batch, held) bool, True = a real token's key, and
     ``next_positions`` (batch,), each row's next position; both are None for an unpadded prompt (the next position
     is then ``length``). Beam search's :meth:`reorder` keeps them with the keys.
+
+    ``window`` (the model's ``sliding_window``, W): after each call :meth:`trim` keeps only the last ``W - 1``
+    positions (all the next position may attend besides itself), so at most ``W - 1 + new`` positions are ever held;
+    ``length`` still counts every position seen (``held + dropped``), the offset of the next position. Its
+    :meth:`reserve` does nothing (the held keys are views that the next step copies, as without a reservation).
     """
 
     layer_type = KVCache
 
-    def __init__(self, n_layers: int) -> None:
+    def __init__(self, n_layers: int, *, window: int | None = None) -> None:
         super().__init__(n_layers)
+        if window is not None and not is_int(window, at_least=1):
+            raise ValueError(f"LMCache: window must be a positive int or None, got window={window!r}")
+        self.window = window
+        self.dropped = 0
         self.real_keys: Tensor | None = None
         self.next_positions: Tensor | None = None
+
+    @property
+    def held(self) -> int:
+        """Positions whose keys and values are held (``length`` minus those a window dropped)."""
+        return self.layers[0].length
+
+    @property
+    def length(self) -> int:
+        """Positions seen so far, held or dropped (the offset of the next position)."""
+        return self.held + self.dropped
+
+    def reserve(self, positions: int) -> None:
+        if self.window is None:
+            super().reserve(positions)
+
+    def trim(self) -> None:
+        """With a ``window``, forget every position but the last ``window - 1`` (and their pads in ``real_keys``)."""
+        drop = self.held - (self.window - 1) if self.window is not None else 0
+        if drop <= 0:
+            return
+        for layer in self.layers:
+            layer.drop_first(drop)
+        if self.real_keys is not None:
+            self.real_keys = self.real_keys[:, drop:]
+        self.dropped += drop
 
     def reorder(self, index: Tensor) -> None:
         super().reorder(index)
@@ -108,21 +160,20 @@ class LMCache(StackCache):
         (batch, new) (None: all), and each row's position after them, (batch,) (None: the next slot)."""
         if real is not None or self.real_keys is not None:
             like = real if real is not None else self.real_keys
-            old = self.real_keys if self.real_keys is not None else like.new_ones(like.size(0), self.length)
+            old = self.real_keys if self.real_keys is not None else like.new_ones(like.size(0), self.held)
             self.real_keys = torch.cat([old, real if real is not None else like.new_ones(like.size(0), new)], dim=1)
         if following is not None:
             self.next_positions = following
 
     def step_mask(self, new: int, window: int | None) -> AttentionMask | None:
-        """The mask of ``new`` (one) position(s) after the cached ones: the cached pads hidden, the window applied."""
+        """The mask of ``new`` (one) position(s) after the held ones: the held pads hidden, the window applied (as
+        ``window_left = window - 1``; a cache trimmed to its window holds no key outside it)."""
         real = self.real_keys
-        k_len = self.length + new
         parts: dict = {}
         if real is not None:
             parts["key_mask"] = torch.cat([real, real.new_ones(real.size(0), new)], dim=1)
-        if window is not None and window < k_len:
-            device = real.device if real is not None else self.layers[0].keys.device
-            parts["dense"] = sliding_window_mask(new, k_len, window, device)
+        if window is not None and window < self.held + new:
+            parts["window_left"] = window - 1
         return AttentionMask(**parts) if parts else None
 
 

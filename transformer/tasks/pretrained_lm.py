@@ -12,7 +12,8 @@ tokenizer of a Hugging Face checkpoint folder (:mod:`transformer.lm.pretrained`)
 
 The loss of a continued model is :func:`fine_tune_criterion`: the summed cross-entropy of every label. The windows
 of a text are never padded, and a pretrained model's padding id is often a real token (Qwen's is its end of text),
-so no id is left out of the loss.
+so no token id is left out of the loss; packed windows mark the labels that begin a document with
+:data:`IGNORED_LABEL` (-100, no token's id), which it leaves out.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from ..data.tokenizers import PretrainedTextTokenizer
 from ..lm.model import TransformerLM
 from ..lm.pretrained import PretrainedFormatError, PretrainedTokenizer, load_pretrained
 
-__all__ = ["pretrained_text_tokenizer", "load_pretrained_lm", "fine_tune_criterion", "FINE_TUNE_PEAK_LR"]
+__all__ = [
+    "pretrained_text_tokenizer",
+    "load_pretrained_lm",
+    "fine_tune_criterion",
+    "FINE_TUNE_PEAK_LR",
+    "IGNORED_LABEL",
+]
+
+#: The label of a packed window that the continued model's loss leaves out (a document's first token).
+IGNORED_LABEL = -100
 
 #: The peak learning rate ``train lm --init`` uses unless ``--lr`` or ``--lr-factor`` is given.
 FINE_TUNE_PEAK_LR = 5e-5
@@ -65,5 +75,6 @@ def load_pretrained_lm(folder: str | Path, device: str | torch.device, block: in
 
 
 def fine_tune_criterion() -> nn.Module:
-    """The summed cross-entropy of every label (the model's generator gives log-probabilities)."""
-    return nn.NLLLoss(reduction="sum")
+    """The summed cross-entropy of every label but :data:`IGNORED_LABEL` (the model's generator gives
+    log-probabilities)."""
+    return nn.NLLLoss(reduction="sum", ignore_index=IGNORED_LABEL)

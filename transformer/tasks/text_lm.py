@@ -7,6 +7,12 @@ next to a unigram model's on the same held-out tokens with the same tokenizer.
 
 Held-out text is ``valid_files`` when given, else the last ``valid_fraction`` of the token stream (the files are
 read in the order given, so that is the end of the last files: text the model never trains on).
+
+Each file is a document. Packed (``pack=True``, the default of ``train lm``: ``--pack``/``--no-pack``), a window's
+documents are kept apart: no token attends to another document, positions restart at each, and a document's first
+token is not a label (``ignore_index``, which the loss leaves out: the tokenizer's padding id for a new model's
+label-smoothing loss, :data:`~transformer.tasks.pretrained_lm.IGNORED_LABEL` for a continued model's). Unpacked,
+windows run across documents (the previous behaviour, GPT-2's).
 """
 
 from __future__ import annotations
@@ -89,9 +95,13 @@ def prepare_lm_data(
     valid_files: Sequence[str] = (),
     valid_fraction: float = 0.05,
     encoding_errors: str = "strict",
+    pack: bool = False,
+    ignore_index: int | None = None,
 ) -> LMData:
     """Tokenize ``text_files`` (and ``valid_files``) into stores under ``data_dir``; train a ``kind`` tokenizer
-    on the training files first unless ``tokenizer`` is given (a resumed run passes the checkpoint's)."""
+    on the training files first unless ``tokenizer`` is given (a resumed run passes the checkpoint's). ``pack``:
+    windows keep their documents apart, the labels that begin one becoming ``ignore_index`` (default: the
+    tokenizer's padding id, which the new model's loss leaves out)."""
     files = check_files(text_files, "--text")
     valid_files = [os.fspath(f) for f in valid_files]
     if not valid_files and not 0.0 < valid_fraction < 1.0:
@@ -101,6 +111,9 @@ def prepare_lm_data(
             min_frequency = 2 if kind == "bpe" else 1
         texts = (read_text(f, encoding_errors=encoding_errors) for f in files)
         tokenizer = train_tokenizer(texts, kind, vocab_size=vocab_size, min_frequency=min_frequency)
+    if pack and ignore_index is None:
+        ignore_index = tokenizer.pad_id
+    windows = {"pack": pack, "ignore_index": ignore_index}
     report = CorpusReport()
     train = build_text_store(
         os.path.join(data_dir, "train"), files, tokenizer, encoding_errors=encoding_errors, report=report
@@ -109,10 +122,12 @@ def prepare_lm_data(
         valid = build_text_store(
             os.path.join(data_dir, "valid"), valid_files, tokenizer, encoding_errors=encoding_errors, report=report
         )
-        return LMData(tokenizer, TextWindows(train, block), TextWindows(valid, block), [train, valid], report)
+        train_windows, valid_windows = TextWindows(train, block, **windows), TextWindows(valid, block, **windows)
+        return LMData(tokenizer, train_windows, valid_windows, [train, valid], report)
     total = int(train.offsets[-1])
     cut = int(total * (1.0 - valid_fraction))
-    return LMData(tokenizer, TextWindows(train, block, 0, cut), TextWindows(train, block, cut, total), [train], report)
+    train_windows = TextWindows(train, block, 0, cut, **windows)
+    return LMData(tokenizer, train_windows, TextWindows(train, block, cut, total, **windows), [train], report)
 
 
 def lm_config(tokenizer: TextTokenizer, *, formulation: str = "paper", block: int = 128, **fields: Any) -> LMConfig:
@@ -156,7 +171,7 @@ def make_lm_trainer(
         LabelSmoothing(config.vocab, config.pad_id or 0, 0.0) if criterion is None else criterion,
         task="lm",
         what="window",
-        data_settings={"block_len": data.train.block},
+        data_settings={"block_len": data.train.block, "pack": data.train.pack},
         max_tokens=max_tokens,
         steps=steps,
         warmup=warmup,

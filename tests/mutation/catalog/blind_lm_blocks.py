@@ -101,11 +101,11 @@ MUTANTS = [
     ),
     Mutant(
         "blind-blocks-sliding-window-off-by-one",
-        "transformer/lm/positions.py",
+        "transformer/lm/model.py",
         (
             (
-                "    return (slots - torch.arange(k_len, device=device)[None, :] < window).unsqueeze(0)",
-                "    return (slots - torch.arange(k_len, device=device)[None, :] <= window).unsqueeze(0)",
+                "            left = self.sliding_window - 1\n",
+                "            left = self.sliding_window\n",
             ),
         ),
         "The sliding window lets each query see sliding_window + 1 keys (i - j <= window): with sliding_window=4 "
