@@ -142,6 +142,11 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
         return False
     if kind == "none":
         return value is None
+    if kind == "literal":  # as beartype: an instance of the literal's type, equal to it (True passes Literal[1])
+        for literal, index in zip(hint[1], hint[2], strict=False):  # (one class per value)
+            if isinstance(value, contract.classes[index]) and value == literal:
+                return True
+        return False
     if kind == "class":
         return isinstance(value, contract.classes[hint[1]])
     if kind == "union":

@@ -130,8 +130,9 @@ def _parse(annotation: str | type) -> tuple:
         hint = parse_hint(annotation, classes)
     except UnsupportedAnnotation as error:
         raise ValueError(f"check: cannot read the annotation {annotation!r}: {error}") from None
-    arrays = [hint] if hint and hint[0] == "array" else [h for h in (hint or ("", ()))[1] if hint[0] == "union"]
-    if hint is None or classes or not arrays or any(h[0] not in ("array", "none") for h in arrays):
+    alternatives = hint[1] if hint is not None and hint[0] == "union" else (hint,)
+    kinds = [None if h is None else h[0] for h in alternatives]
+    if classes or "array" not in kinds or any(kind not in ("array", "none") for kind in kinds):
         raise TypeError(
             "check: annotation must be a dimension string or a jaxtyping tensor annotation (Float[Tensor, '...'], "
             f"optionally | None), got {annotation!r}"
