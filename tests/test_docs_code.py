@@ -18,6 +18,7 @@ Conventions (also stated in docs/index.md, "About these pages"):
 from __future__ import annotations
 
 import ast
+import linecache
 import os
 import re
 import subprocess
@@ -89,6 +90,8 @@ def run_python(block: Block, namespace: dict) -> None:
     """Run one block statement by statement; a statement shown with ``# XError: message`` must raise it."""
     tree = ast.parse(block.code, filename=block.where)
     lines = block.code.splitlines()
+    # the block's source, for tracebacks and for what reads it back (transformer.check names its tensor from it)
+    linecache.cache[block.where] = (len(block.code), None, block.code.splitlines(keepends=True), block.where)
     for node in tree.body:
         code = compile(ast.Module([node], type_ignores=[]), block.where, "exec")
         following = lines[node.end_lineno] if node.end_lineno < len(lines) else ""
