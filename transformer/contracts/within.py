@@ -50,7 +50,7 @@ def check(x: T, annotation: str | type, name: str | None = None) -> T:
     A name the call has bound (by its arguments or an earlier check) must have the same size here; a new one is
     bound, for later checks and for the call's return value. A violation raises ``jaxtyping.TypeCheckError``:
     ``CausalSelfAttention.forward: tensor 'q' is f32[2,16,8,4], expected 'batch {self.n_head} seq head_dim'
-    (self.n_head=4) with batch=2, seq=8, n_embd=64; axis 1 ({self.n_head}) is 16, expected 4``. With checks off it
+    (self.n_head=4) with batch=2, seq=8; axis 1 ({self.n_head}) is 16, expected 4``. With checks off it
     returns at once. Called outside a ``checked`` call (with checks on), it raises ``TypeCheckError`` saying so.
     """
     enabled = _READER.value
