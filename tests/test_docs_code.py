@@ -5,8 +5,8 @@ Conventions (also stated in docs/index.md, "About these pages"):
 * ```python blocks of a page run in page order in one namespace, so a block may use what an earlier block of the
   same page defined (a model, a batch, a checkpoint directory). Each page runs in a fresh namespace and in its own
   empty working directory, with contracts on.
-* A line followed by a comment ``# SomeError: message`` must raise that error, with a message that starts like
-  the comment (up to a ``...``): that is how a page shows an error (README's tour does it).
+* A line followed by a comment ``# SomeError: message`` must raise that error (or a subclass of it), with a
+  message that starts like the comment (up to a ``...``): that is how a page shows an error (README's tour does it).
 * ```bash (and ```sh) blocks run with bash (-e, pipefail) in the page's working directory, in page order
   with the Python blocks (a command may use a file an earlier block wrote, and the other way round).
 * ```text and other blocks are output or pseudo-code: never run.
@@ -103,7 +103,8 @@ def run_python(block: Block, namespace: dict) -> None:
             exec(code, namespace)
         except Exception as error:  # noqa: BLE001 - any error type may be shown
             line = block.line + node.lineno
-            assert type(error).__name__ == shown["name"], (
+            # the error shown, or a subclass of it (a compiled call raises CompiledContractError, a TypeCheckError)
+            assert shown["name"] in [kind.__name__ for kind in type(error).__mro__], (
                 f"{block.where} (line {line}): shows {shown['name']}, raised {type(error).__name__}: {error}"
             )
             prefix = _expected_prefix(shown["message"])
