@@ -5,6 +5,7 @@ raises ``CompiledContractError`` while it is traced. Before, a violation returne
 sizes were 1, and the operation after it failed first with Dynamo's TorchRuntimeError (the ``after`` of each case
 is such an operation), or, for ``Literal``, nothing was checked at all."""
 
+import logging
 from typing import Literal
 
 import pytest
@@ -158,3 +159,19 @@ def test_the_issue_reproduction_names_head_dim():
         "SplitHeads.forward: argument 'q' is f32[2,8,16,4], expected Float[Tensor, 'batch seq {self.n_head} "
         "head_dim'] (self.n_head=4) with batch=2, seq=8"
     )
+
+
+def test_a_violation_raised_while_tracing_logs_nothing():
+    """torch's fake-tensor mode logs every TypeError a fake implementation raises, traceback and all; not ours."""
+    fn, _, wrong, after = CASES["a fixed size"]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: after(fn(x), (x,)), fullgraph=True, backend="aot_eager")
+    logger, records = logging.getLogger("torch._subclasses.fake_tensor"), []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # (torch's loggers do not propagate to pytest's caplog)
+    logger.addHandler(handler)
+    try:
+        _first_line(lambda: compiled(*wrong), CompiledContractError)
+    finally:
+        logger.removeHandler(handler)
+    assert [record.getMessage() for record in records] == []
