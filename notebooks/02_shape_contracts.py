@@ -225,16 +225,17 @@ print(f"compiled in {time.perf_counter() - start:.1f} s; matches eager: {same}")
 
 # %% [markdown]
 # What does a compiled model say when it is given a wrong shape? The eager contract error: the same
-# `TypeCheckError` with the same first line, raised by an operator the checker put in the graph, not an error from
-# inside the tracer. This cell prints both, and whether they agree ([Contracts](../docs/contracts.md#torchcompile)
-# describes how compiled models are checked).
+# `TypeCheckError` with the same first line, raised while the call is traced (a `CompiledContractError`, which is a
+# `TypeCheckError`), not an error from inside the tracer. This cell prints both, and whether they agree
+# ([Contracts](../docs/contracts.md#torchcompile) describes how compiled models are checked).
 
 # %%
 def first_line(call):
     try:
         call()
     except Exception as error:
-        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        kind = "TypeCheckError" if isinstance(error, T.TypeCheckError) else type(error).__name__
+        return f"{kind}: {str(error).splitlines()[0]}"
     return "no error"
 
 

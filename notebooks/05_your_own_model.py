@@ -177,12 +177,72 @@ except T.TypeCheckError as error:
 # [Contracts](../docs/contracts.md#switching-checks-off).
 
 # %% [markdown]
+# ## A bug no signature sees: `check` inside the forward
+#
+# karpathy/nanoGPT's `CausalSelfAttention` splits q, k and v into heads with `view` and `transpose` inside its
+# forward. Swap heads and head_dim in those `view`s (or forget the `transpose`) and every shape at the module's
+# boundary is still right, (batch, seq, n_embd) in and out: no signature can see it, and the model trains
+# silently. `check(q, "batch {self.n_head} seq head_dim")` holds a tensor inside a checked function to the call's
+# own dimension names: `batch` and `seq` as `x` bound them, `{self.n_head}` read from the module, `head_dim` bound
+# by the first check and held by the next ones (and by the return annotation, if it named it). Here is nanoGPT's
+# class (its flash path, the config's fields as arguments) with the swap planted:
+
+# %%
+from transformer import check
+
+
+class NanoGPTAttention(nn.Module):
+    def __init__(self, n_embd=64, n_head=4, bias=True, dropout=0.0, swapped=False):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.n_head, self.n_embd, self.dropout, self.swapped = n_head, n_embd, dropout, swapped
+
+    @checked
+    def forward(self, x: Float[Tensor, "batch seq {self.n_embd}"]) -> Float[Tensor, "batch seq {self.n_embd}"]:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        if self.swapped:  # the bug: head_dim where n_head belongs
+            heads = (B, T, C // self.n_head, self.n_head)
+        else:
+            heads = (B, T, self.n_head, C // self.n_head)
+        k = k.view(heads).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(heads).transpose(1, 2)
+        v = v.view(heads).transpose(1, 2)
+        check(q, "batch {self.n_head} seq head_dim")
+        check(k, "batch {self.n_head} seq head_dim")
+        check(v, "batch {self.n_head} seq head_dim")
+        y = scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                         dropout_p=self.dropout if self.training else 0, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+swapped = NanoGPTAttention(swapped=True)
+x = torch.randn(2, 9, 64)
+with T.checks(False):
+    print("checks off: output", tuple(swapped(x).shape), "and no error")
+try:
+    swapped(x)
+except T.TypeCheckError as error:
+    print(error)
+torch._dynamo.reset()
+try:
+    torch.compile(swapped, fullgraph=True)(x)
+except T.TypeCheckError as error:
+    print("compiled:", str(error).splitlines()[0])
+valid = NanoGPTAttention().eval()
+torch.testing.assert_close(torch.compile(valid, fullgraph=True)(x), valid(x))
+print("the valid module, compiled with fullgraph=True: the eager output")
+
+# %% [markdown]
 # ## torch.compile keeps the contract
 #
 # jaxtyping cannot check while `torch.compile` traces (it misfires on the fake tensors Dynamo traces with), so
 # while tracing `checked` hands the call to a checker of its own that Dynamo can trace: a valid call compiles to
-# one graph that holds no check (`fullgraph=True` holds), and an invalid call compiles to a graph that raises the
-# same `TypeCheckError`, with the same first line, when it runs.
+# one graph that holds no check (`fullgraph=True` holds), and an invalid call raises the same `TypeCheckError`,
+# with the same first line, while it is traced (before any later operation can fail on the wrong shape).
 
 # %%
 compiled = torch.compile(model, fullgraph=True)

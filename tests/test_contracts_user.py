@@ -38,6 +38,7 @@ def _first_line(call):
 def test_the_contract_api_is_exported_at_the_top_level():
     for name in (
         "checked",
+        "check",
         "Float",
         "Int",
         "Bool",

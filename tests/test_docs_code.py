@@ -5,8 +5,8 @@ Conventions (also stated in docs/index.md, "About these pages"):
 * ```python blocks of a page run in page order in one namespace, so a block may use what an earlier block of the
   same page defined (a model, a batch, a checkpoint directory). Each page runs in a fresh namespace and in its own
   empty working directory, with contracts on.
-* A line followed by a comment ``# SomeError: message`` must raise that error, with a message that starts like
-  the comment (up to a ``...``): that is how a page shows an error (README's tour does it).
+* A line followed by a comment ``# SomeError: message`` must raise that error (or a subclass of it), with a
+  message that starts like the comment (up to a ``...``): that is how a page shows an error (README's tour does it).
 * ```bash (and ```sh) blocks run with bash (-e, pipefail) in the page's working directory, in page order
   with the Python blocks (a command may use a file an earlier block wrote, and the other way round).
 * ```text and other blocks are output or pseudo-code: never run.
@@ -18,6 +18,7 @@ Conventions (also stated in docs/index.md, "About these pages"):
 from __future__ import annotations
 
 import ast
+import linecache
 import os
 import re
 import subprocess
@@ -89,6 +90,8 @@ def run_python(block: Block, namespace: dict) -> None:
     """Run one block statement by statement; a statement shown with ``# XError: message`` must raise it."""
     tree = ast.parse(block.code, filename=block.where)
     lines = block.code.splitlines()
+    # the block's source, for tracebacks and for what reads it back (transformer.check names its tensor from it)
+    linecache.cache[block.where] = (len(block.code), None, block.code.splitlines(keepends=True), block.where)
     for node in tree.body:
         code = compile(ast.Module([node], type_ignores=[]), block.where, "exec")
         following = lines[node.end_lineno] if node.end_lineno < len(lines) else ""
@@ -100,7 +103,8 @@ def run_python(block: Block, namespace: dict) -> None:
             exec(code, namespace)
         except Exception as error:  # noqa: BLE001 - any error type may be shown
             line = block.line + node.lineno
-            assert type(error).__name__ == shown["name"], (
+            # the error shown, or a subclass of it (a compiled call raises CompiledContractError, a TypeCheckError)
+            assert shown["name"] in [kind.__name__ for kind in type(error).__mro__], (
                 f"{block.where} (line {line}): shows {shown['name']}, raised {type(error).__name__}: {error}"
             )
             prefix = _expected_prefix(shown["message"])

@@ -11,7 +11,19 @@ from .cache import DecoderCache, KVCache, LayerCache
 from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from .common import moved_modules
 from .config import TransformerConfig
-from .contracts import Bool, Float, Int, Shaped, Tensor, TypeCheckError, checked, checks, checks_enabled, set_checks
+from .contracts import (
+    Bool,
+    Float,
+    Int,
+    Shaped,
+    Tensor,
+    TypeCheckError,
+    check,
+    checked,
+    checks,
+    checks_enabled,
+    set_checks,
+)
 from .decoder import Decoder, DecoderLayer
 from .decoding import BeamResult, beam_search, greedy_decode, greedy_step, next_token_log_probs, sample_decode
 from .embeddings import Embeddings, EmbeddingStack, LearnedPositionalEncoding, PositionalEncoding
@@ -72,6 +84,7 @@ __all__ = [
     "checks_enabled",
     "set_checks",
     "TypeCheckError",
+    "check",
     "checked",
     "Float",
     "Int",

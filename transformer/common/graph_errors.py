@@ -5,10 +5,15 @@ exception"), not as the error the eager call raises. So code that finds, while t
 an operator made here into the graph instead: its fake version returns a placeholder tensor of the shape the call
 promised (tracing goes on, in one graph), its real version raises the error when the compiled graph runs. It is
 registered as an effect, so that no compiler removes it as dead code when nothing reads the placeholder.
+
+An operator made with ``while_tracing=True`` raises already while Dynamo traces: its fake version raises the error
+(a :class:`RaisedWhileTracing`), which Dynamo hands to the caller unchanged, so the code after the failing call is
+never traced (no placeholder, and no later operation failing on it first).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -18,19 +23,44 @@ from torch import Tensor
 ErrorMaker = Callable[[str, list], Exception]
 
 
-def raising_operator(name: str, make_error: ErrorMaker) -> torch._ops.OpOverload:
+class RaisedWhileTracing(IndexError):
+    """The base of an error a fake implementation raises on purpose while Dynamo traces. Dynamo passes an
+    ``IndexError`` from a fake implementation to the caller unchanged (``torch/_dynamo/utils.py``, ``run_node``: the
+    dimension errors of ``maybe_wrap_dim``; torch 2.13), where any other exception becomes its
+    ``TorchRuntimeError``, ``Unsupported`` or ``InternalTorchDynamoError``."""
+
+
+class _QuietAboutOurs(logging.Filter):
+    """FakeTensorMode logs every TypeError a fake implementation raises, with its traceback, before re-raising it:
+    not for the errors raised here on purpose (the caller gets them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], RaisedWhileTracing))
+
+
+def _size(size) -> int | str:
+    """A size as the call being traced has it: a symbolic size's hint (what the traced call was given)."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return int(hint) if hint is not None else str(size)
+    return size
+
+
+def raising_operator(name: str, make_error: ErrorMaker, while_tracing: bool = False) -> torch._ops.OpOverload:
     """The operator ``typed_transformer::<name>(message, sizes, shape, dtype, device, after) -> Tensor``, defined once
     per process (a reload finds it defined and keeps it).
 
     Run, it raises ``make_error(message, sizes)``; traced, it returns ``torch.empty(shape, dtype, device)``. ``after``
     (a tensor or None) is a previous such operator's output, to keep several in the order they were traced.
+    With ``while_tracing``, traced it raises too, with the sizes of the call being traced; ``make_error`` must then
+    return a :class:`RaisedWhileTracing` for Dynamo to hand it on unchanged.
     """
     if not hasattr(torch.ops.typed_transformer, name):
-        _define(name, make_error)
+        _define(name, make_error, while_tracing)
     return getattr(torch.ops.typed_transformer, name).default
 
 
-def _define(name: str, make_error: ErrorMaker) -> None:
+def _define(name: str, make_error: ErrorMaker, while_tracing: bool) -> None:
     def raise_error(
         message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device, after: Tensor | None
     ) -> Tensor:
@@ -39,8 +69,12 @@ def _define(name: str, make_error: ErrorMaker) -> None:
     def placeholder(
         message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device, after: Tensor | None
     ) -> Tensor:
+        if while_tracing:
+            raise make_error(message, [_size(size) for size in sizes])
         return torch.empty(shape, dtype=dtype, device=device)  # what the failing call promised: tracing goes on
 
+    if while_tracing:
+        logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietAboutOurs())
     operator = torch.library.custom_op(f"typed_transformer::{name}", raise_error, mutates_args=())
     operator.register_fake(placeholder)
     op = getattr(torch.ops.typed_transformer, name).default

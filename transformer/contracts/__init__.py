@@ -12,13 +12,15 @@ that overrides the process-wide default). Off costs one ContextVar lookup per ca
 
 Under ``torch.compile`` the same contracts hold: while Dynamo traces, ``checked`` hands the
 call to the checker of ``transformer.contracts.traced``, which raises the same
-``TypeCheckError`` (same first line) from the compiled graph. No graph break.
+``TypeCheckError`` (same first line, as a :class:`CompiledContractError`) while the call is traced. No graph break.
 
 One concept per module:
 
 * ``dimensions``: the vocabulary of dimension names (:data:`DIMENSIONS`);
 * ``switch``: checks on or off (:func:`checks`, :func:`set_checks`, :func:`checks_enabled`);
 * ``decorator``: :func:`checked`;
+* ``within``: :func:`check`, a contract on a tensor inside a checked function, with the call's dimension names;
+* ``frames``: the checked calls in progress, which :func:`check` binds with;
 * ``grammar``: the annotation grammar both checkers read;
 * ``fast`` (with ``fast_source``): the eager checker, each contract compiled into Python once;
 * ``traced`` (with ``traced_rules``): the checker that runs while torch.compile traces;
@@ -41,6 +43,8 @@ from .guards import (
     validate_token_ids,
 )
 from .switch import checks, checks_enabled, set_checks
+from .traced import CompiledContractError
+from .within import check
 
 __all__ = [
     "DIMENSIONS",
@@ -50,6 +54,8 @@ __all__ = [
     "Shaped",
     "Tensor",
     "TypeCheckError",
+    "CompiledContractError",
+    "check",
     "checked",
     "checks",
     "checks_enabled",

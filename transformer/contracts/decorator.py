@@ -16,10 +16,12 @@ import torch
 from jaxtyping import TypeCheckError
 
 from .fast import NotFast, compile_checker
+from .frames import EAGER
 from .grammar import resolved_signature
-from .report import Reporter, field_text, located
+from .report import CheckFailure, Reporter, field_text, located
 from .switch import CHECKS
 from .traced import Contract, call_traced
+from .within import check_return
 
 F = TypeVar("F", bound=Callable)
 # the switch as the wrapper reads it, inline (see transformer.common.switches): the cheapest read there is
@@ -48,6 +50,9 @@ def checked(fn: F) -> F:
     While torch.compile traces, the same annotations are checked by ``transformer.contracts.traced`` (read from the
     annotations once, here), on the shapes Dynamo traces with; a violation becomes an operator in the graph that
     raises the same ``TypeCheckError`` with the same first line when the graph runs. See docs/contracts.md.
+
+    ``transformer.contracts.check(x, "dims")`` inside ``fn`` checks an intermediate tensor against the same
+    dimension names (``transformer.contracts.within``); the names it binds hold for the return value too.
 
     ``fn.unchecked`` is the bare function, for calls on the hot path whose shapes the calling
     function's own contract has just checked (e.g. ``MultiHeadedAttention.attend`` calling
@@ -104,10 +109,20 @@ def checked(fn: F) -> F:
         if enabled:
             if torch.compiler.is_compiling():
                 return call_traced(contract, fn, args, kwargs)
+            frame = [contract, args, kwargs, None, None]  # what a check(...) inside fn binds with (transformer.check)
+            frames = EAGER.frames
+            frames.append(frame)
             try:
-                return eager(args, kwargs)
+                out = eager(args, kwargs)
+            except CheckFailure as failure:  # a check(...) inside fn
+                raise TypeCheckError(qualname + ": " + str(failure)) from None
             except TypeCheckError as error:  # this call's, or a nested call's: located, with the caller's name
                 raise TypeCheckError(located(qualname, str(error), fields(args, kwargs))) from None
+            finally:
+                frames.pop()
+            if frame[3] is not None:  # a check(...) inside fn bound names: the return value answers to them too
+                check_return(frame, out, qualname)
+            return out
         return fn(*args, **kwargs)
 
     wrapper.unchecked = fn  # for hot inner calls whose caller's contract already covers these shapes

@@ -158,6 +158,10 @@ def parse_hint(annotation: object, classes: list) -> tuple | None:
         dims, variadic_index = parse_dims(annotation.dim_str)
         return ("array", array_dtypes(annotation), dims, variadic_index)
     origin = typing.get_origin(annotation)
+    if origin is typing.Literal:  # the values, and the index of each value's class in ``classes``
+        values = typing.get_args(annotation)
+        classes.extend(type(value) for value in values)
+        return ("literal", values, tuple(range(len(classes) - len(values), len(classes))))
     if origin is typing.Union or origin is types.UnionType:
         alternatives = tuple(parse_hint(a, classes) for a in typing.get_args(annotation))
         return None if any(a is None for a in alternatives) else ("union", alternatives)

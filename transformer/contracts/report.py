@@ -8,12 +8,17 @@ with jaxtyping + beartype; under torch.compile the traced checker writes the sam
 
 from __future__ import annotations
 
+import ast
 import inspect
+import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
+from jaxtyping import TypeCheckError
+
+from ..common.dtypes import DTYPE_SHORT_NAMES
 
 _MISSING = object()
 
@@ -70,6 +75,77 @@ def field_text(fields: tuple, bound: dict, sizes: list | None = None) -> str:
         else:
             parts.append(path + "=" + repr(value))
     return " (" + ", ".join(parts) + ")" if parts else ""
+
+
+class CheckFailure(TypeCheckError):
+    """A ``check(...)`` that failed inside the function of a checked call, whose wrapper adds the call's name."""
+
+
+#: in a message template, where the name of the tensor a ``check(...)`` was given goes, read from its call site
+TENSOR_NAME = "\x00"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def call_site_name(stack: Sequence) -> str:
+    """``q`` for the call ``check(q, ...)``: the source of the first argument of the ``check`` call in the innermost
+    frame of ``stack`` (``traceback.FrameSummary`` items, outermost first) outside this package's contracts."""
+    for frame in reversed(stack):
+        if os.path.dirname(os.path.abspath(frame.filename)) == _HERE:
+            continue
+        where = f"the tensor checked at {os.path.basename(frame.filename)}:{frame.lineno}"
+        try:
+            tree = ast.parse((frame.line or "").strip())
+        except SyntaxError:  # a call spread over several lines
+            return where
+        for node in ast.walk(tree):
+            func = node.func if isinstance(node, ast.Call) else None
+            named = getattr(func, "id", None) or getattr(func, "attr", None)
+            if named == "check" and node.args:
+                return ast.unparse(node.args[0])
+        return where
+    return "the tensor"
+
+
+def value_text(value, sizes: list, top: bool = True) -> str:
+    """jaxtyping's short form of a value (``bool[3,5,5]``), with ``{}`` for each size, which goes into ``sizes``."""
+    if isinstance(value, torch.Tensor):
+        sizes.extend(value.shape)
+        text = DTYPE_SHORT_NAMES[value.dtype] + "[" + ",".join(["{}"] * value.dim()) + "]"
+        return text if top else text + "(torch)"
+    if value is None or isinstance(value, (bool, float, str)):
+        return escape_braces(repr(value))
+    if isinstance(value, (int, torch.SymInt)):
+        sizes.append(value)
+        return "{}"
+    if isinstance(value, (tuple, list)):
+        items = [value_text(item, sizes, top=False) for item in value]
+        if isinstance(value, tuple):
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        return "[" + ", ".join(items) + "]"
+    return escape_braces(type(value).__name__) + "(...)"
+
+
+def describe(
+    subject: str, value, expected: str, single: dict, variadic: dict, fields: tuple, bound: dict
+) -> tuple[str, list]:
+    """The summary line of a violation as a format string with ``{}`` for every size, and the sizes: what
+    :func:`summary` reads out of jaxtyping's report, written from the traced checker's memo."""
+    sizes: list = []
+    actual = value_text(value, sizes)
+    expected = expected + field_text(fields, bound, sizes)
+    names = []
+    for name, size in single.items():
+        names.append(name + "={}")
+        sizes.append(size)
+    for name, (_, shape, is_size) in variadic.items():
+        sizes.extend(shape)
+        inner = ", ".join(["{}"] * len(shape))
+        if is_size:
+            names.append(name + "=torch.Size([" + inner + "])")
+        else:
+            names.append(name + "=(" + inner + ("," if len(shape) == 1 else "") + ")")
+    with_sizes = " with " + ", ".join(names) if names else ""
+    return subject + " is " + actual + ", expected " + expected + with_sizes, sizes
 
 
 def located(qualname: str, message: str, fields: Callable[[str], str] = lambda subject: "") -> str:

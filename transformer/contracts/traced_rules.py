@@ -142,6 +142,11 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
         return False
     if kind == "none":
         return value is None
+    if kind == "literal":  # as beartype: an instance of the literal's type, equal to it (True passes Literal[1])
+        for literal, index in zip(hint[1], hint[2], strict=False):  # (one class per value)
+            if isinstance(value, contract.classes[index]) and value == literal:
+                return True
+        return False
     if kind == "class":
         return isinstance(value, contract.classes[hint[1]])
     if kind == "union":
@@ -157,14 +162,3 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
                 return False
         return True
     return True  # "any"
-
-
-def note_sizes(hint: tuple, value, single: dict) -> None:
-    """Record the sizes a tensor gives to names not bound yet, without checking anything."""
-    if hint[0] == "union":
-        for alternative in hint[1]:
-            note_sizes(alternative, value, single)
-    elif hint[0] == "array" and hint[3] < 0 and isinstance(value, torch.Tensor) and value.dim() == len(hint[2]):
-        for dim, size in zip(hint[2], value.shape, strict=False):  # (ranks compared above)
-            if dim[0] == "named" and dim[1] not in single:
-                single[dim[1]] = size

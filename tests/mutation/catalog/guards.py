@@ -9,6 +9,7 @@ CONTRACT_TESTS = (
     "tests/test_contracts_compiled.py",
 )
 GUARD_TESTS = ("tests/test_guards.py",)
+CHECK_TESTS = ("tests/test_contracts_check.py", "tests/test_contracts_compiled_forms.py")
 
 MUTANTS: list[Mutant] = [
     M(
@@ -188,8 +189,8 @@ MUTANTS: list[Mutant] = [
         "transformer/contracts/traced.py",
         (
             (
-                "            if result is None or fits(result[0], out, memo, bound, contract):\n",
-                "            if True:\n",
+                "        if result is not None and not fits(result[0], out, memo, bound, contract):\n",
+                "        if False:\n",
             ),
         ),
         "under torch.compile the return value's contract is not checked",
@@ -212,11 +213,42 @@ MUTANTS: list[Mutant] = [
         "transformer/contracts/traced.py",
         (
             (
-                '        message = " > ".join(_TRACE_CALLS) + ": " + template\n',
-                '        message = qualname + ": " + template\n',
+                '    raise_traced(" > ".join(_TRACE_CALLS) + ": " + template, sizes)\n',
+                '    raise_traced(_TRACE_CALLS[-1] + ": " + template, sizes)\n',
             ),
         ),
         "a compiled nested violation does not name its callers",
         CONTRACT_TESTS,
+    ),
+    Mutant(
+        "check-names-not-in-return",
+        "transformer/contracts/decorator.py",
+        (
+            (
+                "            if frame[3] is not None:  # a check(...) inside fn bound names: the return value answers to them too\n",
+                "            if False:\n",
+            ),
+        ),
+        "a name bound by check(...) does not hold for the return value in eager mode",
+        CHECK_TESTS,
+    ),
+    Mutant(
+        "check-ignores-signature-names",
+        "transformer/contracts/within.py",
+        (("            fits(hint, given[name], memo, bound, contract)\n", "            pass\n"),),
+        "check(...) binds its names afresh instead of with the enclosing call's arguments",
+        CHECK_TESTS,
+    ),
+    Mutant(
+        "traced-violation-raised-from-graph",
+        "transformer/contracts/traced.py",
+        (
+            (
+                '_contract_violation = raising_operator("contract_violation_traced", _violation_error, while_tracing=True)\n',
+                '_contract_violation = raising_operator("contract_violation_traced", _violation_error)\n',
+            ),
+        ),
+        "a violation found while tracing is raised by the compiled graph, after the next operation has been traced",
+        CHECK_TESTS,
     ),
 ]
