@@ -215,3 +215,15 @@ def test_a_packed_batch_on_the_kernel_under_the_interpreter(mistral):
             got = ours.float()(**inputs).logits
         ours.double()
     torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+
+
+def test_a_batch_where_only_one_row_is_packed_splits_that_row(mistral):
+    """Row 0 restarts its positions (two documents), row 1 does not (one): row 0's documents are still apart,
+    with the default cache too, and row 1 is one document."""
+    positions = torch.stack([torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4]), torch.arange(9)])
+    with torch.no_grad():
+        both = mistral[1](input_ids=IDS, position_ids=positions).logits
+        second_alone = mistral[1](input_ids=IDS[:1, 4:]).logits[0]
+        row_alone = mistral[1](input_ids=IDS[1:]).logits[0]
+    torch.testing.assert_close(both[0, 4:], second_alone, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(both[1], row_alone, rtol=1e-10, atol=1e-10)

@@ -167,3 +167,14 @@ def test_the_modifiers_and_documents_compile_without_a_graph_break(backend):
         want = mha(x, x, x, mask)
         got = torch.compile(mha, backend="eager", fullgraph=True)(x, x, x, mask)
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["eager", "torch"])
+def test_drop_in_alibi_alone_with_is_causal_keeps_torchs_top_left_diagonal(backend):
+    """ALiBi without a cap (the torch backend's float-bias path) and is_causal with q_len < k_len: causality stays
+    top-left (j <= i, as torch's is_causal) while the distance is from p(i) = k_len - q_len + i."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, n, 4, generator=g, dtype=torch.float64) for n in (3, 6, 6))
+    slopes = torch.tensor([0.4, 1.1], dtype=torch.float64)
+    got = T.scaled_dot_product_attention(q, k, v, is_causal=True, backend=backend, alibi_slopes=slopes)
+    torch.testing.assert_close(got, _formula(q, k, v, 0.5, causal=True, slopes=slopes), rtol=1e-10, atol=1e-10)

@@ -1,6 +1,7 @@
 """The mutant catalog: one module per area, each with a ``MUTANTS`` list (see tests/mutation/README.md)."""
 
 from . import (  # blind reviews (docs/guarantees.md)
+    blind_backends29,
     blind_contracts,
     blind_data,
     blind_decoding,
@@ -65,6 +66,7 @@ ALL: list[Mutant] = [
     *blind_pretrained.MUTANTS,
     *blind_use_pretrained.MUTANTS,
     *blind_masks29.MUTANTS,
+    *blind_backends29.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
