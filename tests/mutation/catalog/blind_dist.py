@@ -134,5 +134,6 @@ SUITE = (
     "tests/test_training.py",
     "tests/test_cli.py",
     "tests/test_checkpoint.py",
+    "tests/test_run_safety_disk.py",  # test_run_safety.py's part that catches blind-dist-restart-count-zero (issue 26)
 )
 MUTANTS = [dataclasses.replace(m, tests=SUITE) for m in MUTANTS]
