@@ -9,9 +9,13 @@ import torch
 from philox_model import P
 
 
-def allowed_keys(batch, q_len, k_len, *, documents, window_left, window_right, causal, key_lengths, device="cpu"):
-    """Bool (batch, 1, q_len, k_len): query i (at position p(i) = k_len - q_len + i) may attend key j only in the
-    document of p(i), within [p(i) - window_left, p(i) + window_right], with causal j <= i, and below the key length."""
+def allowed_keys(
+    batch, q_len, k_len, *, documents, window_left, window_right, causal, key_lengths, mask=None, key_mask=None,
+    device="cpu",
+):  # fmt: skip
+    """Bool (batch, 1 or heads, q_len, k_len): query i (at position p(i) = k_len - q_len + i) may attend key j only in
+    the document of p(i), within [p(i) - window_left, p(i) + window_right], with causal j <= i, below the key length,
+    and where the dense ``mask`` (broadcastable) and ``key_mask`` (batch, k_len) say True."""
     i = torch.arange(q_len, device=device)[:, None]
     j = torch.arange(k_len, device=device)[None, :]
     pos = i + (k_len - q_len)
@@ -27,10 +31,17 @@ def allowed_keys(batch, q_len, k_len, *, documents, window_left, window_right, c
         allowed = allowed & (j <= i)
     if key_lengths is not None:
         allowed = allowed & (j < key_lengths.view(batch, 1, 1, 1))
+    if mask is not None:
+        allowed = allowed & mask
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
     return allowed
 
 
-def reference(q, k, v, *, documents, window_left, window_right, softcap, alibi_slopes, causal, key_lengths, keep):
+def reference(
+    q, k, v, *, documents, window_left, window_right, softcap, alibi_slopes, causal, key_lengths, keep, mask=None,
+    key_mask=None,
+):  # fmt: skip
     """(out, lse) in q's dtype: s = scale * q k^T; s = c * tanh(s / c); s -= slope * |p(i) - j|; the keys
     :func:`allowed_keys` excludes are masked; softmax (rows with no allowed key give 0); dropout's keep mask scaled by
     1 / (1 - p). Grouped-query attention: k and v repeated with repeat_interleave."""
@@ -49,7 +60,7 @@ def reference(q, k, v, *, documents, window_left, window_right, softcap, alibi_s
         s = s - slopes[:, :, None, None] * distance.abs().to(s.dtype)
     allowed = allowed_keys(
         batch, q_len, k_len, documents=documents, window_left=window_left, window_right=window_right, causal=causal,
-        key_lengths=key_lengths, device=q.device,
+        key_lengths=key_lengths, mask=mask, key_mask=key_mask, device=q.device,
     )  # fmt: skip
     s = s.masked_fill(~allowed, float("-inf"))
     lse = torch.logsumexp(s.float() if s.dtype == torch.float16 else s, dim=-1)

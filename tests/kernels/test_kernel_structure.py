@@ -43,12 +43,14 @@ def draw_case(rng: random.Random, feature: str, combo: str) -> dict:
     else:
         shape = (heads,) if rng.random() < 0.5 else (case["batch"], heads)
         case["alibi_slopes"] = torch.rand(shape, generator=torch.Generator().manual_seed(rng.randint(0, 99)))
+    case.update(mask=None, key_mask=None)
     if combo == "key_lengths":
         case["key_lengths"] = torch.tensor([rng.randint(0, case["k_len"]) for _ in range(case["batch"])])
     return case
 
 
 STRUCTURE = ("documents", "window_left", "window_right", "softcap", "alibi_slopes", "causal", "key_lengths")
+STRUCTURE += ("mask", "key_mask")
 
 
 def run_case(case: dict, dtype, device, seed: int = 7):
@@ -137,6 +139,18 @@ def test_everything_at_once_matches_float64(device):
         assert_matches_reference(case, torch.float32, device)
 
 
+def test_dense_mask_and_key_mask_combine_with_documents_and_windows(device):
+    """A dense (batch, 1, q_len, k_len) mask and a key mask ANDed with documents, a window, softcap and slopes."""
+    rng = random.Random(11)
+    for feature in ("documents", "window"):
+        case = draw_case(rng, feature, "causal")
+        batch, q_len, k_len = case["batch"], case["q_len"], case["k_len"]
+        gen = torch.Generator().manual_seed(rng.randint(0, 99))
+        case.update(mask=torch.rand(batch, 1, q_len, k_len, generator=gen) > 0.3, causal=False, softcap=3.0)
+        case.update(key_mask=torch.rand(batch, k_len, generator=gen) > 0.2, alibi_slopes=torch.rand(4))
+        assert_matches_reference(case, torch.float32, device)
+
+
 def test_split_kv_decoding_with_documents_windows_and_modifiers(device):
     """Short queries over long keys take the split-KV forward (FlashDecoding, a second combining kernel); each
     split intersects its keys with the documents and windows: a split with no allowed key contributes nothing."""
@@ -154,7 +168,8 @@ def test_split_kv_decoding_with_documents_windows_and_modifiers(device):
 
 def test_decoding_a_window_over_documents_reads_only_the_last_document(device):
     """One query at the last position of a packed row of three documents, window 5: only keys of the last
-    document within 5 positions count, so changing every other key and value leaves the output unchanged, exactly.
+    document within 5 positions count, so changing every other key and value leaves the output unchanged, exactly;
+    a window_right of 10**12 is the same as 0 here (no key lies after the last query).
     Under the interpreter with 16-key blocks, NaN values in the first two key blocks (outside the window) never
     reach the output: those blocks are never loaded (a loaded NaN value would give 0 * NaN = NaN)."""
     k_len = 40
@@ -170,6 +185,8 @@ def test_decoding_a_window_over_documents_reads_only_the_last_document(device):
         if not HAS_CUDA:
             v2[:, :, :32] = float("nan")
             assert torch.equal(flash_attention_with_lse(q, k2, v2, **args)[0], out)
+        huge = dict(args, window_right=10**12)  # wider than any distance: the same as unbounded (clamped for 32 bits)
+        assert torch.equal(flash_attention_with_lse(q, k, v, **huge)[0], out)
     expected, _ = reference(
         q.double(), k.double(), v.double(), documents=documents, window_left=5, window_right=0, softcap=None,
         alibi_slopes=None, causal=False, key_lengths=None, keep=None,
