@@ -4,9 +4,11 @@ import math
 
 import torch
 
+from ._args import document_bounds
 from ._op import attention
 from ._validate import run_reason
 from ._validate import validate as check_inputs
+from ._validate import validate_structure as check_structure
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -44,20 +46,28 @@ def flash_attention_with_lse(
     scale=None,
     dropout_p=0.0,
     seed=None,
+    documents=None,
+    window_left=None,
+    window_right=None,
+    softcap=None,
+    alibi_slopes=None,
     validate: bool = True,
 ):
     """Fused attention; returns (out, logsumexp). See :func:`flash_attention` and docs/kernels.md.
 
-    The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled and masked scores
-    before dropout; -inf for a query row with no allowed key. It is differentiable.
+    The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled (softcapped, ALiBi-biased)
+    and masked scores before dropout; -inf for a query row with no allowed key. It is differentiable.
     """
-    return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, validate, True)
+    structure = (documents, window_left, window_right, softcap, alibi_slopes)
+    return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, structure, validate, True)
 
 
-def _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, validate: bool, with_lse: bool):
-    """(out, lse) with ``with_lse``, else out alone (the eager autograd graph then has one output: less host time)."""
+def _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, structure, validate, with_lse: bool):
+    """(out, lse) with ``with_lse``, else out alone (the eager autograd graph then has one output: less host time).
+    ``structure``: (documents, window_left, window_right, softcap, alibi_slopes) as the public functions take them."""
     if validate:
         check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
+        check_structure(q, k, *structure)
         reason = run_reason(q, k)
         if reason is not None:
             raise RuntimeError(f"flash_attention cannot run here: {reason}")
@@ -66,7 +76,16 @@ def _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, 
         q, scale = -q, -scale  # is the same, and autograd carries dq back through the negation
     dropout_p = float(dropout_p)
     seed_t = philox_state(seed, q.device) if dropout_p > 0.0 else None
-    return attention(q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p, with_lse)
+    documents, window_left, window_right, softcap, alibi_slopes = structure
+    if documents is None and window_left is None and window_right is None and softcap is None and alibi_slopes is None:
+        kernel_structure = ()
+    else:
+        doc_bounds = None if documents is None else document_bounds(documents)
+        windows = (None if w is None else int(w) for w in (window_left, window_right))
+        cap = None if softcap is None else float(softcap)
+        kernel_structure = (doc_bounds, alibi_slopes, *windows, cap)
+    args = (q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
+    return attention(*args, with_lse, kernel_structure)
 
 
 def flash_attention(
@@ -81,6 +100,11 @@ def flash_attention(
     scale=None,
     dropout_p=0.0,
     seed=None,
+    documents=None,
+    window_left=None,
+    window_right=None,
+    softcap=None,
+    alibi_slopes=None,
     validate: bool = True,
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v with dropout on the probabilities, in one fused Triton kernel.
@@ -93,10 +117,20 @@ def flash_attention(
     1/sqrt(head_dim). ``dropout_p`` drops probabilities with an in-kernel Philox generator keyed by ``seed``
     (None: a (seed, offset) pair drawn on q's device from torch's generator there, graph-safe; an int: that
     seed, offset 0) and scales the kept ones by 1/(1-p).
+
+    Documents, windows and score modifiers (docs/kernels.md), with query i at position p(i) = k_len - q_len + i:
+    ``documents`` int32/int64 (batch, k_len), non-decreasing ids along each row: query i attends only keys j with
+    ``documents[b, j] == documents[b, p(i)]`` (needs q_len <= k_len); ``window_left`` / ``window_right`` ints >= 0
+    (None: unbounded): only keys with p(i) - window_left <= j <= p(i) + window_right (Mistral's window W:
+    ``causal=True, window_left=W - 1``); ``softcap`` float > 0: the scaled scores s become softcap * tanh(s /
+    softcap) (Gemma 2); ``alibi_slopes`` (heads,) or (batch, heads) of the query heads, float32 or q's dtype: then
+    -slope * |p(i) - j| is added (ALiBi). Order: scale, softcap, ALiBi, masks, softmax. Key blocks outside every
+    query's document and window are never loaded. The slopes get no gradient.
     ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
     check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """
-    return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, validate, False)
+    structure = (documents, window_left, window_right, softcap, alibi_slopes)
+    return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, structure, validate, False)
 
 
 def tune(
@@ -110,15 +144,29 @@ def tune(
     causal=False,
     scale=None,
     dropout_p=0.0,
+    documents=None,
+    window_left=None,
+    window_right=None,
+    softcap=None,
+    alibi_slopes=None,
     backward: bool = True,
 ) -> None:
     """Autotune (and compile) the kernels for these inputs now, outside any CUDA graph capture: one forward call,
     and with ``backward`` one backward, on copies of the inputs (their values do not matter, only what the
     autotune key reads: the length buckets, (batch x heads) bucket, head_dim, dtype, the masks present, causal,
-    dropout and the GQA group). A later call with the same key never times configs, so it may then be captured
-    (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``); a call during capture whose key was not
-    tuned raises a RuntimeError that names this function. Without CUDA (the interpreter) it just runs the calls."""
+    dropout, the documents, windows and score modifiers present, and the GQA group). A later call with the same key
+    never times configs, so it may then be captured (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``);
+    a call during capture whose key was not tuned raises a RuntimeError that names this function. Without CUDA (the
+    interpreter) it just runs the calls."""
     check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
+    structure = dict(
+        documents=documents,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+    )
+    check_structure(q, k, *structure.values())
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("transformer.kernels.tune must be called before CUDA graph capture, not during it")
     leaves = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
@@ -132,6 +180,7 @@ def tune(
             scale=scale,
             dropout_p=dropout_p,
             seed=0,
+            **structure,
         )
         if backward:
             torch.autograd.grad(out, leaves, torch.ones_like(out))

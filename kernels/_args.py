@@ -41,6 +41,50 @@ def side_inputs(q: torch.Tensor, mask, key_mask, key_lengths, batch: int, heads:
     return (mask_ptr, kmask_ptr, klen_ptr), (*mask_strides, *kmask_strides, klen_stride)
 
 
+def document_bounds(documents: torch.Tensor) -> torch.Tensor:
+    """(batch, 2, k_len) int32: for each key position t of row b, the [start, end) of t's document (the positions
+    whose id equals ``documents[b, t]``), found by ``torch.searchsorted`` on the (non-decreasing) rows."""
+    docs = documents.contiguous()
+    start = torch.searchsorted(docs, docs, side="left", out_int32=True)
+    end = torch.searchsorted(docs, docs, side="right", out_int32=True)
+    return torch.stack((start, end), dim=1)
+
+
+def window_bounds(window_left, window_right, q_len: int, k_len: int) -> tuple[int, int]:
+    """The windows as kernel integers: None (unbounded) and anything wider than q_len + k_len become q_len + k_len,
+    which no query and key are apart, so the 32-bit sums p(i) +- window cannot overflow."""
+    unbounded = q_len + k_len
+    left = unbounded if window_left is None else min(int(window_left), unbounded)
+    right = unbounded if window_right is None else min(int(window_right), unbounded)
+    return left, right
+
+
+def structure_inputs(q, doc_bounds, alibi_slopes, window_left, window_right, softcap, q_len: int, k_len: int):
+    """The kernels' (DOCB, SLOPES) pointers and the scalars (s_sb, s_sh, window_left, window_right, softcap) of the
+    documents, windows and score modifiers (kernels/_structure.py); absent ones get q as a dummy pointer (never
+    read: their HAS_ flag is off), zero strides, unbounded windows and a cap of 1.0. Slopes of shape (heads,) are
+    read with a zero batch stride."""
+    if alibi_slopes is None:
+        slopes, slope_strides = q, (0, 0)
+    elif alibi_slopes.dim() == 1:
+        slopes, slope_strides = alibi_slopes, (0, alibi_slopes.stride(0))
+    else:
+        slopes, slope_strides = alibi_slopes, alibi_slopes.stride()
+    left, right = window_bounds(window_left, window_right, q_len, k_len)
+    cap = 1.0 if softcap is None else float(softcap)
+    return (q if doc_bounds is None else doc_bounds, slopes), (*slope_strides, left, right, cap)
+
+
+def structure_flags(doc_bounds, alibi_slopes, window_left, window_right, softcap) -> tuple:
+    """The (name, value) pairs of the kernels' compile-time switches HAS_DOCS, HAS_WINDOW, HAS_SOFTCAP, HAS_ALIBI."""
+    return (
+        ("HAS_DOCS", doc_bounds is not None),
+        ("HAS_WINDOW", window_left is not None or window_right is not None),
+        ("HAS_SOFTCAP", softcap is not None),
+        ("HAS_ALIBI", alibi_slopes is not None),
+    )
+
+
 def tma_ok(*tensors: torch.Tensor) -> bool:
     """Whether tensor descriptors (TMA) may read these (batch, heads, len, head_dim) tensors: a unit head_dim stride,
     a positive row stride, every other stride a multiple of 16 bytes and the data 16-byte aligned (what

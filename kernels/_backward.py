@@ -6,7 +6,17 @@ import triton
 import triton.language as tl
 
 from . import _grid, _tuning
-from ._args import acc_dtype, autotuned, device_guard, eager_launch, kernel_constexprs, launch, side_inputs
+from ._args import (
+    acc_dtype,
+    autotuned,
+    device_guard,
+    eager_launch,
+    kernel_constexprs,
+    launch,
+    side_inputs,
+    structure_flags,
+    structure_inputs,
+)
 from ._common import HEAD_MAJOR, head_ptr, load_rows, program_tile
 from ._dkdv import _dkdv_kernel
 from ._dq import _dq_kernel
@@ -61,11 +71,16 @@ def backward(
     causal: bool,
     scale: float,
     dropout_p: float,
+    doc_bounds=None,
+    alibi_slopes=None,
+    window_left=None,
+    window_right=None,
+    softcap=None,
     kernel_wrapper=None,
 ):
     """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output. The
-    arguments go to the kernels positionally, in the order of their signatures. ``kernel_wrapper``: as in
-    _forward.forward."""
+    arguments go to the kernels positionally, in the order of their signatures. ``doc_bounds`` to ``softcap`` and
+    ``kernel_wrapper``: as in _forward.forward."""
     batch, heads, q_len, head_dim = q.shape
     kv_heads, k_len = k.shape[1], k.shape[2]
     pairs = batch * heads
@@ -77,12 +92,16 @@ def backward(
     (mask_ptr, kmask_ptr, klen_ptr), side_strides = side_inputs(
         q, mask, key_mask, key_lengths, batch, heads, q_len, k_len
     )
+    structure = (doc_bounds, alibi_slopes, window_left, window_right, softcap)
+    (docb, slopes), (s_sb, s_sh, *modifiers) = structure_inputs(q, *structure, q_len, k_len)
     strides_in = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     tuning = _tuning.buckets(q_len, k_len, pairs)
     group = heads // kv_heads
-    scalars = (*side_strides, heads, group, q_len, k_len, scale, dropout_p, *tuning)
+    scalars = (*side_strides, s_sb, s_sh, heads, group, q_len, k_len, scale, dropout_p, *modifiers, *tuning)
     blocks = _tuning.interpret_block_items if INTERPRETED else ()
-    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks)
+    constexprs = kernel_constexprs(
+        q, mask, key_mask, key_lengths, causal, dropout_p, blocks, structure_flags(*structure)
+    )
     shares = _tuning.group_splits(batch, kv_heads, group, k_len, device)
     klen_dtype = key_lengths.dtype if key_lengths is not None else None
     key = ("backward", shares, *tuning, id(constexprs), group, klen_dtype, device)
@@ -90,7 +109,7 @@ def backward(
         _tuning.check_ready(("dkdv", "dq"), key, device)
     eager = kernel_wrapper is eager_launch
     wrap = kernel_wrapper if kernel_wrapper is not None else eager_launch
-    sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q)
+    sides = (mask_ptr, kmask_ptr, klen_ptr, seed if seed is not None else q, docb, slopes)
     acc = acc_dtype(q.dtype)
     with device_guard(device):
         delta = torch.empty((batch, heads, q_len), device=device, dtype=acc)

@@ -6,6 +6,8 @@ Imported lazily (at the first kernel launch), so ``TRITON_INTERPRET`` only has t
 import triton
 import triton.language as tl
 
+from ._structure import key_block_queries, modified_scores, query_block_keys
+
 
 @triton.jit
 def allowed_block(
@@ -23,11 +25,15 @@ def allowed_block(
     KMASK,
     s_kb,
     s_kn,
+    row_lo,
+    row_hi,
     HAS_MASK: tl.constexpr,
     HAS_KMASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    RANGED: tl.constexpr,
 ):
-    """Bool tile: query ``qi`` may attend key ``kj`` (True = may attend).
+    """Bool tile: query ``qi`` may attend key ``kj`` (True = may attend). With ``RANGED`` (documents or a window),
+    only keys in the query's row range [row_lo, row_hi) (kernels/_structure.py ``row_range``, shaped like ``qi``).
 
     ``qi`` and ``kj`` are the query and key indices as broadcastable 2-D tiles: ``offs_m[:, None]`` and
     ``offs_n[None, :]`` give a query-major [BLOCK_M, BLOCK_N] tile, ``offs_m[None, :]`` and ``offs_n[:, None]``
@@ -36,6 +42,8 @@ def allowed_block(
     allowed = (qi < q_len) & (kj < kv_end)
     if CAUSAL:  # top-left aligned, as F.scaled_dot_product_attention(is_causal=True)
         allowed = allowed & (kj <= qi)
+    if RANGED:
+        allowed = allowed & (kj >= row_lo) & (kj < row_hi)
     if HAS_KMASK:
         key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj.to(tl.int64) * s_kn, mask=kj < kv_end, other=0)
         allowed = allowed & (key_ok != 0)
@@ -197,16 +205,26 @@ def key_end(KLEN, s_klb, b, k_len, HAS_KLEN: tl.constexpr):
 def key_blocks(
     kv_end,
     pid_m,
+    DOCB,
+    b,
+    q_len,
+    k_len,
+    window_left,
+    window_right,
     HAS_MASK: tl.constexpr,
     HAS_KMASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """The keys query block ``pid_m`` visits, as (full_end, hi). Key blocks in [0, full_end) are interior: every
+    """The keys query block ``pid_m`` visits, as (lo, full_end, hi). Key blocks in [lo, full_end) are interior: every
     key valid, the whole block below the causal diagonal, no mask tensor, so they need no per-element mask.
-    Blocks in [full_end, hi) need it. Keys from hi on are never allowed (past the key length, or, causal, after
-    the block's last query), so those blocks are skipped."""
+    Blocks in [full_end, hi) need it. Keys before lo (outside every query's document or window) and from hi on
+    (past the key length, or, causal, after the block's last query, or outside the documents and windows) are never
+    allowed, so those blocks are skipped. With documents or a window every visited block is masked."""
+    lo = 0
     hi = kv_end
     full_end = (kv_end // BLOCK_N) * BLOCK_N
     if CAUSAL:
@@ -214,7 +232,56 @@ def key_blocks(
         full_end = tl.minimum(full_end, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)
     if HAS_MASK or HAS_KMASK:
         full_end = 0
-    return full_end, hi
+    if HAS_DOCS or HAS_WINDOW:
+        lo, range_hi = query_block_keys(
+            DOCB, b, pid_m * BLOCK_M, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW, BLOCK_M, BLOCK_N
+        )
+        hi = tl.minimum(hi, range_hi)
+        full_end = lo
+    return lo, full_end, hi
+
+
+@triton.jit
+def query_blocks(
+    kv_end,
+    pid_n,
+    DOCB,
+    b,
+    q_len,
+    k_len,
+    window_left,
+    window_right,
+    HAS_MASK: tl.constexpr,
+    HAS_KMASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The queries key block ``pid_n`` (dK/dV) visits, as (lo, mask_end, hi). Query blocks in [lo, mask_end) need a
+    per-element mask: they cross the causal diagonal, or this key block holds padding keys, or there is a mask
+    tensor, or documents or a window. The query blocks in [mask_end, hi) are interior. Queries before lo (causal:
+    they come before these keys; outside the documents and windows of these keys) and from hi on are skipped; a key
+    block past the valid length visits none (zero gradients)."""
+    lo = 0
+    if CAUSAL:  # queries before this key block never see it
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)
+    mask_end = lo
+    if CAUSAL:  # the first query block that starts at or after this key block's last key
+        mask_end = tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M
+    if HAS_MASK or HAS_KMASK:
+        mask_end = hi
+    mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
+    if HAS_DOCS or HAS_WINDOW:  # only the queries whose documents and windows reach these keys, all masked
+        range_lo, range_hi = key_block_queries(
+            DOCB, b, pid_n * BLOCK_N, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW, BLOCK_M, BLOCK_N
+        )
+        lo = tl.maximum(lo, range_lo)
+        hi = tl.minimum(hi, range_hi)
+        mask_end = hi
+    return lo, mask_end, hi
 
 
 @triton.jit
@@ -249,8 +316,14 @@ def probs(
     b,
     h,
     q_len,
+    k_len,
     kv_end,
     qk_scale,
+    sm_scale,
+    softcap,
+    slope,
+    row_lo,
+    row_hi,
     MASK,
     s_mb,
     s_mh,
@@ -262,17 +335,46 @@ def probs(
     HAS_MASK: tl.constexpr,
     HAS_KMASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    RANGED: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     PRECISION: tl.constexpr,
     MASKED: tl.constexpr,
 ):
-    """Recompute P = exp2(rows @ cols^T * scale - lse2) for one block, 0 where not allowed (``MASKED=False``:
-    an interior block, where every score is allowed). Query-major (dQ): rows = q, cols = k, qi / kj / lse2
-    shaped [BLOCK_M, 1] / [1, BLOCK_N] / [BLOCK_M, 1]. Key-major (dK/dV): rows = k, cols = q, transposed shapes.
-    A padded query row has lse2 = +inf, so its P is 0 in both cases."""
-    p = tl.exp2(tl.dot(rows, tl.trans(cols), input_precision=PRECISION) * qk_scale - lse2)  # one multiply-add
+    """Recompute (P, dcap) for one block: P = exp2(s2 - lse2), 0 where not allowed (``MASKED=False``: an interior
+    block, where every score is allowed), s2 the base-2 scores (with softcap and ALiBi: kernels/_structure.py
+    ``modified_scores``), and dcap the softcap's derivative (1.0 without one), which scales dS. Query-major (dQ):
+    rows = q, cols = k, qi / kj / lse2 shaped [BLOCK_M, 1] / [1, BLOCK_N] / [BLOCK_M, 1]. Key-major (dK/dV):
+    rows = k, cols = q, transposed shapes. A padded query row has lse2 = +inf, so its P is 0 in both cases."""
+    qk = tl.dot(rows, tl.trans(cols), input_precision=PRECISION)
+    if HAS_SOFTCAP or HAS_ALIBI:
+        s2, dcap = modified_scores(qk, sm_scale, softcap, slope, qi, kj, q_len, k_len, HAS_SOFTCAP, HAS_ALIBI)
+        p = tl.exp2(s2 - lse2)
+    else:
+        p = tl.exp2(qk * qk_scale - lse2)  # one multiply-add
+        dcap = 1.0
     if MASKED:
         allowed = allowed_block(
-            b, h, qi, kj, q_len, kv_end, MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn, HAS_MASK, HAS_KMASK, CAUSAL
+            b,
+            h,
+            qi,
+            kj,
+            q_len,
+            kv_end,
+            MASK,
+            s_mb,
+            s_mh,
+            s_mm,
+            s_mn,
+            KMASK,
+            s_kmb,
+            s_kmn,
+            row_lo,
+            row_hi,
+            HAS_MASK,
+            HAS_KMASK,
+            CAUSAL,
+            RANGED,
         )
         p = tl.where(allowed, p, 0.0)
-    return p
+    return p, dcap

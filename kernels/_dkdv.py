@@ -14,8 +14,10 @@ from ._common import (
     load_seed,
     probs,
     program_tile,
+    query_blocks,
     tile_offsets,
 )
+from ._structure import load_slope, row_range
 
 
 @triton.jit
@@ -38,6 +40,12 @@ def _dkdv_step(
     k_len,
     kv_end,
     qk_scale,
+    sm_scale,
+    softcap,
+    slope,
+    DOCB,
+    window_left,
+    window_right,
     seed,
     offset,
     dropout_p,
@@ -59,6 +67,10 @@ def _dkdv_step(
     HAS_MASK: tl.constexpr,
     HAS_KMASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -72,7 +84,8 @@ def _dkdv_step(
     q = load_rows(q_base, offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     do = load_rows(do_base, offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
-    p_t = probs(
+    row_lo, row_hi = row_range(DOCB, b, offs_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
+    p_t, dcap_t = probs(
         k,
         q,
         lse2[None, :],
@@ -81,8 +94,14 @@ def _dkdv_step(
         b,
         h,
         q_len,
+        k_len,
         kv_end,
         qk_scale,
+        sm_scale,
+        softcap,
+        slope,
+        row_lo[None, :],
+        row_hi[None, :],
         MASK,
         s_mb,
         s_mh,
@@ -94,6 +113,9 @@ def _dkdv_step(
         HAS_MASK,
         HAS_KMASK,
         CAUSAL,
+        HAS_DOCS or HAS_WINDOW,
+        HAS_SOFTCAP,
+        HAS_ALIBI,
         PRECISION,
         MASKED,
     )
@@ -105,7 +127,7 @@ def _dkdv_step(
     else:
         p_drop_t = p_t
     dv += tl.dot(p_drop_t.to(do.dtype), do, input_precision=PRECISION)
-    ds_t = p_t * (dp_t - delta[None, :])
+    ds_t = p_t * (dp_t - delta[None, :]) * dcap_t  # dcap_t: the softcap's derivative (1.0 without one)
     dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
     return dk, dv
 
@@ -124,6 +146,8 @@ def _dkdv_kernel(
     KMASK,
     KLEN,
     SEED,
+    DOCB,
+    SLOPES,
     s_qb,
     s_qh,
     s_qm,
@@ -155,12 +179,17 @@ def _dkdv_kernel(
     s_kmb,
     s_kmn,
     s_klb,
+    s_sb,
+    s_sh,
     heads,
     group,
     q_len,
     k_len,
     sm_scale,
     dropout_p,
+    window_left,
+    window_right,
+    softcap,
     Q_BUCKET,
     K_BUCKET,
     BH_BUCKET,
@@ -171,6 +200,10 @@ def _dkdv_kernel(
     HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr,
     DROPOUT: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -191,22 +224,13 @@ def _dkdv_kernel(
     v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
-    lo = 0
-    if CAUSAL:  # queries before this key block never see it
-        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
-    hi = tl.where(pid_n * BLOCK_N < kv_end, q_len, 0)  # a key block past the valid length gets zero grads
+    lo, mask_end, hi = query_blocks(
+        kv_end, pid_n, DOCB, b, q_len, k_len, window_left, window_right, HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS,
+        HAS_WINDOW, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
     seed, offset = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
-
-    # Query blocks [lo, mask_end) need a per-element mask: they cross the causal diagonal, or this key block
-    # holds padding keys, or there is a mask tensor. The query blocks after them are interior.
-    mask_end = lo
-    if CAUSAL:  # the first query block that starts at or after this key block's last key
-        mask_end = tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M
-    if HAS_MASK or HAS_KMASK:
-        mask_end = hi
-    mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     for g in range(g_lo, g_lo + share):
@@ -214,6 +238,7 @@ def _dkdv_kernel(
         bh = b * heads + h
         q_base = head_ptr(Q, b, h, s_qb, s_qh)
         do_base = head_ptr(DO, b, h, s_db, s_dh)
+        slope = load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI)
         for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
             if phase == 0:
                 start, end = lo, mask_end
@@ -239,6 +264,12 @@ def _dkdv_kernel(
                     k_len,
                     kv_end,
                     qk_scale,
+                    sm_scale,
+                    softcap,
+                    slope,
+                    DOCB,
+                    window_left,
+                    window_right,
                     seed,
                     offset,
                     dropout_p,
@@ -260,6 +291,10 @@ def _dkdv_kernel(
                     HAS_MASK,
                     HAS_KMASK,
                     CAUSAL,
+                    HAS_DOCS,
+                    HAS_WINDOW,
+                    HAS_SOFTCAP,
+                    HAS_ALIBI,
                     DROPOUT,
                     PRECISION,
                     BLOCK_M,

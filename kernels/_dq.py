@@ -17,6 +17,7 @@ from ._common import (
     program_tile,
     tile_offsets,
 )
+from ._structure import load_slope, row_range
 
 
 @triton.jit
@@ -39,6 +40,11 @@ def _dq_step(
     k_len,
     kv_end,
     qk_scale,
+    sm_scale,
+    softcap,
+    slope,
+    row_lo,
+    row_hi,
     seed,
     offset,
     dropout_p,
@@ -58,6 +64,9 @@ def _dq_step(
     HAS_MASK: tl.constexpr,
     HAS_KMASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    RANGED: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -68,7 +77,7 @@ def _dq_step(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
     v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
-    p = probs(
+    p, dcap = probs(
         q,
         k,
         lse2[:, None],
@@ -77,8 +86,14 @@ def _dq_step(
         b,
         h,
         q_len,
+        k_len,
         kv_end,
         qk_scale,
+        sm_scale,
+        softcap,
+        slope,
+        row_lo[:, None],
+        row_hi[:, None],
         MASK,
         s_mb,
         s_mh,
@@ -90,6 +105,9 @@ def _dq_step(
         HAS_MASK,
         HAS_KMASK,
         CAUSAL,
+        RANGED,
+        HAS_SOFTCAP,
+        HAS_ALIBI,
         PRECISION,
         MASKED,
     )
@@ -97,7 +115,7 @@ def _dq_step(
     if DROPOUT:
         keep = keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N)
         dp = tl.where(keep, dp * inv_keep, 0.0)
-    ds = p * (dp - delta[:, None])
+    ds = p * (dp - delta[:, None]) * dcap  # dcap: the softcap's derivative (1.0 without one)
     return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
 
 
@@ -114,6 +132,8 @@ def _dq_kernel(
     KMASK,
     KLEN,
     SEED,
+    DOCB,
+    SLOPES,
     s_qb,
     s_qh,
     s_qm,
@@ -141,12 +161,17 @@ def _dq_kernel(
     s_kmb,
     s_kmn,
     s_klb,
+    s_sb,
+    s_sh,
     heads,
     group,
     q_len,
     k_len,
     sm_scale,
     dropout_p,
+    window_left,
+    window_right,
+    softcap,
     Q_BUCKET,
     K_BUCKET,
     BH_BUCKET,
@@ -156,6 +181,10 @@ def _dq_kernel(
     HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr,
     DROPOUT: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -172,16 +201,21 @@ def _dq_kernel(
     v_base = head_ptr(V, b, h // group, s_vb, s_vh)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
-    full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
+    lo, full_end, hi = key_blocks(
+        kv_end, pid_m, DOCB, b, q_len, k_len, window_left, window_right, HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS,
+        HAS_WINDOW, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
+    row_lo, row_hi = row_range(DOCB, b, offs_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
+    slope = load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI)
     seed, offset = load_seed(SEED, DROPOUT)
     inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
 
-    # Interior key blocks [0, full_end) with no per-element mask, as in the forward kernel.
+    # Interior key blocks [lo, full_end) with no per-element mask, as in the forward kernel.
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
     for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
         if phase == 0:
-            start, end = 0, full_end
+            start, end = lo, full_end
         else:
             start, end = full_end, hi
         for start_n in range(start, end, BLOCK_N):
@@ -204,6 +238,11 @@ def _dq_kernel(
                 k_len,
                 kv_end,
                 qk_scale,
+                sm_scale,
+                softcap,
+                slope,
+                row_lo,
+                row_hi,
                 seed,
                 offset,
                 dropout_p,
@@ -223,6 +262,9 @@ def _dq_kernel(
                 HAS_MASK,
                 HAS_KMASK,
                 CAUSAL,
+                HAS_DOCS or HAS_WINDOW,
+                HAS_SOFTCAP,
+                HAS_ALIBI,
                 DROPOUT,
                 PRECISION,
                 BLOCK_M,

@@ -14,14 +14,14 @@ from ._args import (
     kernel_constexprs,
     launch,
     side_inputs,
+    structure_flags,
+    structure_inputs,
     tma_ok,
 )
 from ._combine import _combine_kernel
 from ._common import (
     BLOCKS_DESCENDING,
-    allowed_block,
     head_ptr,
-    keep_block,
     key_blocks,
     key_end,
     load_seed,
@@ -30,93 +30,8 @@ from ._common import (
     rows_source,
     tile_offsets,
 )
-
-
-@triton.jit
-def _softmax_step(
-    acc,
-    l_i,
-    m_i,
-    q,
-    k_src,
-    v_src,
-    start_n,
-    offs_m,
-    offs_d,
-    d_ok,
-    b,
-    h,
-    bh,
-    q_len,
-    k_len,
-    kv_end,
-    qk_scale,
-    seed,
-    offset,
-    dropout_p,
-    s_kn,
-    s_kd,
-    s_vn,
-    s_vd,
-    MASK,
-    s_mb,
-    s_mh,
-    s_mm,
-    s_mn,
-    KMASK,
-    s_kmb,
-    s_kmn,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    DROPOUT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    TMA: tl.constexpr,
-):
-    """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
-    rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
-    compare or select, and the running max is always finite."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)
-    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-    if MASKED:
-        allowed = allowed_block(
-            b,
-            h,
-            offs_m[:, None],
-            offs_n[None, :],
-            q_len,
-            kv_end,
-            MASK,
-            s_mb,
-            s_mh,
-            s_mm,
-            s_mn,
-            KMASK,
-            s_kmb,
-            s_kmn,
-            HAS_MASK,
-            HAS_KMASK,
-            CAUSAL,
-        )
-        # the scale folds into one multiply-add per score here too; the max is taken of the unscaled scores
-        m_new = tl.maximum(m_i, tl.max(tl.where(allowed, qk, float("-inf")), 1) * qk_scale)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-        p = tl.where(allowed, tl.exp2(qk * qk_scale - m_safe[:, None]), 0.0)
-    else:  # the scale folds into one multiply-add per score (qk_scale >= 0: the API makes it so)
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        m_safe = m_new
-        p = tl.exp2(qk * qk_scale - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if DROPOUT:
-        p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)
-    v = load_tile(v_src, start_n, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok, TMA)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-    return acc, l_i, m_new
+from ._online_softmax import softmax_step
+from ._structure import load_slope, row_range
 
 
 @triton.jit
@@ -130,6 +45,8 @@ def _fwd_kernel(
     KMASK,
     KLEN,
     SEED,
+    DOCB,
+    SLOPES,
     s_qb,
     s_qh,
     s_qm,
@@ -154,12 +71,17 @@ def _fwd_kernel(
     s_kmb,
     s_kmn,
     s_klb,
+    s_sb,
+    s_sh,
     heads,
     group,
     q_len,
     k_len,
     sm_scale,
     dropout_p,
+    window_left,
+    window_right,
+    softcap,
     n_splits,
     split_keys,
     Q_BUCKET,
@@ -171,6 +93,10 @@ def _fwd_kernel(
     HAS_KLEN: tl.constexpr,
     CAUSAL: tl.constexpr,
     DROPOUT: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     PRECISION: tl.constexpr,
     SPLIT: tl.constexpr,
     TMA: tl.constexpr,
@@ -193,12 +119,16 @@ def _fwd_kernel(
     k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh), kv_end, s_kn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end, s_vn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
 
-    full_end, hi = key_blocks(kv_end, pid_m, HAS_MASK, HAS_KMASK, CAUSAL, BLOCK_M, BLOCK_N)
-    lo = 0
+    lo, full_end, hi = key_blocks(
+        kv_end, pid_m, DOCB, b, q_len, k_len, window_left, window_right, HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS,
+        HAS_WINDOW, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
     if SPLIT:  # this split's keys (split_keys is a multiple of BLOCK_N)
-        lo = split * split_keys
-        hi = tl.minimum(hi, lo + split_keys)
+        lo = tl.maximum(lo, split * split_keys)
+        hi = tl.minimum(hi, split * split_keys + split_keys)
         full_end = tl.maximum(tl.minimum(full_end, hi), lo)
+    row_lo, row_hi = row_range(DOCB, b, offs_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
+    slope = load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI)
     seed, offset = load_seed(SEED, DROPOUT)
 
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
@@ -212,7 +142,7 @@ def _fwd_kernel(
         else:
             start, end = full_end, hi
         for start_n in range(start, end, BLOCK_N):
-            acc, l_i, m_i = _softmax_step(
+            acc, l_i, m_i = softmax_step(
                 acc,
                 l_i,
                 m_i,
@@ -230,6 +160,11 @@ def _fwd_kernel(
                 k_len,
                 kv_end,
                 qk_scale,
+                sm_scale,
+                softcap,
+                slope,
+                row_lo,
+                row_hi,
                 seed,
                 offset,
                 dropout_p,
@@ -248,6 +183,9 @@ def _fwd_kernel(
                 HAS_MASK,
                 HAS_KMASK,
                 CAUSAL,
+                HAS_DOCS or HAS_WINDOW,
+                HAS_SOFTCAP,
+                HAS_ALIBI,
                 DROPOUT,
                 PRECISION,
                 BLOCK_M,
@@ -293,6 +231,11 @@ def forward(
     causal: bool,
     scale: float,
     dropout_p: float,
+    doc_bounds=None,
+    alibi_slopes=None,
+    window_left=None,
+    window_right=None,
+    softcap=None,
     kernel_wrapper=None,
     descriptors: bool = True,
 ):
@@ -307,6 +250,9 @@ def forward(
     ``descriptors``: the kernel may read q, k, v and write out through tensor descriptors (TMA) where their layouts
     allow it (``_args.tma_ok``); the registered op passes False (torch.compile traces it: pointers there).
 
+    ``doc_bounds`` (kernels/_args.py ``document_bounds``), ``alibi_slopes``, ``window_left``, ``window_right`` and
+    ``softcap``: the documents, windows and score modifiers (kernels/_structure.py), validated by the caller.
+
     The arguments go to the kernel positionally, in the order of its signature (keywords cost host time)."""
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
@@ -316,12 +262,15 @@ def forward(
     lse = torch.empty((batch, heads, q_len), device=device, dtype=acc_dtype(q.dtype))
     splits, split_keys = _tuning.kv_splits(pairs, q_len, k_len, device)
     pointers, side_strides = side_inputs(q, mask, key_mask, key_lengths, batch, heads, q_len, k_len)
+    structure = (doc_bounds, alibi_slopes, window_left, window_right, softcap)
+    (docb, slopes), (s_sb, s_sh, *modifiers) = structure_inputs(q, *structure, q_len, k_len)
     group = heads // k.shape[1]
     blocks = _tuning.interpret_block_items if INTERPRETED else ()
     eager = kernel_wrapper is eager_launch
     # tensor descriptors (TMA) where the layouts allow them; pointers for the registered op and for split-KV
     tma = descriptors and splits == 1 and _tuning.tma_enabled(device) and tma_ok(q, k, v, out)
-    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks, _EXTRA[splits > 1, tma])
+    extra = (*_EXTRA[splits > 1, tma], *structure_flags(*structure))
+    constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks, extra)
     tuning = _tuning.buckets(q_len, k_len, pairs)
     klen_dtype = key_lengths.dtype if key_lengths is not None else None
     key = ("forward", splits, *tuning, id(constexprs), group, klen_dtype, device)
@@ -333,8 +282,9 @@ def forward(
     with device_guard(device):
         if splits == 1:
             o_b, o_h, o_m, o_d = out.stride()
-            args = (q, k, v, out, lse, *pointers, seed, *strides_qkv, o_b, o_h, 0, o_m, o_d)
-            args = (*args, *side_strides, heads, group, q_len, k_len, scale, dropout_p, 1, k_len, *tuning)
+            args = (q, k, v, out, lse, *pointers, seed, docb, slopes, *strides_qkv, o_b, o_h, 0, o_m, o_d)
+            args = (*args, *side_strides, s_sb, s_sh, heads, group, q_len, k_len, scale, dropout_p, *modifiers)
+            args = (*args, 1, k_len, *tuning)
             grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa: E731
             if eager:
                 launch(fwd_kernel, grid, key, args, constexprs)
@@ -343,8 +293,9 @@ def forward(
             return out, lse
         parts = torch.empty((batch, heads, splits, q_len, head_dim), device=device, dtype=lse.dtype)
         part_lse = torch.empty((batch, heads, splits, q_len), device=device, dtype=lse.dtype)
-        args = (q, k, v, parts, part_lse, *pointers, seed, *strides_qkv, *parts.stride())
-        args = (*args, *side_strides, heads, group, q_len, k_len, scale, dropout_p, splits, split_keys, *tuning)
+        args = (q, k, v, parts, part_lse, *pointers, seed, docb, slopes, *strides_qkv, *parts.stride())
+        args = (*args, *side_strides, s_sb, s_sh, heads, group, q_len, k_len, scale, dropout_p, *modifiers)
+        args = (*args, splits, split_keys, *tuning)
         grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)  # noqa: E731
         if eager:
             launch(fwd_split_kernel, grid, key, args, constexprs)

@@ -36,15 +36,22 @@ def _fwd(
     causal: bool,
     scale: float,
     dropout_p: float,
+    doc_bounds: Tensor | None = None,
+    alibi_slopes: Tensor | None = None,
+    window_left: int | None = None,
+    window_right: int | None = None,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(out, logsumexp). ``seed`` is the Philox (seed, offset) pair, a 2-element int64 tensor on q's device (or
-    None without dropout)."""
+    None without dropout); ``doc_bounds`` (kernels/_args.py ``document_bounds``) to ``softcap``: the documents,
+    windows and score modifiers (kernels/_structure.py)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
     wrapper = wrap_triton  # pointers, not tensor descriptors: torch.compile traces this body
     return _forward.forward(
-        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=wrapper, descriptors=False
-    )
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, doc_bounds, alibi_slopes, window_left,
+        window_right, softcap, kernel_wrapper=wrapper, descriptors=False,
+    )  # fmt: skip
 
 
 def _bwd(
@@ -62,6 +69,11 @@ def _bwd(
     causal: bool,
     scale: float,
     dropout_p: float,
+    doc_bounds: Tensor | None,
+    alibi_slopes: Tensor | None,
+    window_left: int | None,
+    window_right: int | None,
+    softcap: float | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from the saved forward inputs and outputs."""
     from . import _backward
@@ -81,23 +93,40 @@ def _bwd(
         causal,
         scale,
         dropout_p,
+        doc_bounds,
+        alibi_slopes,
+        window_left,
+        window_right,
+        softcap,
         kernel_wrapper=wrap_triton,
     )
 
 
-def _fwd_fake(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+def _fwd_fake(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure):
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=acc_dtype(q.dtype))
 
 
-def _bwd_fake(grad_out, grad_lse, q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+def _bwd_fake(
+    grad_out, grad_lse, q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *rest
+):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p = inputs
+    q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
+    _save(ctx, q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
+
+
+def _save(ctx, q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure) -> None:
+    """What the backward needs: the tensors saved for it, the rest on ``ctx``."""
+    doc_bounds, alibi_slopes, window_left, window_right, softcap = structure
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    ctx.window_left, ctx.window_right, ctx.softcap = window_left, window_right, softcap
+
+
+NO_GRADS = (None,) * 12  # the forward's inputs after q, k, v get no gradient (slopes included: they are constants)
 
 
 def _registered(name: str):
@@ -125,7 +154,7 @@ def _register(suffix: str, interpreted: bool):
         bwd = triton_op(f"{NAMESPACE}::flash_attn_bwd{suffix}", _bwd, mutates_args=())
 
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, mask, key_mask, key_lengths, seed = ctx.saved_tensors
+        q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes = ctx.saved_tensors
         dq, dk, dv = bwd(
             grad_out,
             grad_lse,
@@ -141,8 +170,13 @@ def _register(suffix: str, interpreted: bool):
             ctx.causal,
             ctx.scale,
             ctx.dropout_p,
+            doc_bounds,
+            alibi_slopes,
+            ctx.window_left,
+            ctx.window_right,
+            ctx.softcap,
         )
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, *NO_GRADS
 
     register_autograd(f"{NAMESPACE}::flash_attn_fwd{suffix}", backward, setup_context=_setup_context)
     return fwd
@@ -164,17 +198,16 @@ def _modules():
     return _launchers
 
 
-def _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+def _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure):
     out, lse = _modules()[0].forward(
-        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure, kernel_wrapper=eager_launch
     )
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed)
-    ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    _save(ctx, q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
     return out, lse
 
 
 def _eager_backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, mask, key_mask, key_lengths, seed = ctx.saved_tensors
+    q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes = ctx.saved_tensors
     if grad_out is None:  # only the logsumexp was used
         grad_out = torch.zeros_like(out)
     dq, dk, dv = _modules()[1].backward(
@@ -192,9 +225,14 @@ def _eager_backward(ctx, grad_out, grad_lse):
         ctx.causal,
         ctx.scale,
         ctx.dropout_p,
+        doc_bounds,
+        alibi_slopes,
+        ctx.window_left,
+        ctx.window_right,
+        ctx.softcap,
         kernel_wrapper=eager_launch,
     )
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return dq, dk, dv, *NO_GRADS
 
 
 # The kernels' backward has no backward of its own. Only a backward with create_graph=True runs with grad enabled;
@@ -207,9 +245,9 @@ class _EagerFlashAttention(torch.autograd.Function):
     """The op's forward and backward bodies, called directly (no torch.library dispatch): (out, lse)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
+    def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to fold in)
-        return _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+        return _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
@@ -222,8 +260,8 @@ class _EagerFlashAttentionOut(torch.autograd.Function):
     """The same with the output alone (``flash_attention``): one output in the autograd graph, less host time."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p):
-        return _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)[0]
+    def forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure):
+        return _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)[0]
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -252,19 +290,31 @@ def needs_registered_op(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 
 def attention(
-    q, k, v, mask, key_mask, key_lengths, seed, causal: bool, scale: float, dropout_p: float, with_lse: bool = True
+    q,
+    k,
+    v,
+    mask,
+    key_mask,
+    key_lengths,
+    seed,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    with_lse=True,
+    structure=(),
 ):
     """(out, lse) (``with_lse=False``: out alone) through the registered op when the call needs it, else eagerly: the
     autograd.Function when a gradient may be asked for, the forward launcher itself when none can be (inference,
-    e.g. decoding)."""
+    e.g. decoding). ``structure``: (doc_bounds, alibi_slopes, window_left, window_right, softcap), () for none."""
+    structure = structure or (None,) * 5
     if needs_registered_op(q, k, v):
         op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
-        result = op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+        result = op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
         return result if with_lse else result[0]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         function = _EagerFlashAttention if with_lse else _EagerFlashAttentionOut
-        return function.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p)
+        return function.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
     result = _modules()[0].forward(
-        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, kernel_wrapper=eager_launch
+        q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure, kernel_wrapper=eager_launch
     )
     return result if with_lse else result[0]

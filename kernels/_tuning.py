@@ -94,8 +94,9 @@ SPLIT_CONFIGS = _configs(
     [(16, 128, 4, 3), (16, 64, 4, 3), (16, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2), (16, 32, 4, 1)]
 )
 # What changes the best config: the lengths (bucketed), the grid's (batch x heads) bucket, head_dim, causal,
-# dropout, which masks are present (a mask tensor adds a load per score; masks turn off the interior fast path), and
-# the GQA group (dK/dV loops over it). Triton adds the tensors' dtypes.
+# dropout, which masks are present (a mask tensor adds a load per score; masks turn off the interior fast path), the
+# documents, windows and score modifiers present (the same: more work per score, no interior blocks), and the GQA
+# group (dK/dV loops over it). Triton adds the tensors' dtypes.
 TUNE_KEY = [
     "Q_BUCKET",
     "K_BUCKET",
@@ -106,6 +107,10 @@ TUNE_KEY = [
     "HAS_MASK",
     "HAS_KMASK",
     "HAS_KLEN",
+    "HAS_DOCS",
+    "HAS_WINDOW",
+    "HAS_SOFTCAP",
+    "HAS_ALIBI",
     "group",
 ]
 KERNEL_CONFIGS = {"forward": FWD_CONFIGS, "split": SPLIT_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}

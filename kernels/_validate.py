@@ -1,6 +1,7 @@
 """Input validation (clear ValueErrors) and the support check used by the attention dispatcher."""
 
 import functools
+import math
 
 import torch
 
@@ -121,6 +122,69 @@ def _validate_masks(q, k, mask, key_mask, key_lengths) -> None:
             raise ValueError(f"key_lengths must be on q's device {q.device}, got {key_lengths.device}")
 
 
+def validate_structure(q, k, documents=None, window_left=None, window_right=None, softcap=None, alibi_slopes=None):
+    """Raise ValueError naming the argument, the expected and the actual value for malformed documents, windows or
+    score modifiers (kernels/_structure.py). Non-decreasing document ids are checked when ``documents`` is on the
+    CPU (elsewhere the check would wait for the device), except while torch.compile traces (a data-dependent branch).
+    """
+    batch, heads, q_len, _ = q.shape
+    k_len = k.shape[2]
+    if documents is not None:
+        _validate_documents(documents, q, batch, q_len, k_len)
+    for name, window in (("window_left", window_left), ("window_right", window_right)):
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+            raise ValueError(f"{name} must be an int >= 0 or None (unbounded), got {window!r}")
+    if softcap is not None and (
+        isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap <= 0
+    ):
+        raise ValueError(f"softcap must be a finite float > 0 or None, got {softcap!r}")
+    if alibi_slopes is not None:
+        _validate_slopes(alibi_slopes, q, batch, heads)
+
+
+def _validate_documents(documents, q, batch: int, q_len: int, k_len: int) -> None:
+    if not isinstance(documents, torch.Tensor) or documents.dtype not in (torch.int32, torch.int64):
+        raise ValueError(
+            f"documents must be an int32 or int64 tensor of shape (batch, k_len)=({batch}, {k_len}), got "
+            f"{getattr(documents, 'dtype', type(documents).__name__)}"
+        )
+    if tuple(documents.shape) != (batch, k_len):
+        raise ValueError(f"documents must have shape (batch, k_len)=({batch}, {k_len}), got {_shape(documents)}")
+    if documents.device != q.device:
+        raise ValueError(f"documents must be on q's device {q.device}, got {documents.device}")
+    if q_len > k_len:
+        raise ValueError(
+            f"documents need q_len <= k_len (the queries are the last q_len key positions), got q_len={q_len}, "
+            f"k_len={k_len}"
+        )
+    if documents.device.type == "cpu" and k_len > 1 and not torch.compiler.is_compiling():
+        falls = documents[:, 1:] < documents[:, :-1]
+        if bool(falls.any()):
+            row, key = (int(i) for i in falls.nonzero()[0])
+            before, after = int(documents[row, key]), int(documents[row, key + 1])
+            raise ValueError(
+                f"documents must be non-decreasing along each row: row {row} goes from {before} at key {key} "
+                f"to {after} at key {key + 1}"
+            )
+
+
+def _validate_slopes(slopes, q, batch: int, heads: int) -> None:
+    if not isinstance(slopes, torch.Tensor) or slopes.dtype not in (torch.float32, q.dtype):
+        raise ValueError(
+            f"alibi_slopes must be a float32 (or q's dtype {q.dtype}) tensor of shape (heads,)=({heads},) or "
+            f"(batch, heads)=({batch}, {heads}), got {getattr(slopes, 'dtype', type(slopes).__name__)}"
+        )
+    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(
+            f"alibi_slopes must have shape (heads,)=({heads},) or (batch, heads)=({batch}, {heads}), one slope per "
+            f"query head, got {_shape(slopes)}"
+        )
+    if slopes.device != q.device:
+        raise ValueError(f"alibi_slopes must be on q's device {q.device}, got {slopes.device}")
+    if slopes.requires_grad and torch.is_grad_enabled():
+        raise ValueError("alibi_slopes must not require grad: the kernel computes no gradient for the slopes")
+
+
 def _check_bool(t, name: str, q: torch.Tensor) -> None:
     if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
         raise ValueError(
@@ -182,10 +246,26 @@ def _old_interpreter_reason() -> str | None:
     return None
 
 
-def unsupported_reason(q, k, v, *, mask=None, key_mask=None, key_lengths=None, dropout_p=0.0, scale=None) -> str | None:
+def unsupported_reason(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    key_mask=None,
+    key_lengths=None,
+    dropout_p=0.0,
+    scale=None,
+    documents=None,
+    window_left=None,
+    window_right=None,
+    softcap=None,
+    alibi_slopes=None,
+) -> str | None:
     """None when the Triton path can run these inputs on this machine, else a sentence saying why not."""
     try:
         validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
+        validate_structure(q, k, documents, window_left, window_right, softcap, alibi_slopes)
     except ValueError as error:
         return str(error)
     return run_reason(q, k)

@@ -41,6 +41,7 @@ except ImportError:  # a bare environment (e.g. another Triton version's): the k
     from kernels import _backward, _forward, _tuning  # noqa: E402
 
 FLAGS = ("HAS_MASK", "HAS_KMASK", "HAS_KLEN", "CAUSAL", "DROPOUT")
+STRUCTURE_FLAGS = ("HAS_DOCS", "HAS_WINDOW", "HAS_SOFTCAP", "HAS_ALIBI")  # issue 29: all four off, or all on
 SMEM_LIMIT = _tuning.SMEM_LIMIT  # 227 KiB: what one H100 (sm_90) block may use
 
 
@@ -141,11 +142,15 @@ def signature(fn, dtype: str, constexprs: dict) -> dict:
             sig[name] = "*u8"
         elif name in ("KLEN", "SEED"):
             sig[name] = "*i64"
+        elif name == "DOCB":
+            sig[name] = "*i32"  # the documents' per-position bounds (kernels/_args.py document_bounds)
+        elif name == "SLOPES":
+            sig[name] = "*fp32"
         elif name in ("LSE", "DELTA", "OW", "LW") or (name == "O" and constexprs.get("SPLIT")):
             sig[name] = "*fp32"  # statistics, and the split-KV forward's partial outputs
         elif name[0].isupper():
             sig[name] = "*" + dtype
-        elif name in ("sm_scale", "dropout_p"):
+        elif name in ("sm_scale", "dropout_p", "softcap"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
@@ -155,27 +160,29 @@ def signature(fn, dtype: str, constexprs: dict) -> dict:
 def variants(every_flag_set: bool = False, quick: bool = False):
     """(kernel name, jit fn, dtype, head_dim, flags, triton.Config) to compile."""
     dtypes = ("fp16", "bf16", "fp32")
-    flag_sets = list(itertools.product((False, True), repeat=len(FLAGS)))
+    flag_sets = list(itertools.product((False, True), repeat=len(FLAGS) + 1))  # the last: STRUCTURE_FLAGS
     for name, (kernel, configs, variant) in KERNELS.items():
         fn = jit_function(kernel)
         for dtype, head_dim, flags in itertools.product(dtypes, (40, 128, 256), flag_sets):
-            switches = dict(zip(FLAGS, flags, strict=True), **variant)
+            switches = dict(zip(FLAGS, flags, strict=False), **dict.fromkeys(STRUCTURE_FLAGS, flags[-1]), **variant)
             if quick:
                 if dtype != "bf16" and head_dim == 40 and all(flags):
                     yield name, fn, dtype, head_dim, switches, configs[0]
             elif every_flag_set:
                 if head_dim == 40:
                     yield name, fn, dtype, head_dim, switches, configs[0]
-            elif flags.count(True) in (0, len(FLAGS)):
+            elif flags.count(True) in (0, len(flags)):
                 for config in configs if head_dim >= 128 else configs[:1]:
                     yield name, fn, dtype, head_dim, switches, config
 
 
 def compile_variant(fn, dtype: str, head_dim: int, flags: dict, config, target, integers=None):
     """``triton.compile`` one kernel variant (dtype, head_dim, the mask/causal/dropout switches, an autotune
-    config) as a launch with these integer arguments would specialise it (default: the benchmark's shapes)."""
+    config) as a launch with these integer arguments would specialise it (default: the benchmark's shapes). The
+    STRUCTURE_FLAGS not in ``flags`` are off."""
     constexprs = dict(
-        flags,
+        dict.fromkeys(STRUCTURE_FLAGS, False),
+        **flags,
         HEAD_DIM=head_dim,
         PRECISION="ieee" if dtype == "fp32" else "tf32",
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),

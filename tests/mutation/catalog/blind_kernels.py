@@ -60,7 +60,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-kernels-dropout-in-softmax-denominator",
-        "kernels/_forward.py",
+        "kernels/_online_softmax.py",
         (
             (
                 "    l_i = l_i * alpha + tl.sum(p, 1)\n    if DROPOUT:\n"
