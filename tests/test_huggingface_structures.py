@@ -206,15 +206,27 @@ def test_generate_with_a_sliding_window_cache_gives_eagers_tokens(model, request
 
 
 @NEEDS_KERNEL
-def test_a_packed_batch_on_the_kernel_under_the_interpreter(mistral):
-    eager, ours = mistral
+@pytest.mark.parametrize("model", ["mistral", "gemma2"])
+def test_a_packed_windowed_batch_on_the_kernel_under_the_interpreter(model):
+    """The kernel (head_dim 16, its smallest) on a packed batch with a window (and Gemma 2's softcap): float32
+    logits and gradients within float32 rounding of eager's float64 ones."""
+    common = dict(vocab_size=50, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4)
+    if model == "mistral":
+        config = transformers.MistralConfig(**common, num_key_value_heads=2, sliding_window=3)
+        pair = _pair(transformers.MistralForCausalLM, config)
+    else:
+        config = transformers.Gemma2Config(
+            **common, num_key_value_heads=2, head_dim=16, sliding_window=3, attn_logit_softcapping=1.5
+        )
+        pair = _pair(transformers.Gemma2ForCausalLM, config)
+    eager, ours = pair
     inputs = dict(input_ids=IDS, position_ids=PACKED, use_cache=False)
-    with torch.no_grad():
-        want = eager(**inputs).logits
-        with T.use_backend("triton"):
-            got = ours.float()(**inputs).logits
-        ours.double()
-    torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+    want, want_grads = _logits_and_grads(eager, "eager", slice(None), **inputs)
+    got, got_grads = _logits_and_grads(ours.float(), "triton", slice(None), **inputs)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    for name, grad in want_grads.items():
+        scale = grad.abs().max().item()
+        torch.testing.assert_close(got_grads[name].double(), grad, rtol=1e-3, atol=1e-3 * scale, msg=name)
 
 
 def test_a_batch_where_only_one_row_is_packed_splits_that_row(mistral):
