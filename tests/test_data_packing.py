@@ -108,3 +108,22 @@ def test_a_continued_models_packed_loss_leaves_out_the_ignored_label(tmp_path):
         if len(doc) > 1
     )
     torch.testing.assert_close(packed, alone, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("held_out", ["files", "fraction"])
+@pytest.mark.parametrize("pack", [True, False])
+def test_prepare_lm_data_packs_the_held_out_windows_as_the_training_ones(tmp_path, held_out, pack):
+    """Both held-out paths (--valid files and --valid-fraction) get the training windows' packing, so the held-out
+    loss leaves out the same document-start labels training does."""
+    from transformer.tasks.text_lm import prepare_lm_data
+
+    texts = []
+    for i, body in enumerate(["the cat sat on the mat. " * 6, "a dog ran far away. " * 5, "birds sing at dawn. " * 7]):
+        path = tmp_path / f"doc{i}.txt"
+        path.write_text(body)
+        texts.append(str(path))
+    kwargs = {"valid_files": texts[2:]} if held_out == "files" else {"valid_fraction": 0.3}
+    data = prepare_lm_data(
+        texts[:2] if held_out == "files" else texts, str(tmp_path / "data"), kind="char", block=8, pack=pack, **kwargs
+    )
+    assert data.train.pack is pack and data.valid.pack is pack

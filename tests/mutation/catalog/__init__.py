@@ -14,6 +14,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind_lm_blocks,
     blind_masks29,
     blind_model,
+    blind_packing29,
     blind_pretrained,
     blind_runsafety,
     blind_stepchecks,
@@ -69,6 +70,7 @@ ALL: list[Mutant] = [
     *blind_use_pretrained.MUTANTS,
     *blind_masks29.MUTANTS,
     *blind_backends29.MUTANTS,
+    *blind_packing29.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
