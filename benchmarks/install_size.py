@@ -9,6 +9,7 @@ and torch (their names and their count). Prints a table and writes JSON::
 
     python benchmarks/install_size.py                       # every variant, about 1 minute each
     python benchmarks/install_size.py --variants core text  # some of them
+    python benchmarks/install_size.py --variants "torch alone" --json benchmarks/results/install_size_torch.json
 
 Sizes depend on the index's newest releases on the day (and on the platform's wheels): the JSON names the date,
 Python, and each installed distribution's version.
@@ -29,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = "torch==2.13.0"
 VARIANTS = {
+    "torch alone": None,  # the baseline: torch and its own dependencies, no typed-transformer
     "core": "",
     "triton": "[triton]",
     "text": "[text]",
@@ -52,7 +54,8 @@ def measure(name: str, extras: str, workdir: Path) -> dict:
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     subprocess.run([*pip, "install", "-q", TORCH], check=True, env=env)
-    subprocess.run([*pip, "install", "-q", f"{ROOT}{extras}"], check=True, env=env)
+    if extras is not None:
+        subprocess.run([*pip, "install", "-q", f"{ROOT}{extras}"], check=True, env=env)
     listed = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, check=True, env=env)
     listed = json.loads(listed.stdout)
     site = next((venv / "lib").glob("python*/site-packages"))
@@ -64,7 +67,7 @@ def measure(name: str, extras: str, workdir: Path) -> dict:
     )
     return {
         "variant": name,
-        "command": f'pip install "{TORCH}" && pip install "CHECKOUT{extras}"',
+        "command": f'pip install "{TORCH}"' + ("" if extras is None else f' && pip install "CHECKOUT{extras}"'),
         "site_packages_without_torch_mib": round(_du_kib(others) / 1024, 1),
         "torch_mib": round(_du_kib(torch_paths) / 1024, 1),
         "dependencies": len(packages),
