@@ -352,11 +352,4 @@ MUTANTS += [
         "Dynamo warns twice about the lru_cache wrappers of kernels/_validate.py in a user's compiled model",
         ("tests/test_triton_backend.py",),
     ),
-    Mutant(
-        "install-docs-notebook-links-not-rewritten",
-        "scripts/docs_hooks.py",
-        (("    return REPOSITORY_NOTEBOOK_LINK.sub(tutorial_page, markdown)", "    return markdown"),),
-        "the docs pages' links to ../notebooks/NAME.ipynb stay as they are on the site, where no such file exists",
-        ("tests/test_docs_links.py",),
-    ),
 ]
