@@ -86,8 +86,8 @@ def relative_links(markdown: str) -> list[str]:
 
 def test_the_readme_has_no_relative_link_it_is_the_wheels_description_too():
     assert relative_links(README.read_text()) == []
-    planted = "See [the docs](docs/index.md), <a href=\"notebooks/\">these</a> and [ok](https://x.org) [here](#a-tour).\n"
-    planted += "[ref]: docs/install.md\n"
+    planted = 'See [the docs](docs/index.md), <a href="notebooks/">these</a> and [ok](https://x.org)\n'
+    planted += "[here](#a-tour).\n[ref]: docs/install.md\n"
     assert relative_links(planted) == ["docs/index.md", "notebooks/", "docs/install.md"]
 
 
