@@ -126,10 +126,11 @@ print("core install: no tokenizers, sacrebleu or transformers")
 """
 
 FROM_THE_WHEEL = r"""
-import importlib.util, pathlib, transformer, transformer.kernels
+import importlib.util, pathlib, transformer
 site = pathlib.Path(transformer.__file__).resolve().parents[1]
 assert site.name == "site-packages", f"transformer imported from {transformer.__file__}, not from the wheel"
-assert pathlib.Path(transformer.kernels.__file__).resolve().parent == site / "transformer" / "kernels"
+kernels = importlib.util.find_spec("transformer.kernels")  # found, not imported: triton was uninstalled above
+assert pathlib.Path(kernels.origin).resolve().parent == site / "transformer" / "kernels", kernels.origin
 assert (site / "transformer" / "py.typed").is_file(), "py.typed is not in the wheel"
 assert importlib.util.find_spec("kernels") is None, "a top-level kernels module was installed"
 print(f"wheel: transformer and transformer.kernels from {site}, py.typed there, no top-level kernels")
