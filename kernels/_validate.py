@@ -197,7 +197,14 @@ def _check_bool(t, name: str, q: torch.Tensor) -> None:
 def run_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
     """Why the kernels cannot run these (well-formed) inputs here: the device, the dtype, or sizes no launch grid
     can take (see _grid.py); None when they can. Decided once per (device, dtype, sizes, interpreter on or off)."""
-    return _run_reason(q.device, q.dtype, q.shape, k.shape[1], k.shape[2], q.is_cuda or interpreting())
+    reason = _uncached_while_compiling(_run_reason)
+    return reason(q.device, q.dtype, q.shape, k.shape[1], k.shape[2], q.is_cuda or interpreting())
+
+
+def _uncached_while_compiling(cached):
+    """The function under ``cached`` while torch.compile traces (Dynamo skips an ``lru_cache`` wrapper and warns that
+    it did), ``cached`` itself otherwise: the cache only saves host time per eager call."""
+    return cached.__wrapped__ if torch.compiler.is_compiling() else cached
 
 
 @functools.lru_cache(maxsize=4096)
@@ -222,7 +229,7 @@ def _device_reason(device, dtype) -> str | None:
         return "q is on the CPU and TRITON_INTERPRET=1 is not set; the Triton kernel needs CUDA tensors"
     if dtype == torch.bfloat16:
         return "bfloat16 is not supported by the Triton CPU interpreter (triton#11584); use float16 or float32"
-    return _old_interpreter_reason()
+    return _uncached_while_compiling(_old_interpreter_reason)()
 
 
 @functools.lru_cache(maxsize=1)

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-import transformer as T
+import transformer as tt
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # these small matrices run fastest on one thread
@@ -63,7 +63,7 @@ def table(header, rows):
 # hyper-parameter goes through a frozen, validated `TransformerConfig`.
 
 # %%
-model = T.make_model(src_vocab=11, tgt_vocab=11, N=2, d_model=64, d_ff=128, h=4, dropout=0.1)
+model = tt.make_model(src_vocab=11, tgt_vocab=11, N=2, d_model=64, d_ff=128, h=4, dropout=0.1)
 print(model.config)
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 print({name: type(module).__name__ for name, module in model.named_children()})
@@ -78,7 +78,7 @@ print({name: type(module).__name__ for name, module in model.named_children()})
 # %%
 src = torch.tensor([[1, 4, 7, 3, 9, 0, 0], [1, 2, 8, 5, 6, 10, 3]])
 tgt = torch.tensor([[1, 4, 7, 3, 9], [1, 2, 8, 5, 6]])
-src_mask, tgt_mask = T.padding_mask(src, pad_id=0), T.target_mask(tgt, pad_id=0)
+src_mask, tgt_mask = tt.padding_mask(src, pad_id=0), tt.target_mask(tgt, pad_id=0)
 
 steps = []
 watch = ["src_embed", "encoder.layers.0.self_attn", "encoder.layers.0.feed_forward", "encoder",
@@ -105,7 +105,7 @@ table(["module", "class", "first input", "output"], [(f"`{n}`", c, f"`{i}`", f"`
 # %%
 import inspect
 
-print(inspect.signature(T.MultiHeadedAttention.forward))
+print(inspect.signature(tt.MultiHeadedAttention.forward))
 
 # %% [markdown]
 # A wrong shape is refused where it enters, with the argument, the expected annotation and the sizes already
@@ -117,7 +117,7 @@ print(inspect.signature(T.MultiHeadedAttention.forward))
 memory = model.encode(src, src_mask)
 try:
     model.decoder(memory, memory, src_mask, tgt_mask)
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
 
 # %% [markdown]
@@ -143,7 +143,7 @@ print("sub-layers:", type(layer.self_attn).__name__, "and", type(layer.feed_forw
 
 # %%
 x = torch.randn(3, 8)
-ours, reference = T.LayerNorm(8, eps=1e-6), torch.nn.LayerNorm(8, eps=1e-6)
+ours, reference = tt.LayerNorm(8, eps=1e-6), torch.nn.LayerNorm(8, eps=1e-6)
 tutorial = (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-6)
 print("max |ours - torch.nn.LayerNorm| =", f"{(ours(x) - reference(x)).abs().max().item():.1e}")
 print("max |ours - the tutorial's|     =", f"{(ours(x) - tutorial).abs().max().item():.3f}")
@@ -160,7 +160,7 @@ print("max |ours - the tutorial's|     =", f"{(ours(x) - tutorial).abs().max().i
 
 # %%
 fig, ax = plt.subplots(figsize=(3.4, 3.4))
-ax.imshow(T.subsequent_mask(20)[0], cmap="Greens")
+ax.imshow(tt.subsequent_mask(20)[0], cmap="Greens")
 ax.set(title="subsequent_mask(20)", xlabel="key position j", ylabel="query position i")
 plt.show()
 
@@ -173,9 +173,9 @@ plt.show()
 # %%
 padded_src = torch.tensor([[1, 5, 6, 7, 8, 9], [1, 5, 6, 0, 0, 0]])
 padded_tgt = torch.tensor([[1, 5, 6, 7, 8], [1, 5, 6, 0, 0]])
-masks = {"padding_mask (row 2)": T.padding_mask(padded_src, 0)[1].expand(6, 6),
-         "target_mask (row 1)": T.target_mask(padded_tgt, 0)[0],
-         "target_mask (row 2)": T.target_mask(padded_tgt, 0)[1]}
+masks = {"padding_mask (row 2)": tt.padding_mask(padded_src, 0)[1].expand(6, 6),
+         "target_mask (row 1)": tt.target_mask(padded_tgt, 0)[0],
+         "target_mask (row 2)": tt.target_mask(padded_tgt, 0)[1]}
 fig, axes = plt.subplots(1, 3, figsize=(8, 2.9))
 for ax, (title, mask) in zip(axes, masks.items()):
     ax.imshow(mask, cmap="Greens", vmin=0, vmax=1)
@@ -189,9 +189,9 @@ plt.show()
 # the very same dense mask:
 
 # %%
-structured = T.AttentionMask.target(padded_tgt, pad_id=0)
+structured = tt.AttentionMask.target(padded_tgt, pad_id=0)
 print(structured)
-print("equal to target_mask:", torch.equal(structured.to_dense(5, 5), T.target_mask(padded_tgt, 0)))
+print("equal to target_mask:", torch.equal(structured.to_dense(5, 5), tt.target_mask(padded_tgt, 0)))
 
 # %% [markdown]
 # ## Attention (section 3.2)
@@ -206,7 +206,7 @@ print("equal to target_mask:", torch.equal(structured.to_dense(5, 5), T.target_m
 # %%
 q, k, v = torch.randn(1, 4, 8), torch.randn(1, 6, 8), torch.randn(1, 6, 8)
 mask = torch.tensor([[[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]]], dtype=torch.bool)
-out, p_attn = T.attention(q, k, v, mask)
+out, p_attn = tt.attention(q, k, v, mask)
 print("q", tuple(q.shape), "k", tuple(k.shape), "v", tuple(v.shape), "-> output", tuple(out.shape), "probabilities", tuple(p_attn.shape))
 print("rows of probabilities sum to", p_attn.sum(-1).tolist())
 print("the fully masked query row outputs", out[0, 3].tolist())
@@ -276,14 +276,14 @@ print("generator:", tuple(memory.shape), "->", tuple(model.generator(memory).sha
 # dimension is a sinusoid of its own wavelength. Beside it, the whole table for d_model 64.
 
 # %%
-pe = T.PositionalEncoding(d_model=20, dropout=0.0)
+pe = tt.PositionalEncoding(d_model=20, dropout=0.0)
 curves = pe(torch.zeros(1, 100, 20))[0]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [3, 2]})
 for dim in range(4, 8):
     ax1.plot(curves[:, dim], label=f"dim {dim}")
 ax1.set(xlabel="position", title="PositionalEncoding(20): dimensions 4-7")
 ax1.legend(fontsize=8)
-table64 = T.PositionalEncoding(d_model=64, dropout=0.0).pe[0, :100]
+table64 = tt.PositionalEncoding(d_model=64, dropout=0.0).pe[0, :100]
 image = ax2.imshow(table64, aspect="auto", cmap="RdBu")
 ax2.set(xlabel="dimension", ylabel="position", title="the table, d_model 64")
 fig.colorbar(image, ax=ax2)
@@ -295,7 +295,7 @@ plt.show()
 # shape checks are switched off):
 
 # %%
-short = T.PositionalEncoding(d_model=8, dropout=0.0, max_len=10)
+short = tt.PositionalEncoding(d_model=8, dropout=0.0, max_len=10)
 try:
     short(torch.zeros(1, 11, 8))
 except ValueError as error:
@@ -311,7 +311,7 @@ except ValueError as error:
 # %%
 model.eval()
 test_src = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
-print("untrained:", T.greedy_decode(model, test_src, T.padding_mask(test_src, 0), max_len=10, start_symbol=1).tolist())
+print("untrained:", tt.greedy_decode(model, test_src, tt.padding_mask(test_src, 0), max_len=10, start_symbol=1).tolist())
 
 # %% [markdown]
 # ## Training (section 5)
@@ -323,7 +323,7 @@ print("untrained:", T.greedy_decode(model, test_src, T.padding_mask(test_src, 0)
 # structured `AttentionMask`s.
 
 # %%
-batch = T.Batch(padded_src, padded_tgt, pad=0)
+batch = tt.Batch(padded_src, padded_tgt, pad=0)
 print("src", tuple(batch.src.shape), "tgt", tuple(batch.tgt.shape), "tgt_y", tuple(batch.tgt_y.shape), "ntokens", batch.ntokens)
 print("src_mask:", batch.src_mask)
 print("tgt_mask:", batch.tgt_mask)
@@ -340,7 +340,7 @@ print("tgt_mask:", batch.tgt_mask)
 # %%
 fig, ax = plt.subplots()
 for d_model, factor, warmup in [(512, 1, 4000), (512, 1, 8000), (256, 1, 4000)]:
-    ax.plot([T.rate(step, d_model, factor, warmup) for step in range(20000)], label=f"d_model {d_model}, warmup {warmup}")
+    ax.plot([tt.rate(step, d_model, factor, warmup) for step in range(20000)], label=f"d_model {d_model}, warmup {warmup}")
 ax.set(xlabel="step", ylabel="learning rate", title="The Noam schedule")
 ax.legend()
 plt.show()
@@ -357,7 +357,7 @@ plt.show()
 # classes, padding index 0, smoothing 0.4, its `style="annotated"`; the last label is padding, so its row is empty).
 
 # %%
-criterion = T.LabelSmoothing(5, padding_idx=0, smoothing=0.4, style="annotated")
+criterion = tt.LabelSmoothing(5, padding_idx=0, smoothing=0.4, style="annotated")
 predict = torch.tensor([[0, 0.2, 0.7, 0.1, 0]] * 5).clamp_min(1e-9).log().requires_grad_(True)
 criterion(predict, torch.tensor([2, 1, 0, 3, 3])).backward()
 q = -predict.grad + 0.0  # (+ 0.0 turns -0.0 into 0.0 for printing)
@@ -373,7 +373,7 @@ print(q)
 # model becomes confident, then rises (the tutorial's second picture; 5 classes, smoothing 0.1).
 
 # %%
-criterion = T.LabelSmoothing(5, padding_idx=0, smoothing=0.1, style="annotated")
+criterion = tt.LabelSmoothing(5, padding_idx=0, smoothing=0.1, style="annotated")
 
 
 def loss_at(x):
@@ -403,19 +403,19 @@ from transformer.tasks import data_gen
 
 torch.manual_seed(0)
 V = 11
-copy_model = T.make_model(V, V, N=2, d_model=64, d_ff=128, h=4, dropout=0.1)
-loss_compute = T.SimpleLossCompute(copy_model.generator, T.LabelSmoothing(V, padding_idx=0, smoothing=0.0))
+copy_model = tt.make_model(V, V, N=2, d_model=64, d_ff=128, h=4, dropout=0.1)
+loss_compute = tt.SimpleLossCompute(copy_model.generator, tt.LabelSmoothing(V, padding_idx=0, smoothing=0.0))
 optimizer = torch.optim.Adam(copy_model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-scheduler = LambdaLR(optimizer, lr_lambda=lambda step: T.rate(step, copy_model.d_model, factor=1.0, warmup=200))
+scheduler = LambdaLR(optimizer, lr_lambda=lambda step: tt.rate(step, copy_model.d_model, factor=1.0, warmup=200))
 data = torch.Generator().manual_seed(0)
 
 history = []
 start = time.perf_counter()
 for epoch in range(15):
     copy_model.train()
-    train_loss, _ = T.run_epoch(data_gen(V, 80, 20, data), copy_model, loss_compute, optimizer, scheduler, mode="train")
+    train_loss, _ = tt.run_epoch(data_gen(V, 80, 20, data), copy_model, loss_compute, optimizer, scheduler, mode="train")
     copy_model.eval()
-    eval_loss, _ = T.run_epoch(data_gen(V, 80, 5, data), copy_model, loss_compute, None, None, mode="eval")
+    eval_loss, _ = tt.run_epoch(data_gen(V, 80, 5, data), copy_model, loss_compute, None, None, mode="eval")
     history.append((epoch + 1, train_loss, eval_loss))
 print(f"trained 300 steps in {time.perf_counter() - start:.0f} s; final eval loss {eval_loss:.4f}")
 
@@ -435,14 +435,14 @@ plt.show()
 
 # %%
 copy_model.eval()
-mask = T.padding_mask(test_src, 0)
-greedy = T.greedy_decode(copy_model, test_src, mask, max_len=10, start_symbol=1)
-beam = T.beam_search(copy_model, test_src, mask, max_len=10, start_symbol=1, beam_size=4)
+mask = tt.padding_mask(test_src, 0)
+greedy = tt.greedy_decode(copy_model, test_src, mask, max_len=10, start_symbol=1)
+beam = tt.beam_search(copy_model, test_src, mask, max_len=10, start_symbol=1, beam_size=4)
 print("source:", test_src[0].tolist())
 print("greedy:", greedy[0].tolist())
 print("beam 4:", beam.tokens[0].tolist(), f"(score {beam.scores[0].item():.4f})")
 unseen = next(data_gen(V, 200, 1, torch.Generator().manual_seed(123))).src
-decoded = T.greedy_decode(copy_model, unseen, T.padding_mask(unseen, 0), max_len=10, start_symbol=1)
+decoded = tt.greedy_decode(copy_model, unseen, tt.padding_mask(unseen, 0), max_len=10, start_symbol=1)
 print(f"exact copies of 200 unseen sequences: {(decoded == unseen).all(dim=1).float().mean().item():.1%}")
 
 # %% [markdown]
@@ -504,10 +504,10 @@ sentence = "twenty-third of october 1987"
 src_ids = task.source_tensor([sentence])
 out_ids = task.translate_ids(dates_model, src_ids)
 for module in dates_model.modules():
-    if isinstance(module, T.MultiHeadedAttention):
+    if isinstance(module, tt.MultiHeadedAttention):
         module.record_attention = True
 with torch.no_grad():
-    dates_model(src_ids, out_ids[:, :-1], T.padding_mask(src_ids, 0), T.target_mask(out_ids[:, :-1], 0))
+    dates_model(src_ids, out_ids[:, :-1], tt.padding_mask(src_ids, 0), tt.target_mask(out_ids[:, :-1], 0))
 src_words = [task.src_vocab.tokens[i] for i in src_ids[0]]
 tgt_chars = [task.tgt_vocab.tokens[i] for i in out_ids[0]]
 print(sentence, "->", task.decode_target(out_ids[0].tolist()))
@@ -546,7 +546,7 @@ draw(dates_model.decoder.layers[1].self_attn.attn, tgt_chars[:-1], tgt_chars[:-1
 # %%
 draw(dates_model.decoder.layers[1].src_attn.attn, tgt_chars[:-1], src_words, "encoder-decoder attention, layer 2")
 for module in dates_model.modules():
-    if isinstance(module, T.MultiHeadedAttention):
+    if isinstance(module, tt.MultiHeadedAttention):
         module.record_attention = False
 
 # %% [markdown]

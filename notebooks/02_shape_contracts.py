@@ -30,15 +30,15 @@ import time
 
 import torch
 
-import transformer as T
+import transformer as tt
 from transformer.contracts import DIMENSIONS, Float, Int, Tensor, checked
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-model = T.make_model(src_vocab=11, tgt_vocab=11, N=2, d_model=32, d_ff=64, h=2, dropout=0.0).eval()  # d_k = 16
+model = tt.make_model(src_vocab=11, tgt_vocab=11, N=2, d_model=32, d_ff=64, h=2, dropout=0.0).eval()  # d_k = 16
 src = torch.tensor([[1, 2, 3, 4, 5, 0, 0], [5, 4, 3, 2, 1, 7, 8]])  # batch 2, src_len 7
 tgt = torch.tensor([[1, 2, 3, 0], [1, 5, 4, 3]])  # batch 2, tgt_len 4
-src_mask, tgt_mask = T.padding_mask(src, 0), T.target_mask(tgt, 0)
+src_mask, tgt_mask = tt.padding_mask(src, 0), tt.target_mask(tgt, 0)
 print("src_mask", tuple(src_mask.shape), "tgt_mask", tuple(tgt_mask.shape), "->", tuple(model(src, tgt, src_mask, tgt_mask).shape))
 
 # %% [markdown]
@@ -50,7 +50,7 @@ print("src_mask", tuple(src_mask.shape), "tgt_mask", tuple(tgt_mask.shape), "->"
 # everywhere else in the same call, the return value included.
 
 # %%
-print(inspect.signature(T.DecoderLayer.forward))
+print(inspect.signature(tt.DecoderLayer.forward))
 
 # %% [markdown]
 # The names come from one vocabulary, `transformer.contracts.DIMENSIONS` (a test fails if an annotation uses
@@ -83,11 +83,11 @@ mistakes = {
     "a float mask (0/1) instead of a boolean one": lambda: model(src, tgt, src_mask.float(), tgt_mask),
     "source and target batches of different sizes": lambda: model(src, tgt[:1], src_mask, tgt_mask[:1]),
     "an input of the wrong width into a layer": lambda: model.encoder.layers[0](torch.randn(2, 7, 48), src_mask),
-    "queries and keys of different d_k (Rocq invariant 1)": lambda: T.attention(q8, k8[..., :4], v8),
-    "keys and values of different lengths": lambda: T.attention(q8, k8, v8[:, :5]),
-    "residual operands of different shapes (Rocq invariant 3)": lambda: T.layers.residual(torch.randn(2, 7, 32), torch.randn(2, 7, 16)),
-    "a sub-layer that changes the shape": lambda: T.SublayerConnection(32, 0.0)(torch.randn(2, 7, 32), Squash()),
-    "a structured mask sized for another batch": lambda: model.encode(src, T.AttentionMask(key_lengths=torch.tensor([7, 7, 7]))),
+    "queries and keys of different d_k (Rocq invariant 1)": lambda: tt.attention(q8, k8[..., :4], v8),
+    "keys and values of different lengths": lambda: tt.attention(q8, k8, v8[:, :5]),
+    "residual operands of different shapes (Rocq invariant 3)": lambda: tt.layers.residual(torch.randn(2, 7, 32), torch.randn(2, 7, 16)),
+    "a sub-layer that changes the shape": lambda: tt.SublayerConnection(32, 0.0)(torch.randn(2, 7, 32), Squash()),
+    "a structured mask sized for another batch": lambda: model.encode(src, tt.AttentionMask(key_lengths=torch.tensor([7, 7, 7]))),
     "token ids as floats": lambda: model.encode(src.float(), src_mask),
 }
 for what, call in mistakes.items():
@@ -103,7 +103,7 @@ for what, call in mistakes.items():
 # %%
 try:
     model.decode(model.encode(src, src_mask), tgt_mask, tgt, tgt_mask)
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(error)
 
 # %% [markdown]
@@ -114,7 +114,7 @@ except T.TypeCheckError as error:
 
 # %%
 @checked
-def masked_mean(x: Float[Tensor, "batch seq d_model"], keep: T.contracts.Bool[Tensor, "batch seq"]) -> Float[Tensor, "batch d_model"]:
+def masked_mean(x: Float[Tensor, "batch seq d_model"], keep: tt.contracts.Bool[Tensor, "batch seq"]) -> Float[Tensor, "batch d_model"]:
     keep = keep.unsqueeze(-1).to(x.dtype)
     return (x * keep).sum(1) / keep.sum(1).clamp_min(1)
 
@@ -123,7 +123,7 @@ memory = model.encode(src, src_mask)
 print(masked_mean(memory, src != 0).shape)
 try:
     masked_mean(memory, tgt != 0)  # the target's padding, 4 positions, for a 7-position memory
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
 
 
@@ -134,7 +134,7 @@ def broken_mean(x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch d
 
 try:
     broken_mean(memory)
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
 
 # %% [markdown]
@@ -147,11 +147,11 @@ except T.TypeCheckError as error:
 # %%
 too_long = torch.ones(1, 5001, dtype=torch.long)
 guards = {
-    "a head count that does not divide d_model (Rocq invariant 2)": lambda: T.TransformerConfig(src_vocab=11, tgt_vocab=11, d_model=512, n_heads=7),
+    "a head count that does not divide d_model (Rocq invariant 2)": lambda: tt.TransformerConfig(src_vocab=11, tgt_vocab=11, d_model=512, n_heads=7),
     "a token id outside the vocabulary": lambda: model.encode(torch.tensor([[1, 2, 42]]), None),
     "a sequence longer than max_len (Rocq invariant 6)": lambda: model.encode(too_long, None),
     "an empty source": lambda: model.encode(torch.ones(2, 0, dtype=torch.long), None),
-    "decoding past the positions the model can encode": lambda: T.greedy_decode(model, src, src_mask, max_len=6000, start_symbol=1),
+    "decoding past the positions the model can encode": lambda: tt.greedy_decode(model, src, src_mask, max_len=6000, start_symbol=1),
 }
 for what, call in guards.items():
     try:
@@ -163,7 +163,7 @@ for what, call in guards.items():
 # %% [markdown]
 # ## The checks switch
 #
-# Process-wide with `T.set_checks(False)`, for a block with `with T.checks(False):` (the previous state comes back
+# Process-wide with `tt.set_checks(False)`, for a block with `with tt.checks(False):` (the previous state comes back
 # afterwards), or for a whole process with the environment variable `TYPED_TRANSFORMER_CHECKS=0` (read at
 # import). Off means one boolean test per call: the checker is not entered.
 #
@@ -171,8 +171,8 @@ for what, call in guards.items():
 # where torch broadcasts, in a tensor of the wrong meaning. The guards still run.
 
 # %%
-with T.checks(False):
-    print("checks enabled inside the block:", T.checks_enabled())
+with tt.checks(False):
+    print("checks enabled inside the block:", tt.checks_enabled())
     try:
         model(src, tgt, tgt_mask, tgt_mask)
     except Exception as error:
@@ -181,10 +181,10 @@ with T.checks(False):
         model.encode(torch.tensor([[1, 2, 42]]), None)
     except ValueError as error:
         print("the bad token id, unchecked:", type(error).__name__, "-", str(error).splitlines()[0])
-print("checks enabled after the block:", T.checks_enabled())
+print("checks enabled after the block:", tt.checks_enabled())
 
 # %%
-probe = "import transformer as T; print('checks enabled with TYPED_TRANSFORMER_CHECKS=0:', T.checks_enabled())"
+probe = "import transformer as tt; print('checks enabled with TYPED_TRANSFORMER_CHECKS=0:', tt.checks_enabled())"
 result = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "TYPED_TRANSFORMER_CHECKS": "0"},
                         capture_output=True, text=True, check=True)
 print(result.stdout.strip())
@@ -199,7 +199,7 @@ print(result.stdout.strip())
 
 # %%
 def forward_ms(enabled, repeats=30):
-    with T.checks(enabled), torch.no_grad():
+    with tt.checks(enabled), torch.no_grad():
         model(src, tgt, src_mask, tgt_mask)  # warm up
         start = time.perf_counter()
         for _ in range(repeats):
@@ -234,7 +234,7 @@ def first_line(call):
     try:
         call()
     except Exception as error:
-        kind = "TypeCheckError" if isinstance(error, T.TypeCheckError) else type(error).__name__
+        kind = "TypeCheckError" if isinstance(error, tt.TypeCheckError) else type(error).__name__
         return f"{kind}: {str(error).splitlines()[0]}"
     return "no error"
 
@@ -278,12 +278,12 @@ def one_step(ys: Int[Tensor, "batch steps"]) -> Int[Tensor, "batch steps+1"]:
 
 
 invariants = {
-    1: lambda: T.attention(q8, k8[..., :4], v8),
-    2: lambda: T.TransformerConfig(src_vocab=11, tgt_vocab=11, d_model=32, n_heads=3),
-    3: lambda: T.layers.residual(torch.randn(2, 7, 32), torch.randn(2, 7, 16)),
+    1: lambda: tt.attention(q8, k8[..., :4], v8),
+    2: lambda: tt.TransformerConfig(src_vocab=11, tgt_vocab=11, d_model=32, n_heads=3),
+    3: lambda: tt.layers.residual(torch.randn(2, 7, 32), torch.randn(2, 7, 16)),
     4: lambda: mha(torch.randn(2, 7, 48), torch.randn(2, 7, 48), torch.randn(2, 7, 48)),
     5: lambda: one_step(torch.ones(2, 3, dtype=torch.long)),
-    6: lambda: T.PositionalEncoding(32, 0.0, max_len=10)(torch.zeros(1, 11, 32)),
+    6: lambda: tt.PositionalEncoding(32, 0.0, max_len=10)(torch.zeros(1, 11, 32)),
 }
 for number, call in invariants.items():
     print(f"invariant {number}: {first_line(call)}")

@@ -38,7 +38,7 @@ from IPython.display import Image, Markdown, display
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first kernel launch: run Triton on the CPU
 
-import transformer as T
+import transformer as tt
 from transformer.backends import BACKENDS, resolve_backend, triton_missing_reason
 
 torch.manual_seed(0)
@@ -55,14 +55,14 @@ print("CUDA:", torch.cuda.is_available(), "| TRITON_INTERPRET:", os.environ.get(
 # choice, not architecture: a checkpoint neither stores nor compares it.
 
 # %%
-config = T.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=2, n_decoder_layers=2, d_model=32,
+config = tt.TransformerConfig(src_vocab=11, tgt_vocab=11, n_encoder_layers=2, n_decoder_layers=2, d_model=32,
                              d_ff=64, n_heads=2, dropout=0.0, attention_dropout=0.0, attention_backend="eager")
-model = T.make_model(config).eval()
+model = tt.make_model(config).eval()
 print("the model's default:", model.encoder.layers[0].self_attn.backend)
 
 src = torch.tensor([[1, 2, 3, 4, 5, 6, 0, 0], [5, 4, 3, 2, 1, 7, 8, 9]])
 tgt = torch.tensor([[1, 2, 3, 0, 0], [1, 5, 4, 3, 2]])
-src_mask, tgt_mask = T.AttentionMask.padding(src, 0), T.AttentionMask.target(tgt, 0)
+src_mask, tgt_mask = tt.AttentionMask.padding(src, 0), tt.AttentionMask.target(tgt, 0)
 q = k = v = torch.randn(2, 2, 8, 16)
 for requested in ["auto", "eager", "torch", "triton"]:
     print(f"{requested!r:>9} runs these float32 CPU inputs on {resolve_backend(requested, q, k, v, None, 0.0)!r}")
@@ -72,12 +72,12 @@ print(f"   'auto' runs float64 inputs on {resolve_backend('auto', q.double(), k.
 # `use_backend` switches a block, whatever the modules' defaults say; `backend=` switches one call:
 
 # %%
-with T.use_backend("torch"):
-    print("inside the block:", T.current_backend())
+with tt.use_backend("torch"):
+    print("inside the block:", tt.current_backend())
     out_torch = model(src, tgt, src_mask, tgt_mask)
 out_eager = model(src, tgt, src_mask, tgt_mask)  # the model's default, eager
-print("outside:", T.current_backend(), "| max difference torch vs eager:", f"{(out_torch - out_eager).abs().max().item():.1e}")
-print(T.scaled_dot_product_attention(q, k, v, backend="torch").shape)
+print("outside:", tt.current_backend(), "| max difference torch vs eager:", f"{(out_torch - out_eager).abs().max().item():.1e}")
+print(tt.scaled_dot_product_attention(q, k, v, backend="torch").shape)
 
 # %% [markdown]
 # A backend asked for by name never falls back silently: if it cannot run the inputs it says why. Here the kernel
@@ -85,7 +85,7 @@ print(T.scaled_dot_product_attention(q, k, v, backend="torch").shape)
 
 # %%
 try:
-    T.scaled_dot_product_attention(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), backend="triton")
+    tt.scaled_dot_product_attention(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), backend="triton")
 except ValueError as error:
     print(error)
 
@@ -98,7 +98,7 @@ except ValueError as error:
 # %%
 def run(backend):
     model.zero_grad()
-    with T.use_backend(backend):
+    with tt.use_backend(backend):
         out = model(src, tgt, src_mask, tgt_mask)
     out.square().sum().backward()
     return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -119,9 +119,9 @@ display(Markdown("| backend | max output difference | max gradient difference |\
 # `target_mask` is the dense tensor the Annotated Transformer builds.
 
 # %%
-dense = model(src, tgt, T.padding_mask(src, 0), T.target_mask(tgt, 0))
+dense = model(src, tgt, tt.padding_mask(src, 0), tt.target_mask(tgt, 0))
 for backend in available:
-    with T.use_backend(backend):
+    with tt.use_backend(backend):
         structured = model(src, tgt, src_mask, tgt_mask)
     print(f"{backend:>6}: structured vs dense masks, max difference {(structured - dense).abs().max().item():.1e}")
 

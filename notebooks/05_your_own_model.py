@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.functional import scaled_dot_product_attention
 
-import transformer as T
+import transformer as tt
 from transformer import Float, Tensor, checked
 
 torch.manual_seed(0)
@@ -110,7 +110,7 @@ class TinyGPT(nn.Module):
         self.head = nn.Linear(embed, vocab)
 
     @checked
-    def forward(self, ids: T.Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq {self.vocab}"]:
+    def forward(self, ids: tt.Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq {self.vocab}"]:
         x = self.tokens(ids) + self.positions(torch.arange(ids.size(1)))
         for block in self.blocks:
             x = block(x)
@@ -141,11 +141,11 @@ class ForgotTranspose(CausalSelfAttention):
 buggy = ForgotTranspose(64, 4, 2)
 buggy.load_state_dict(model.blocks[0].attn.state_dict())
 x = torch.randn(2, 9, 64)
-with T.checks(False):  # the contracts off: what plain PyTorch does
+with tt.checks(False):  # the contracts off: what plain PyTorch does
     print("checks off: output", tuple(buggy(x).shape), "and no error (a wrong answer, silently)")
 try:
     buggy(x)
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
 
 # %% [markdown]
@@ -167,13 +167,13 @@ except T.TypeCheckError as error:
 # %%
 try:
     model.blocks[0](torch.randn(2, 9, 63))
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
 
 # %% [markdown]
 # `(self.embed=64)` is the value of the field at the time of the call, so the message answers "expected how
 # wide?" without a look at the code. Checks cost a few microseconds per call and can be switched off for a run
-# (`T.set_checks(False)`, the `T.checks(False)` block above, or `TYPED_TRANSFORMER_CHECKS=0`); see
+# (`tt.set_checks(False)`, the `tt.checks(False)` block above, or `TYPED_TRANSFORMER_CHECKS=0`); see
 # [Contracts](../docs/contracts.md#switching-checks-off).
 
 # %% [markdown]
@@ -221,16 +221,16 @@ class NanoGPTAttention(nn.Module):
 
 swapped = NanoGPTAttention(swapped=True)
 x = torch.randn(2, 9, 64)
-with T.checks(False):
+with tt.checks(False):
     print("checks off: output", tuple(swapped(x).shape), "and no error")
 try:
     swapped(x)
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(error)
 torch._dynamo.reset()
 try:
     torch.compile(swapped, fullgraph=True)(x)
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print("compiled:", str(error).splitlines()[0])
 valid = NanoGPTAttention().eval()
 torch.testing.assert_close(torch.compile(valid, fullgraph=True)(x), valid(x))
@@ -250,7 +250,7 @@ torch.testing.assert_close(compiled(ids), model(ids))
 print("compiled = eager on valid input")
 try:
     compiled(ids.float())  # token ids as floats
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
     print(str(error).splitlines()[1])
 
@@ -289,7 +289,7 @@ def logits_and_grads(run):
 
 
 reference_logits, reference_grads = logits_and_grads(lambda: model(ids))  # auto: torch's function on the CPU
-with T.use_backend("triton"):
+with tt.use_backend("triton"):
     kernel_logits, kernel_grads = logits_and_grads(lambda: model(ids))
 print(f"logits: max difference {(kernel_logits - reference_logits).abs().max().item():.1e}")
 print(f"gradients: max difference {max((a - b).abs().max().item() for a, b in zip(kernel_grads, reference_grads)):.1e}")
@@ -303,11 +303,11 @@ print(f"gradients: max difference {max((a - b).abs().max().item() for a, b in zi
 q = torch.randn(2, 8, 12, 32)
 k, v = torch.randn(2, 2, 12, 32), torch.randn(2, 2, 12, 32)
 keep = (torch.arange(12) < torch.tensor([[12], [7]]))[:, None, None, :]  # (batch, 1, 1, keys): row 1 is padded
-out = T.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True, backend="triton")
+out = tt.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True, backend="triton")
 expected = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
 print(f"GQA on the kernel: max difference {(out - expected).abs().max().item():.1e}")
 try:
-    T.scaled_dot_product_attention(q, k, v, attn_mask=keep.float(), enable_gqa=True, backend="triton")
+    tt.scaled_dot_product_attention(q, k, v, attn_mask=keep.float(), enable_gqa=True, backend="triton")
 except ValueError as error:
     print("ValueError:", error)
 
@@ -347,7 +347,7 @@ real = attention_mask.bool()
 with torch.no_grad():
     expected = eager(tokens, attention_mask=attention_mask).logits
     on_auto = llama(tokens, attention_mask=attention_mask).logits
-    with T.use_backend("triton"):
+    with tt.use_backend("triton"):
         on_kernel = llama(tokens, attention_mask=attention_mask).logits
 print("attn_implementation:", llama.config._attn_implementation)
 print(f"auto (torch's function on the CPU) vs eager: {(on_auto - expected)[real].abs().max().item():.1e}")

@@ -51,7 +51,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm, import
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first kernel call: run Triton on the CPU
 
-import transformer as T
+import transformer as tt
 from transformer.data import train_tokenizer
 from transformer.lm import LMConfig, TransformerLM, build_lm
 from transformer.lm.generation import generate
@@ -164,7 +164,7 @@ print("k_proj:", original)
 attention.k_proj = LowRankProjection(original)
 try:
     model.logits(torch.tensor([tokenizer.encode(prompt)]))
-except T.TypeCheckError as error:
+except tt.TypeCheckError as error:
     print(str(error).splitlines()[0])
 attention.k_proj = original  # the model as it was
 
@@ -179,15 +179,15 @@ attention.k_proj = original  # the model as it was
 #
 # Attention runs on a backend chosen at run time: `eager` (the reference in plain PyTorch), `torch`
 # (`F.scaled_dot_product_attention`), `triton` (the package's fused kernel; on a CPU through Triton's interpreter,
-# slow and exact) or `auto`. `T.use_backend` switches it for a block of code, for a model loaded from a folder as
+# slow and exact) or `auto`. `tt.use_backend` switches it for a block of code, for a model loaded from a folder as
 # for any other; the logits agree to float32 rounding.
 
 # %%
 tokens = torch.tensor([tokenizer.encode(ZEN[:200])])
-with torch.no_grad(), T.use_backend("eager"):
+with torch.no_grad(), tt.use_backend("eager"):
     reference = model.logits(tokens)
 for backend in ("torch", "triton"):
-    with torch.no_grad(), T.use_backend(backend):
+    with torch.no_grad(), tt.use_backend(backend):
         logits = model.logits(tokens)
     print(f"{backend:6s}: max |logits - eager| = {(logits - reference).abs().max().item():.1e} "
           f"(max |logit| {reference.abs().max().item():.1f})")
@@ -197,7 +197,7 @@ for backend in ("torch", "triton"):
 #
 # A short fine-tuning run on the Zen of Python: windows of 64 tokens, AdamW at a small learning rate, the loss
 # the mean cross-entropy of the next token. The contracts stay on for the first step and are switched off for the
-# rest (`T.checks(False)`), as the trainer's `checks="first"` does: the shapes do not change from step to step.
+# rest (`tt.checks(False)`), as the trainer's `checks="first"` does: the shapes do not change from step to step.
 # `typed-transformer train lm --init DIR --text FILE...` runs the same kind of continuation from the command line,
 # with checkpoints, exact resume and torchrun.
 
@@ -210,7 +210,7 @@ model.train()
 losses = []
 for step in range(30):
     batch = windows[torch.randint(0, windows.size(0), (4,), generator=torch.Generator().manual_seed(step))]
-    with T.checks(step == 0):
+    with tt.checks(step == 0):
         logits = model.logits(batch[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
     optimizer.zero_grad()

@@ -6,7 +6,9 @@
   are *not* executed here: ``tests/test_notebooks.py`` executes them in CI and checks that the committed
   outputs belong to the committed source. The nav entry ``- Tutorials: notebooks/*.ipynb`` in mkdocs.yml is
   replaced by one page per notebook, in file-name order, titled by the notebook's first heading, so adding a
-  tutorial is adding a notebook. Links written for GitHub (``../docs/PAGE.md``) are rewritten for the site.
+  tutorial is adding a notebook. Links written for GitHub (``../docs/PAGE.md``) are rewritten for the site, and so
+  are the docs pages' links to a notebook (``../notebooks/NAME.ipynb``, which the repository resolves): on the site
+  they lead to its page ``tutorials/NAME.md``.
 * **Benchmark plots.** ``assets/plots/*.png`` are drawn at build time from the committed results in
   ``benchmarks/results/`` (the figures are never re-measured here), each titled with its device, versions and
   date. ``docs/benchmarks.md`` shows them.
@@ -43,6 +45,7 @@ PLOTS_DIR = "assets/plots"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 DOCS_LINK = re.compile(r"\]\(\.\./docs/([^)]*)\)")
 NOTEBOOK_LINK = re.compile(r"\]\(([\w-]+)\.ipynb(#[^)]*)?\)")
+REPOSITORY_NOTEBOOK_LINK = re.compile(r"\]\((?P<up>(?:\.\./)+)notebooks/(?P<stem>[\w-]+)\.ipynb(?P<anchor>#[^)]*)?\)")
 
 
 # ------------------------------------------------------------------------------------------------ notebooks
@@ -66,6 +69,19 @@ def site_links(markdown: str) -> str:
     """Links written for GitHub, from notebooks/, made to work from the tutorial pages of the site."""
     markdown = DOCS_LINK.sub(r"](../\1)", markdown)  # ../docs/PAGE.md -> the page
     return NOTEBOOK_LINK.sub(lambda m: f"]({m.group(1)}.md{m.group(2) or ''})", markdown)  # NAME.ipynb -> its page
+
+
+def docs_page_links(markdown: str, src_uri: str) -> str:
+    """Links from the docs page ``src_uri`` (``integrations.md``, ``api/lm.md``) to a notebook, written as the
+    repository resolves them (``../notebooks/NAME.ipynb#anchor``), made to lead to its tutorial page on the site."""
+    depth = src_uri.count("/")
+
+    def tutorial_page(match: re.Match) -> str:
+        if len(match["up"]) // 3 != depth + 1:  # not the repository's notebooks/ folder
+            return match[0]
+        return f"]({'../' * depth}{TUTORIALS_DIR}/{match['stem']}.md{match['anchor'] or ''})"
+
+    return REPOSITORY_NOTEBOOK_LINK.sub(tutorial_page, markdown)
 
 
 def _text_block(text: str) -> str:
@@ -363,3 +379,9 @@ def on_files(files: Files, config) -> Files:
     for name, png in plots().items():
         files.append(File.generated(config, f"{PLOTS_DIR}/{name}", content=png))
     return files
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if page.file.src_uri.startswith(f"{TUTORIALS_DIR}/"):  # generated from a notebook: site_links did it
+        return markdown
+    return docs_page_links(markdown, page.file.src_uri)

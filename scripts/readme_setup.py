@@ -15,10 +15,14 @@ task and decode with it) and the tests. CI reads them from here, so README.md an
   ``'1 2 3 4 5 6 7 8 9 10' -> '1 2 3 4 5 6 7 8 9 10'``;
 * no Python warning anywhere in the output (e.g. torch's "Failed to initialize NumPy");
 
+* that the core install holds no package of the ``text`` or ``hf`` extras (tokenizers, sacrebleu, transformers);
+
 then uninstalls triton from that environment and requires that the package still imports and trains with
 warnings turned into errors (``auto`` falls back), and that asking for ``--attention-backend triton`` exits with
-status 2 and a one-line message that says how to install Triton. Standard library only: it runs before anything
-is installed.
+status 2 and a one-line message that says how to install Triton. Last, it builds the wheel (``pip wheel . --no-deps``),
+installs it there in place of the editable install (``--no-deps``: the core dependencies are already there) and
+requires that the installed package, ``transformer.kernels`` and ``py.typed`` come from the wheel, outside the
+checkout, and that ``typed-transformer --help`` runs. Standard library only: it runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -104,14 +108,66 @@ def check_main_job_output(output: str) -> str | None:
 
 
 WITHOUT_TRITON = r"""
-import importlib.util, torch, transformer as T
+import importlib.util, torch, transformer as tt
 assert importlib.util.find_spec("triton") is None, "triton is still installed"
-model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2)
+model = tt.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2)
 src = torch.randint(1, 11, (2, 6))
-loss = model.generator(model(src, src, T.padding_mask(src, 0), T.target_mask(src, 0))).sum()
+loss = model.generator(model(src, src, tt.padding_mask(src, 0), tt.target_mask(src, 0))).sum()
 loss.backward()
 print("without triton: auto backend trains, no warning")
 """
+
+
+CORE_ONLY = r"""
+import importlib.util
+found = [name for name in ("tokenizers", "sacrebleu", "transformers") if importlib.util.find_spec(name)]
+assert not found, f"the core install holds packages of the text or hf extras: {found}"
+print("core install: no tokenizers, sacrebleu or transformers")
+"""
+
+FROM_THE_WHEEL = r"""
+import importlib.util, pathlib, transformer
+site = pathlib.Path(transformer.__file__).resolve().parents[1]
+assert site.name == "site-packages", f"transformer imported from {transformer.__file__}, not from the wheel"
+kernels = importlib.util.find_spec("transformer.kernels")  # found, not imported: triton was uninstalled above
+assert pathlib.Path(kernels.origin).resolve().parent == site / "transformer" / "kernels", kernels.origin
+assert (site / "transformer" / "py.typed").is_file(), "py.typed is not in the wheel"
+assert importlib.util.find_spec("kernels") is None, "a top-level kernels module was installed"
+print(f"wheel: transformer and transformer.kernels from {site}, py.typed there, no top-level kernels")
+"""
+
+
+def _python(venv: Path, code: str, env: dict[str, str], cwd: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(venv / "bin" / "python"), *flags, "-c", code],
+        env=env,
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def install_the_wheel(venv: Path, env: dict[str, str], tmp: Path) -> int:
+    """Build the wheel, install it into ``venv`` in place of the editable install, check what it holds."""
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    wheels = tmp / "wheel"
+    for command in (
+        [*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+        [*pip, "uninstall", "-q", "-y", "typed-transformer"],
+    ):
+        subprocess.run(command, env=env, check=True, cwd=tmp)
+    (wheel,) = wheels.glob("typed_transformer-*.whl")
+    subprocess.run([*pip, "install", "-q", "--no-deps", str(wheel)], env=env, check=True, cwd=tmp)
+    proc = _python(venv, FROM_THE_WHEEL, env, tmp)
+    if proc.returncode != 0:
+        return _fail(f"the wheel {wheel.name} does not install as it should", proc.stdout)
+    print(proc.stdout.strip(), flush=True)
+    command = [str(venv / "bin" / "typed-transformer"), "--help"]
+    help_run = subprocess.run(command, env=env, cwd=tmp, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if help_run.returncode != 0:
+        return _fail("typed-transformer --help fails when installed from the wheel", help_run.stdout)
+    return 0
 
 
 def fresh_main_job() -> int:
@@ -134,15 +190,14 @@ def fresh_main_job() -> int:
             flush=True,
         )
 
+        proc = _python(venv, CORE_ONLY, env, ROOT)
+        if proc.returncode != 0:
+            return _fail("the core install is not the core", proc.stdout)
+        print(proc.stdout.strip(), flush=True)
+
         python = str(venv / "bin" / "python")
         subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "triton"], env=env, check=True)
-        proc = subprocess.run(
-            [python, "-W", "error", "-c", WITHOUT_TRITON],
-            env=env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        proc = _python(venv, WITHOUT_TRITON, env, ROOT, "-W", "error")
         if proc.returncode != 0 or WARNING.search(proc.stdout):
             return _fail("without triton the package does not run cleanly", proc.stdout)
         print(proc.stdout.strip(), flush=True)
@@ -169,7 +224,7 @@ def fresh_main_job() -> int:
                 "asking for the triton backend without triton must exit 2 with a one-line install hint", proc.stdout
             )
         print(f"without triton, --attention-backend triton: {lines[0]}", flush=True)
-    return 0
+        return install_the_wheel(venv, env, Path(tmp))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import linecache
 import os
 import re
 import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,3 +254,35 @@ def test_bash_blocks_run_in_the_pages_directory_and_fail_on_error(tmp_path):
 def test_a_skip_marker_needs_a_reason(tmp_path):
     with pytest.raises(ValueError, match="needs a reason"):
         _page(tmp_path, "<!-- skip: -->\n```python\nx = 1\n```\n")
+
+
+# ------------------------------------------------------------------------- a page run as a reader runs it
+
+AS_A_READER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import test_docs_code as docs
+from pathlib import Path
+page = Path(sys.argv[2])
+print("ran", docs.run_page(docs.blocks(page), Path(sys.argv[3])), "blocks")
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the kernel runs without the interpreter")
+def test_the_integrations_page_runs_on_a_cpu_without_triton_interpret_in_the_environment(tmp_path):
+    """The suite sets TRITON_INTERPRET=1 for every page (tests/conftest.py); a reader's shell does not. The
+    integrations page asks for the kernel by name (``backend="triton"``), so it must set the interpreter itself,
+    before the process's first kernel call: run it in a fresh process whose environment does not have it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TYPED_TRANSFORMER_CHECKS")}
+    page = ROOT / "docs" / "integrations.md"
+    proc = subprocess.run(
+        [sys.executable, "-c", AS_A_READER, str(ROOT / "tests"), str(page), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ran = sum(b.skip is None for b in blocks(page))
+    assert f"ran {ran} blocks" in proc.stdout

@@ -1,4 +1,5 @@
-"""The distribution ships kernels/ as transformer.kernels and installs no top-level `kernels` module."""
+"""The distribution ships kernels/ as transformer.kernels and installs no top-level `kernels` module; tokenizers and
+sacrebleu are the `text` extra's; its description (README.md) has no link that only the repository resolves."""
 
 import os
 import subprocess
@@ -7,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_readme import relative_links
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +54,11 @@ def test_wheel_contents(tmp_path):
     triton = [line for line in requires if "triton" in line]
     assert triton and all("extra ==" in line for line in triton), triton  # never a hard requirement
     assert any(line.startswith("Requires-Dist: torch") and "<" not in line for line in requires)
+    for package in ("tokenizers", "sacrebleu"):  # the text extra: the core install needs neither
+        (line,) = [line for line in requires if line.startswith(f"Requires-Dist: {package}")]
+        assert line.endswith('; extra == "text"'), line
+    description = metadata.split("\n\n", 1)[1]  # the long description: README.md, read on an index or offline
+    assert "## Set up" in description and relative_links(description) == []
 
 
 WITHOUT_TRITON = r"""

@@ -1,7 +1,9 @@
-"""The README's tour runs as written, its errors are the errors raised, and CI runs its two set-up commands."""
+"""The README's tour runs as written, its errors are the errors raised, CI runs its two set-up commands, the test
+command installs every extra, and no link of the README (the wheel's description) is relative."""
 
 import importlib.util
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,8 @@ def test_readme_tour_runs_and_its_errors_are_real(monkeypatch):
             prefix = message.split("(...)")[0].split("...")[0].strip()
             with pytest.raises(Exception) as info:
                 exec(line, namespace)
-            assert type(info.value).__name__ == name
+            # the error shown, or a subclass of it (a compiled contract raises CompiledContractError, a TypeCheckError)
+            assert name in [cls.__name__ for cls in type(info.value).__mro__], type(info.value).__mro__
             assert prefix in str(info.value), (prefix, str(info.value)[:300])
             expected_errors += 1
             i += 2
@@ -59,10 +62,34 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_both_as_written():
     assert (
         commands["main"] == 'pip install "torch==2.13.0" && pip install -e ".[triton]" && typed-transformer train copy'
     )
-    assert commands["tests"].endswith("python -m pytest -q") and ".[triton,dev]" in commands["tests"]
+    assert commands["tests"].endswith("python -m pytest -q") and ".[triton,text,hf,dev]" in commands["tests"]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python scripts/readme_setup.py fresh-main-job" in ci
     assert "$(python scripts/readme_setup.py print tests)" in ci and 'bash -o pipefail -ec "$test_command"' in ci
+
+
+def test_the_test_command_installs_every_extra_and_the_main_job_only_triton():
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    commands = readme_setup.setup_commands(README.read_text())
+    installed = {name: set(re.search(r'-e "\.\[([\w,]+)\]"', commands[name])[1].split(",")) for name in commands}
+    assert installed["tests"] == set(extras), sorted(set(extras) ^ installed["tests"])
+    assert installed["main"] == {"triton"}  # the core install: no tokenizers, no sacrebleu (fresh-main-job checks)
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)[^)]*\)|<a\s[^>]*href=\"([^\"]+)\"|^\[[^\]]+\]:\s*(\S+)", re.M)
+
+
+def relative_links(markdown: str) -> list[str]:
+    """The link targets of ``markdown`` that are neither absolute URLs nor anchors of the same page."""
+    targets = [next(g for g in match.groups() if g) for match in LINK.finditer(markdown)]
+    return [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+def test_the_readme_has_no_relative_link_it_is_the_wheels_description_too():
+    assert relative_links(README.read_text()) == []
+    planted = 'See [the docs](docs/index.md), <a href="notebooks/">these</a> and [ok](https://x.org)\n'
+    planted += "[here](#a-tour).\n[ref]: docs/install.md\n"
+    assert relative_links(planted) == ["docs/index.md", "notebooks/", "docs/install.md"]
 
 
 def test_setup_section_with_a_third_or_multi_line_command_is_refused():

@@ -7,6 +7,9 @@ so the model trains and decodes in CI exactly as it would on a GPU.
 import copy
 import importlib
 import os
+import re
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -124,3 +127,47 @@ def test_auto_picks_triton_on_cuda_and_trains_in_bf16(monkeypatch):
     assert (out_f.float() - out_e.float()).abs().max() < 5e-2
     fused.generator(out_f.float()).sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in fused.parameters() if p.grad is not None)
+
+
+OUR_DIRS = (Path(T.__file__).parent, Path(T.__file__).parents[1] / "kernels")
+OUR_FILES = {p.name for d in OUR_DIRS for p in d.rglob("*.py") if p.name != "__init__.py"}
+
+
+def _from_our_code(warning: warnings.WarningMessage) -> bool:
+    """A warning raised in our files, or about them (Dynamo names the file it warns about in the message)."""
+    if any(Path(warning.filename).resolve().is_relative_to(d.resolve()) for d in OUR_DIRS):
+        return True
+    return any(name in OUR_FILES for name in re.findall(r"(\w+\.py):\d+", str(warning.message)))
+
+
+@needs_kernels
+def test_a_model_calling_the_drop_in_compiles_under_use_backend_triton_without_a_warning_from_our_code():
+    """torch.compile(fullgraph=True) of a user's module calling the drop-in on the kernel: Dynamo warned twice about
+    the lru_cache wrappers in kernels/_validate.py (issue 30); a user's compiled model gets no warning of ours."""
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v):
+            return T.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    q = torch.randn(1, 4, 9, 16, device=DEVICE)
+    k, v = torch.randn(1, 2, 9, 16, device=DEVICE), torch.randn(1, 2, 9, 16, device=DEVICE)
+    torch._dynamo.reset()  # a fresh trace: Dynamo warns while tracing
+    with T.use_backend("triton"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(Attend(), fullgraph=True, backend="eager")(q, k, v)
+    ours = [f"{w.category.__name__}: {str(w.message)[:200]}" for w in caught if _from_our_code(w)]
+    assert ours == []
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_warning_about_one_of_our_files_is_told_from_torchs_own():
+    def warning(message, filename):
+        return warnings.WarningMessage(UserWarning(message), UserWarning, filename, 1)
+
+    dynamo = torch._dynamo.__file__
+    assert _from_our_code(
+        warning("Dynamo detected a call to a `functools.lru_cache`-wrapped function at '_validate.py:136'.", dynamo)
+    )
+    assert _from_our_code(warning("anything", str(OUR_DIRS[0] / "attention.py")))
+    assert not _from_our_code(warning("Dynamo detected ... at 'functional.py:12'.", dynamo))

@@ -257,7 +257,7 @@ class MultiHeadedAttention(AttentionHeads):
 
 class _CallableModule(types.ModuleType):
     """``transformer.attention`` is this module; calling it calls :func:`attention` (the reference function), so
-    ``T.attention(q, k, v, mask)`` keeps working without the function's name shadowing the module's. Inside a
+    ``tt.attention(q, k, v, mask)`` keeps working without the function's name shadowing the module's. Inside a
     function compiled with torch.compile call the function itself (``from transformer.attention import attention``):
     Dynamo cannot call a module object (a graph break, an error under ``fullgraph=True``)."""
 

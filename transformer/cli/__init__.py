@@ -18,7 +18,8 @@ with their defaults); no option may be abbreviated (``--lr`` is the peak learnin
 
 What a command says when it cannot do its job is one line on stderr, never a traceback, with an exit status:
 2 for the command line and its inputs (flags, files, a missing, corrupt or non-finite checkpoint, unknown tokens,
-an ``--out`` that is not writable or already holds a checkpoint), 3 when a run stops without a result (the loss
+an ``--out`` that is not writable or already holds a checkpoint, a package of the ``text`` extra missing for
+``train lm``, ``train translate`` or a file task's checkpoint), 3 when a run stops without a result (the loss
 diverged, the disk is full or read-only: the last good checkpoint is intact), 130 after Ctrl-C (``train`` saves a
 checkpoint at the end of the current step first; a second Ctrl-C stops at once).
 
@@ -43,6 +44,7 @@ from collections.abc import Sequence
 import torch
 
 from ..checkpoint import CheckpointError
+from ..common.optional import MissingDependencyError
 from ..common.output_dirs import OutputWriteError
 from ..lm.pretrained import PretrainedFormatError
 from ..tasks import UnknownTokenError
@@ -90,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         return _COMMANDS[args.command](args)
-    except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError) as error:
+    except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError, MissingDependencyError) as error:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (TrainingDiverged, OutputWriteError) as error:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import torch
 
 from ..checkpoint import CheckpointError, ConfigMismatchError, find_checkpoint, load_checkpoint, read_metadata
+from ..common.optional import require
 from ..data.text_files import TextFileError
 from ..data.tokenizers import TextTokenizer, TokenizerMismatchError, load_tokenizer
 from ..distributed import (
@@ -48,6 +49,7 @@ from ..tasks.pretrained_lm import (
 from ..tasks.text_lm import LM_DEFAULTS, lm_config, lm_results, make_lm_trainer, prepare_lm_data
 from ..tasks.tokenizer_assets import check_same_tokenizer, tokenizer_from_checkpoint
 from ..tasks.translation_files import (
+    BLEU_FEATURE,
     TRANSLATE_DEFAULTS,
     make_translation_trainer,
     prepare_translation_data,
@@ -91,7 +93,11 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
     """``train lm`` / ``train translate``: prepare the data, train, report, save (see the module docstring).
 
     ``strategy``: the torchrun job's (``transformer.distributed.setup``), on ``device``; None: one process. After a
-    torchrun restart (``--max-restarts``) the run resumes from the checkpoint in ``--out`` as ``--resume`` does."""
+    torchrun restart (``--max-restarts``) the run resumes from the checkpoint in ``--out`` as ``--resume`` does.
+    The packages of the ``text`` extra are required before anything runs (``MissingDependencyError``, exit 2)."""
+    require("tokenizers", f"train {args.task}")
+    if args.task == "translate":
+        require("sacrebleu", BLEU_FEATURE)
     out = args.out or os.path.join("runs", args.task)
     data_dir = args.data_dir or out.rstrip(os.sep) + ".data"
     run = _FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)

@@ -1,2 +1,3 @@
 """Idioms the package's concepts share, written once: output directories and write failures, the run-time switches,
-argument validators, version parsing and dtype names. Nothing here knows about the Transformer."""
+argument validators, version parsing, dtype names and optional dependencies. Nothing here knows about the
+Transformer."""

@@ -7,7 +7,8 @@
 * :mod:`.token_batches`: batches by token count with length buckets, sharded by rank, resumable.
 * :mod:`.lm_batch`: the language model's batch (the protocol of :class:`~transformer.training.batch.Batch`).
 
-Importing this package does not import ``tokenizers``; training or loading a tokenizer does.
+Importing this package does not import ``tokenizers``; training or loading a tokenizer does (the ``text`` extra:
+without it, ``MissingDependencyError`` names the pip command).
 """
 
 from .corpora import CorpusReport, PairDataset, TextWindows, build_pair_stores, build_text_store

@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 
 from ..common.arguments import is_int
+from ..common.optional import require
 
 __all__ = [
     "TextTokenizer",
@@ -98,6 +99,7 @@ class TextTokenizer:
 
     @classmethod
     def from_json(cls, text: str, source: str = "tokenizer") -> TextTokenizer:
+        require("tokenizers", f"reading {source}")
         from tokenizers import Tokenizer
 
         try:
@@ -186,6 +188,7 @@ def load_tokenizer(path: str | os.PathLike) -> TextTokenizer:
 
 
 def _bpe(vocab_size: int, min_frequency: int):
+    require("tokenizers", "training a byte-level BPE tokenizer")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -202,6 +205,7 @@ def _bpe(vocab_size: int, min_frequency: int):
 
 
 def _char(vocab_size: int, min_frequency: int):
+    require("tokenizers", "training a character tokenizer")
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))

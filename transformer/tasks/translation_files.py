@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..common.optional import require
 from ..config import TransformerConfig
 from ..data.corpora import CorpusReport, PairDataset, build_pair_stores, iter_pairs
 from ..data.text_files import read_pairs
@@ -37,7 +38,11 @@ __all__ = [
     "bleu_note",
     "translation_results",
     "TRANSLATE_DEFAULTS",
+    "BLEU_FEATURE",
 ]
+
+#: What needs sacrebleu, as a missing one is reported (``train translate`` checks it before training).
+BLEU_FEATURE = "the BLEU and chrF scores of train translate"
 
 #: The model and data defaults of ``train translate`` (the dates task's model size: a CPU trains it in minutes).
 TRANSLATE_DEFAULTS: dict[str, Any] = dict(
@@ -227,6 +232,7 @@ def bleu_note(references: Sequence[str], tokenize=None, order: int = 4) -> str |
     tokens (sacrebleu's 13a). When no reference has ``order`` tokens there is no 4-gram to count and BLEU is 0 for
     any output, exact copies included; when most references are shorter, it scores only the few long ones."""
     if tokenize is None:
+        require("sacrebleu", BLEU_FEATURE)
         from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
         tokenize = Tokenizer13a()
@@ -249,6 +255,7 @@ def bleu_note(references: Sequence[str], tokenize=None, order: int = 4) -> str |
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
     """Corpus BLEU and chrF (sacrebleu's defaults: 13a tokenization, chrF with character 6-grams, beta 2), exact
     match, and ``bleu_note``: a sentence when BLEU cannot mean much on these references (see :func:`bleu_note`)."""
+    require("sacrebleu", BLEU_FEATURE)
     from sacrebleu.metrics import BLEU, CHRF
 
     bleu, chrf = BLEU(), CHRF()

@@ -85,8 +85,8 @@ MUTANTS = [
         "transformer/cli/__init__.py",
         (
             (
-                "except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError) as error:",
-                "except (UsageError, UnknownTokenError, PretrainedFormatError) as error:",
+                "except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError, MissingDependencyError) as error:",
+                "except (UsageError, UnknownTokenError, PretrainedFormatError, MissingDependencyError) as error:",
             ),
             (
                 "except (TrainingDiverged, OutputWriteError) as error:",

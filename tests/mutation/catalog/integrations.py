@@ -304,3 +304,52 @@ MUTANTS += [
         _REG,
     ),
 ]
+
+# Issue 30, section 3: the core install and its extras, the docs' links, no warning under torch.compile.
+_OPTIONAL_TESTS = ("tests/test_optional_dependencies.py",)
+MUTANTS += [
+    Mutant(
+        "install-extra-command-ignores-metadata",
+        "transformer/common/optional.py",
+        (
+            (
+                "    return found or tuple(sorted(package for package, of in EXTRAS.items() if of == extra))",
+                "    return tuple(sorted(package for package, of in EXTRAS.items() if of == extra))",
+            ),
+        ),
+        'the missing-package message tells `pip install "sacrebleu" "tokenizers"` without the extra\'s version '
+        "specifiers, though the metadata declares them",
+        _OPTIONAL_TESTS,
+    ),
+    Mutant(
+        "install-translate-checks-bleu-after-training",
+        "transformer/cli/train_files.py",
+        (
+            (
+                '    if args.task == "translate":\n        require("sacrebleu"',
+                '    if args.task == "never":\n        require("sacrebleu"',
+            ),
+        ),
+        "train translate without sacrebleu trains the whole model, then fails at the BLEU score",
+        _OPTIONAL_TESTS,
+    ),
+    Mutant(
+        "install-cli-missing-package-traceback",
+        "transformer/cli/__init__.py",
+        (
+            (
+                "except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError, MissingDependencyError) as error:",
+                "except (UsageError, CheckpointError, UnknownTokenError, PretrainedFormatError) as error:",
+            ),
+        ),
+        "a missing package of the text extra ends the command with a traceback instead of one line and exit 2",
+        _OPTIONAL_TESTS,
+    ),
+    Mutant(
+        "install-validate-lru-cache-traced",
+        "kernels/_validate.py",
+        (("    return cached.__wrapped__ if torch.compiler.is_compiling() else cached", "    return cached"),),
+        "Dynamo warns twice about the lru_cache wrappers of kernels/_validate.py in a user's compiled model",
+        ("tests/test_triton_backend.py",),
+    ),
+]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...common.optional import require
 from .config_fields import ConfigFields
 from .errors import PretrainedFormatError
 from .files import CONFIG_FILE, GENERATION_CONFIG_FILE, read_json
@@ -44,6 +45,7 @@ class PretrainedTokenizer:
     def from_folder(cls, path: str | Path) -> PretrainedTokenizer:
         """The tokenizer of a checkpoint folder (``tokenizer.json`` required; ``tokenizer_config.json``,
         ``generation_config.json`` and ``config.json`` read when present)."""
+        require("tokenizers", f"reading the tokenizer of {path}")
         from tokenizers import Tokenizer
 
         folder = Path(path)
