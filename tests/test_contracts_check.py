@@ -224,3 +224,49 @@ def test_a_wrong_annotation_is_refused_by_name():
         Shapes("b **n", lambda x: x)(torch.randn(2, 3))
     with pytest.raises(TypeError, match="check: annotation must be a dimension string or a jaxtyping tensor"):
         Shapes(int, lambda x: x)(torch.randn(2, 3))
+
+
+class Heads(nn.Module):
+    def __init__(self, n_head):
+        super().__init__()
+        self.n_head, self.swapped = n_head, False
+
+    @checked
+    def forward(self, x: Float[Tensor, "batch seq width"]) -> Float[Tensor, "batch seq width"]:
+        heads = (x.size(0), x.size(1), -1, self.n_head) if self.swapped else (x.size(0), x.size(1), self.n_head, -1)
+        check(x.view(heads), "batch seq {self.n_head} head_dim", name="split")
+        return x
+
+
+class Block(nn.Module):
+    """A checked call whose own ``n_head`` and ``seq`` differ from the inner call's: a check binds with the
+    innermost checked call."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_head, self.inner = 3, Heads(2)
+
+    @checked
+    def forward(self, x: Float[Tensor, "batch seq width"]) -> Float[Tensor, "batch short width"]:
+        return self.inner(x[:, :4])
+
+
+def test_a_check_binds_with_the_innermost_checked_call():
+    assert Block()(torch.randn(2, 6, 8)).shape == (2, 4, 8)  # the inner n_head 2 and seq 4, not the outer 3 and 6
+    wrong = Block()
+    wrong.inner.swapped = True
+    (line,) = _lines(lambda: wrong(torch.randn(2, 6, 8)))
+    assert line.startswith("Block.forward > Heads.forward: tensor 'split' is f32[2,4,4,2]")
+    assert "(self.n_head=2)" in line and "seq=4" in line and line.endswith("axis 2 ({self.n_head}) is 4, expected 2")
+
+
+def test_a_wrong_axis_of_size_one_is_named_in_the_message():
+    @checked
+    def f(x: Float[Tensor, "b n"]) -> Float[Tensor, "b n"]:
+        check(x[:1], "b n", name="first row")
+        return x
+
+    (line,) = _lines(lambda: f(torch.randn(2, 5)))
+    assert line.endswith(
+        ".f: tensor 'first row' is f32[1,5], expected 'b n' with b=2, n=5; axis 0 (b) is 1, expected 2"
+    )

@@ -175,3 +175,28 @@ def test_a_violation_raised_while_tracing_logs_nothing():
     finally:
         logger.removeHandler(handler)
     assert [record.getMessage() for record in records] == []
+
+
+@checked
+def mixed(x: Float[Tensor, "b n"], mode: Literal[1, "a"], tag: Literal[2]) -> Float[Tensor, "b n"]:
+    return x * 2 if mode == 1 else x + tag
+
+
+@pytest.mark.parametrize(
+    ("args", "ok"),
+    [
+        ((1, 2), True),
+        (("a", 2), True),  # the second value of a mixed Literal: its own class (str), not the first one's
+        ((1.0, 2), False),  # equal to 1 but not an int: beartype refuses it eagerly
+        (("a", 2.0), False),
+    ],
+)
+def test_a_literal_is_matched_by_value_and_class_compiled_as_eagerly(args, ok):
+    x = torch.randn(2, 3)
+    torch._dynamo.reset()
+    compiled = torch.compile(mixed, fullgraph=True, backend="aot_eager")
+    if ok:
+        torch.testing.assert_close(compiled(x, *args), mixed(x, *args))
+        return
+    eager = _first_line(lambda: mixed(x, *args), TypeCheckError)
+    assert _first_line(lambda: compiled(x, *args), CompiledContractError)[0] == eager[0]

@@ -2,6 +2,7 @@
 
 from . import (  # blind reviews (docs/guarantees.md)
     blind_backends29,
+    blind_check30,
     blind_contracts,
     blind_data,
     blind_decoding,
@@ -71,6 +72,7 @@ ALL: list[Mutant] = [
     *blind_masks29.MUTANTS,
     *blind_backends29.MUTANTS,
     *blind_packing29.MUTANTS,
+    *blind_check30.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
