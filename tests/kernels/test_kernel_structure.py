@@ -125,6 +125,15 @@ def test_each_feature_with_each_combination_matches_float64(feature, combo, devi
         assert_matches_reference(draw_case(rng, feature, combo), dtype, device)
 
 
+@pytest.mark.parametrize("side", ["window_left", "window_right"])
+def test_a_window_given_on_one_side_only_binds_that_side(side, device):
+    """window_left alone or window_right alone (the other unbounded), without causal: the one bound given holds."""
+    case = draw_case(random.Random(side), "window", "gqa")
+    case.update(q_len=24, k_len=40, window_left=None, window_right=None, causal=False, dropout=False)
+    case[side] = 3  # far narrower than the 40 keys: every row loses keys on that side
+    assert_matches_reference(case, torch.float32, device)
+
+
 def test_everything_at_once_matches_float64(device):
     """Documents, both windows, softcap and (batch, heads) slopes together, with causal, key lengths, GQA and
     dropout, in seeded random draws (causal off in half of them: top-left causal with queries at the last key
