@@ -128,3 +128,14 @@ exact match on 500 held-out inputs: 100.0%
 def test_main_job_output_check(output, problem):
     found = readme_setup.check_main_job_output(output)
     assert (found is None) if problem is None else (found is not None and found.startswith(problem))
+
+
+def test_the_core_install_check_names_every_package_of_the_text_and_hf_extras():
+    """fresh-main-job's check of the core install (CORE_ONLY, run in the brand-new venv) fails, naming them, where
+    tokenizers, sacrebleu or transformers are importable: run here, where the dev install has all three."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", readme_setup.CORE_ONLY], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "['tokenizers', 'sacrebleu', 'transformers']" in proc.stderr

@@ -2,7 +2,8 @@
 """Mutation testing: do our tests catch plausible bugs?
 
 For each mutant below: copy the package (``transformer/``, with ``kernels/`` as
-``transformer/kernels``), the tests and ``pyproject.toml`` into a fresh temporary directory,
+``transformer/kernels``), the tests, ``scripts/``, ``docs/``, ``notebooks/``, ``pyproject.toml``, README.md and
+mkdocs.yml into a fresh temporary directory,
 apply one textual mutation (exact string replacement; every ``old`` string must occur exactly
 once in the current source, otherwise the script stops and says which mutant is stale), then run
 pytest there with ``PYTHONPATH`` pointing at the copy *first*, so the mutant shadows the
@@ -69,7 +70,16 @@ def _copy_tree(workdir: Path) -> None:
         shutil.rmtree(workdir / "transformer" / "kernels", ignore_errors=True)
         shutil.copytree(ROOT / "kernels", workdir / "transformer" / "kernels", ignore=ignore)
     shutil.copytree(ROOT / "tests", workdir / "tests", ignore=ignore)
-    shutil.copy2(ROOT / "pyproject.toml", workdir / "pyproject.toml")
+    for name in (
+        "scripts",
+        "docs",
+        "notebooks",
+    ):  # what the docs, README and install tests read (and mutants of scripts/)
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, workdir / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "mkdocs.yml"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, workdir / name)
     (workdir / "_mutant_guard.py").write_text(GUARD)
 
 

@@ -9,6 +9,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind_dist,
     blind_dropin,
     blind_guards,
+    blind_install30,
     blind_kernel29,
     blind_kernels,
     blind_layout_contracts,
@@ -75,6 +76,7 @@ ALL: list[Mutant] = [
     *blind_packing29.MUTANTS,
     *blind_check30.MUTANTS,
     *blind_kernel29.MUTANTS,
+    *blind_install30.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
