@@ -69,11 +69,11 @@ def _bwd(
     causal: bool,
     scale: float,
     dropout_p: float,
-    doc_bounds: Tensor | None,
-    alibi_slopes: Tensor | None,
-    window_left: int | None,
-    window_right: int | None,
-    softcap: float | None,
+    doc_bounds: Tensor | None = None,
+    alibi_slopes: Tensor | None = None,
+    window_left: int | None = None,
+    window_right: int | None = None,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from the saved forward inputs and outputs."""
     from . import _backward
