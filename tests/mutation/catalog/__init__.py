@@ -1,6 +1,9 @@
 """The mutant catalog: one module per area, each with a ``MUTANTS`` list (see tests/mutation/README.md)."""
 
 from . import (  # blind reviews (docs/guarantees.md)
+    blind31a,
+    blind31b,
+    blind31c,
     blind_backends29,
     blind_check30,
     blind_contracts,
@@ -77,6 +80,9 @@ ALL: list[Mutant] = [
     *blind_check30.MUTANTS,
     *blind_kernel29.MUTANTS,
     *blind_install30.MUTANTS,
+    *blind31a.MUTANTS,
+    *blind31b.MUTANTS,
+    *blind31c.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
