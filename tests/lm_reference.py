@@ -159,7 +159,11 @@ class Reference:
             ]
             for s, sublayer in enumerate(sublayers):
                 norm = f"{name}.sublayer.{s}.norm"
-                x = x + sublayer(self.norm(x, norm)) if cfg.norm_placement == "pre" else self.norm(x + sublayer(x), norm)
+                x = (
+                    x + sublayer(self.norm(x, norm))
+                    if cfg.norm_placement == "pre"
+                    else self.norm(x + sublayer(x), norm)
+                )
         x = self.norm(x, "norm")
         out = self.p["embed.0.lut.weight"] if cfg.tie_weights else self.p["generator.proj.weight"]
         logits = x @ out.T
