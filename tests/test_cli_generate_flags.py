@@ -187,3 +187,46 @@ def test_train_lm_dropout_sets_every_dropout_of_the_model(formulation, dropout, 
     assert drops == [p] * (1 + 3 * len(model.layers))  # embeddings; per layer two sub-layers and the hidden
     assert [layer.self_attn.dropout_p for layer in model.layers] == [p] * len(model.layers)
     assert (model.config.dropout, model.config.attention_dropout) == (p, p)
+
+
+def test_the_other_train_lm_flags_reach_their_objects(tmp_path, monkeypatch):
+    """The ``train lm`` flags tests/test_cli_flags_reach.py leaves out: ``--valid`` (the held-out windows are those
+    files' tokens), ``--tokenizer-file`` (that tokenizer, none trained), ``--lr`` (the schedule's peak),
+    ``--attention-backend``, ``--threads`` and ``--device`` (in force during training)."""
+    import transformer.tasks.text_lm as text_lm
+    from transformer.attention import current_backend
+    from transformer.data.tokenizers import train_tokenizer
+
+    seen = {}
+
+    def stop(self, *args, **kwargs):
+        seen.update(trainer=self, backend=current_backend(), threads=torch.get_num_threads())
+        raise _Captured
+
+    monkeypatch.setattr(Trainer, "train", stop)
+    corpus = write_corpus(tmp_path)
+    tokenizer = train_tokenizer([open(corpus).read()], "char", vocab_size=60, min_frequency=1)
+    tokenizer_dir = tmp_path / "tok"
+    tokenizer_dir.mkdir()
+    tokenizer_file = tokenizer.save(tokenizer_dir)
+    monkeypatch.setattr(text_lm, "train_tokenizer", lambda *a, **k: pytest.fail("--tokenizer-file: none is trained"))
+    held_out = tmp_path / "held.txt"
+    held_out.write_text("zzz yyy\n" * 40)  # characters the training text lacks: its tokens are recognisable
+    flags = ["--valid", str(held_out), "--tokenizer-file", tokenizer_file, "--lr", "0.003"]
+    flags += ["--attention-backend", "eager", "--threads", "2", "--device", "cpu", "--data-dir", str(tmp_path / "d")]
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(_Captured):
+        main(["train", "lm", "--text", corpus, "--out", str(tmp_path / "o"), *TINY[:8], "--block-len", "4", "--no-progress", *flags])
+    trainer = seen["trainer"]
+    used = tokenizer_from_trainer(trainer)
+    assert used.fingerprint == tokenizer.fingerprint
+    held = TokenStore.open(tmp_path / "d" / "valid")
+    assert [held[i].tolist() for i in range(len(held))] == [tokenizer.encode("zzz yyy\n" * 40) + [tokenizer.eos_id]]
+    (schedule,) = trainer.scheduler.lr_lambdas
+    assert schedule.peak == pytest.approx(0.003, rel=1e-12)
+    assert (seen["backend"], seen["threads"], trainer.device.type) == ("eager", 2, "cpu")
+
+
+def tokenizer_from_trainer(trainer):
+    from transformer.data.tokenizers import TextTokenizer
+
+    return TextTokenizer.from_json(trainer.model.checkpoint_assets["tokenizer.json"])
