@@ -215,7 +215,21 @@ def test_the_other_train_lm_flags_reach_their_objects(tmp_path, monkeypatch):
     flags = ["--valid", str(held_out), "--tokenizer-file", tokenizer_file, "--lr", "0.003"]
     flags += ["--attention-backend", "eager", "--threads", "2", "--device", "cpu", "--data-dir", str(tmp_path / "d")]
     with contextlib.redirect_stdout(io.StringIO()), pytest.raises(_Captured):
-        main(["train", "lm", "--text", corpus, "--out", str(tmp_path / "o"), *TINY[:8], "--block-len", "4", "--no-progress", *flags])
+        main(
+            [
+                "train",
+                "lm",
+                "--text",
+                corpus,
+                "--out",
+                str(tmp_path / "o"),
+                *TINY[:8],
+                "--block-len",
+                "4",
+                "--no-progress",
+                *flags,
+            ]
+        )
     trainer = seen["trainer"]
     used = tokenizer_from_trainer(trainer)
     assert used.fingerprint == tokenizer.fingerprint
