@@ -128,3 +128,14 @@ def test_max_new_tokens_and_the_prompt_mask_shape_the_result():
     mask = torch.tensor([[False, False, True, True, True]])
     alone = generate(model, prompt[:1], 6)
     assert torch.equal(generate(model, padded, 6, prompt_mask=mask)[:, 2:], alone)
+
+
+def test_seed_none_draws_from_torchs_default_generator():
+    """``seed=None``: a generator seeded from torch's default one, so ``torch.manual_seed`` reproduces the draws."""
+    model = _model()
+    prompt = torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(5))
+    runs = []
+    for seed in (9, 9, 10):
+        torch.manual_seed(seed)
+        runs.append(generate(model, prompt, 15, sample=True, temperature=2.0))
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
