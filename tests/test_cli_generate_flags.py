@@ -150,16 +150,41 @@ def test_sample_without_a_seed_is_seed_0(checkpoint, calls):
     assert [call["seed"] for call in calls] == [0, 0, 1]
 
 
-def test_an_empty_prompt_starts_from_the_document_start_the_model_was_trained_with(checkpoint, calls):
-    """``""`` starts a new document: the model's training stream holds each document followed by the end token
-    (so a document begins after it), and never the start token ``<s>``; the empty prompt is that end token."""
-    tok = _tokenizer(checkpoint)
-    store = TokenStore.open(checkpoint.parent / "run.data" / "train")
+@pytest.fixture(scope="module")
+def unpacked(tmp_path_factory):
+    """A ``train lm --no-pack`` checkpoint: windows run across documents, so the end token is followed by the next
+    document's first token in training."""
+    root = tmp_path_factory.mktemp("unpacked")
+    out = root / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(
+            ["train", "lm", "--text", write_corpus(root), "--no-pack", "--steps", "3", "--out", str(out), *TINY]
+        )
+    assert code == 0
+    return out
+
+
+def test_an_empty_prompt_starts_from_the_document_start_the_model_was_trained_with(unpacked, calls):
+    """``""`` starts a new document: the model's training stream (unpacked) holds each document followed by the end
+    token, so a document begins after it, and never the start token ``<s>``; the empty prompt is that end token."""
+    tok = _tokenizer(unpacked)
+    store = TokenStore.open(unpacked.parent / "run.data" / "train")
     documents = [store[i].tolist() for i in range(len(store))]
     assert documents and all(doc[-1] == tok.eos_id for doc in documents)
     assert all(tok.bos_id not in doc for doc in documents)
-    _generate(checkpoint, "--max-new-tokens", "3", "")
+    _generate(unpacked, "--max-new-tokens", "3", "")
     assert [call["prompt"] for call in calls] == [[[tok.eos_id]]]
+
+
+def test_an_empty_prompt_to_a_packed_model_exits_2_asking_for_a_prompt(checkpoint, calls, capsys):
+    """A ``--pack`` model (the default) never learned what starts a document (each begins at position 0 with
+    nothing before it; the end token only closes one): one line, exit 2, nothing generated; a prompt still works."""
+    assert main(["generate", "--checkpoint", str(checkpoint), "--max-new-tokens", "3", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "trained packed" in err and "give a prompt, or train with --no-pack" in err
+    assert str(checkpoint) in err and calls == []
+    _generate(checkpoint, "--max-new-tokens", "3", "def")
+    assert len(calls) == 1
 
 
 class _Captured(Exception):
