@@ -233,7 +233,10 @@ def _normal(t: torch.Tensor, std: float, name: str) -> None:
 @pytest.mark.parametrize("positional_init", ["normal", "zeros"])
 @pytest.mark.parametrize("value_projection", ["output", "per_head"])
 @pytest.mark.parametrize("tie_weights", [False, True])
-def test_init_initialises_exactly_the_documented_parameters(init, positional_init, value_projection, tie_weights):
+@pytest.mark.parametrize("blocks", [{}, dict(ffn_gated=True, qk_norm=True, norm="rms")], ids=["paper", "blocks"])
+def test_init_initialises_exactly_the_documented_parameters(
+    init, positional_init, value_projection, tie_weights, blocks
+):
     """``init="xavier"``: Glorot-uniform matrices, token embeddings included (the Annotated Transformer's
     ``xavier_uniform_`` on every matrix, as ``build_model``), each head's value map on its own; ``"functional"``:
     N(0, 1) token embeddings, U(+-1/sqrt(fan_in)) weights, zero biases. Either way learned positions start as
@@ -244,6 +247,7 @@ def test_init_initialises_exactly_the_documented_parameters(init, positional_ini
     cfg = LMConfig(
         vocab=vocab, n_layers=1, d_model=d_model, d_ff=d_ff, n_heads=2, max_len=64, positional_encoding="learned",
         init=init, positional_init=positional_init, value_projection=value_projection, tie_weights=tie_weights,
+        **blocks,
     )  # fmt: skip
     model = build_lm(cfg)
     seen = set()
@@ -265,14 +269,14 @@ def test_init_initialises_exactly_the_documented_parameters(init, positional_ini
                 _uniform(w, math.sqrt(6 / (2 * d_model)) if init == "xavier" else 1 / math.sqrt(d_model), name)
         elif name.endswith("value_bias"):
             assert torch.count_nonzero(p) == 0, name
-        elif ".norm" in name or name.startswith("norm."):
+        elif name.rsplit(".", 2)[-2].endswith("norm"):  # the norms, QK-norm's included
             assert torch.equal(p, torch.ones_like(p) if name.endswith("weight") else torch.zeros_like(p)), name
         elif name.endswith(".weight"):
             fan_out, fan_in = p.shape
             _uniform(p, math.sqrt(6 / (fan_in + fan_out)) if init == "xavier" else 1 / math.sqrt(fan_in), name)
         elif name.endswith(".bias") and init == "functional":
             assert torch.count_nonzero(p) == 0, name
-    assert ("generator.proj.weight" in seen) != tie_weights
+    assert ("generator.proj.weight" in seen) != tie_weights and ("w_3" in str(seen)) == bool(blocks)
     assert (model.generator.proj.weight is model.embed[0].lut.weight) == tie_weights
 
 
