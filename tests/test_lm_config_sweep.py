@@ -128,6 +128,19 @@ def test_each_option_computes_its_documented_formula(name, backend):
     torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_option_gives_the_same_logits_one_position_at_a_time(name):
+    """With the key/value cache (a prompt of 4, then one position at a time past the window) every option gives the
+    full forward's logits: each option acts on the cached path as on the full one."""
+    cfg = _config(CASES[name])
+    model = _model(cfg)
+    tokens = torch.randint(0, cfg.vocab, (2, 9), generator=torch.Generator().manual_seed(7))
+    cache = model.new_cache()
+    steps = [model.logits(tokens[:, :4], cache=cache)]
+    steps += [model.logits(tokens[:, t : t + 1], cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model.logits(tokens), rtol=1e-10, atol=1e-10)
+
+
 def test_the_recorded_attention_is_the_one_the_output_used_with_the_temperature():
     """``record_attention=True`` runs the eager reference, scaled by tau (``attention_scale``) exactly as without
     recording: the same output, and recorded weights equal softmax(tau Q K^T + causal) computed here."""
