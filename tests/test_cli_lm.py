@@ -133,7 +133,7 @@ def test_generate_continues_a_prompt_greedy_or_sampled_from_a_seed(lm_run, capsy
         "--top-k",
         "20",
         "for i",
-        "",
+        "class",  # an empty prompt to this packed model exits 2: tests/test_cli_generate_flags.py
     ]
     assert main(args) == 0
     first = capsys.readouterr().out

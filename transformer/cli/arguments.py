@@ -352,4 +352,9 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="end a continuation once it has produced TEXT (repeatable)",
     )
-    p.add_argument("prompt", nargs="+", help='prompt text ("" starts a new document)')
+    p.add_argument(
+        "prompt",
+        nargs="+",
+        help='prompt text ("" starts a new document after the end token; refused for a model trained by '
+        "`train lm --pack`, which never learned what starts a document)",
+    )

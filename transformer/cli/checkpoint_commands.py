@@ -107,17 +107,15 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         if not os.path.isdir(args.model):
             raise UsageError(f"--model {args.model}: no such directory (a Hugging Face checkpoint folder)")
         tokenizer = PretrainedTokenizer.from_folder(args.model)  # cheap: a bad folder is named before any weight
-        model = TransformerLM.from_pretrained(args.model, device=device)
+        model, metadata = TransformerLM.from_pretrained(args.model, device=device), {}
     else:
         ckpt, tokenizer = _load_task_checkpoint(args.checkpoint, device, "lm", "generate")
-        model = ckpt.model
+        model, metadata = ckpt.model, ckpt.metadata
     model.eval()
     ends = list(tokenizer.eos_ids)
     stops = [tokenizer.encode(text) for text in args.stop]
     for prompt_text in args.prompt:
-        ids = tokenizer.encode(prompt_text) or ends[:1]  # an empty prompt: the start of a document
-        if not ids:
-            raise UsageError(f"{args.model}: an empty prompt needs a start token, and the tokenizer has none")
+        ids = tokenizer.encode(prompt_text) or _document_start(args, metadata, ends)
         prompt = torch.tensor([ids], device=device)
         end = ends[0] if ends else None
         try:
@@ -143,6 +141,23 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         cut = [new.index(i) for i in ends if i in new]
         print(prompt_text + _continuation(tokenizer, ids, new[: min(cut)] if cut else new))
     return 0
+
+
+def _document_start(args: argparse.Namespace, metadata: dict, ends: list[int]) -> list[int]:
+    """The prompt of an empty text: the end token, which precedes every document of the training stream (``train
+    lm --no-pack``; a pretrained model's own tokenizer adds its start token to the text itself). A packed new model
+    (``--pack``, the default) never learned a document's start: each document begins at position 0 with nothing
+    before it, its first token is no label, and the end token only closes documents (its embedding gets no gradient):
+    refused, rather than continuing a token the model never saw."""
+    if not ends:
+        raise UsageError(f"{args.model}: an empty prompt needs a start token, and the tokenizer has none")
+    if metadata.get("data", {}).get("pack") and "init" not in metadata:
+        raise UsageError(
+            f"checkpoint {args.checkpoint} was trained packed (`train lm --pack`, the default): a document starts "
+            "with nothing before it, so the model never learned what starts one and an empty prompt has nothing to "
+            "continue; give a prompt, or train with --no-pack"
+        )
+    return ends[:1]
 
 
 def _continuation(tokenizer, prompt: list[int], new: list[int]) -> str:

@@ -60,7 +60,8 @@ class LMConfig(ConfigRecord):
         n_kv_heads: key/value heads for grouped-query attention (GQA; 1 is multi-query attention): each serves
             n_heads / n_kv_heads query heads, and the key/value cache holds n_kv_heads heads. None (the default)
             means n_heads (the paper's attention). Needs ``value_projection="output"``.
-        dropout, attention_dropout: P_drop on sub-layer outputs and embeddings, and on attention probabilities.
+        dropout, attention_dropout: P_drop on sub-layer outputs and embeddings (with any positional scheme), and
+            on attention probabilities.
         max_len: the longest sequence (prompt plus generated tokens) the positions cover.
         norm: ``"layer"`` (LayerNorm: biased variance plus eps inside the square root) or ``"std"``
             (``(x - mean) / (std + eps)``, the functional transformer's ``standardize``); both with gain and bias;
@@ -82,7 +83,8 @@ class LMConfig(ConfigRecord):
             default, the placement this model has always had); False leaves only the dropout on each sub-layer's
             output, as GPT-2's MLP does (section 5.4 names only sub-layer outputs and the embedding sums).
         tie_weights: share the token embedding with the output projection (section 3.4).
-        init: ``"xavier"`` (Glorot-uniform matrices, as :func:`~transformer.model.build_model`) or
+        init: ``"xavier"`` (Glorot-uniform matrices, token embeddings included, as
+            :func:`~transformer.model.build_model`; learned positions start as ``positional_init`` says) or
             ``"functional"`` (the functional transformer's: N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero
             biases).
         pad_id: the padding token id (masked out of losses and attention), or None.

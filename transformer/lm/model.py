@@ -368,7 +368,8 @@ def build_lm(config: LMConfig) -> TransformerLM:
     )
     table = _positions(config)
     tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e)
-    embed = EmbeddingStack(tokens) if table is None else EmbeddingStack(tokens, table)
+    # without a table (rotary or no positions) the embeddings still get their dropout (section 5.4)
+    embed = EmbeddingStack(tokens, table if table is not None else nn.Dropout(config.dropout))
     rotary = RotaryEmbedding.from_config(config) if config.positional_encoding == "rotary" else None
     generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
     model = TransformerLM(embed, layer, config.n_layers, generator, config, config.norm, rotary)
