@@ -184,7 +184,9 @@ def _same_time(path, stat):
 
 
 CHANGES = {
-    "modification time only": lambda files, tok, opts: os.utime(files[0], ns=(0, os.stat(files[0]).st_mtime_ns + 10**9)),
+    "modification time only": lambda files, tok, opts: os.utime(
+        files[0], ns=(0, os.stat(files[0]).st_mtime_ns + 10**9)
+    ),
     "same size, same time, other bytes": lambda files, tok, opts: (
         (stat := os.stat(files[0])),
         open(files[0], "w").write("zyxw vut"),

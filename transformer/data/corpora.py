@@ -299,21 +299,30 @@ def build_pair_stores(
     src_path, tgt_path = os.path.join(directory, "src"), os.path.join(directory, "tgt")
 
     def build() -> TokenStore:
-        with (
-            TokenStoreWriter(src_path, tokenizer.vocab_size) as src,
-            TokenStoreWriter(tgt_path, tokenizer.vocab_size) as tgt,
-        ):
-            for file in files:
-                batch: list[tuple[int, str, str]] = []
-                for item in iter_pairs(file, format=format, encoding_errors=encoding_errors, report=report.read):
-                    batch.append(item)
-                    if len(batch) == chunk:
-                        _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
-                        batch = []
-                _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
-            for writer in (tgt, src):  # the source store last: its identity says both are complete
-                writer.info = {"identity": identity, "report": report.to_json()}
-        return src.store
+        src = TokenStoreWriter(src_path, tokenizer.vocab_size, commit=False)
+        try:
+            tgt = TokenStoreWriter(tgt_path, tokenizer.vocab_size, commit=False)
+        except BaseException:
+            src.discard()
+            raise
+        try:
+            with src, tgt:
+                for file in files:
+                    batch: list[tuple[int, str, str]] = []
+                    for item in iter_pairs(file, format=format, encoding_errors=encoding_errors, report=report.read):
+                        batch.append(item)
+                        if len(batch) == chunk:
+                            _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
+                            batch = []
+                    _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
+                for writer in (tgt, src):  # the source store last: its identity says both are complete
+                    writer.info = {"identity": identity, "report": report.to_json()}
+            tgt.commit()  # only once both are finished: a full disk leaves both previous stores as they were
+        except BaseException:
+            tgt.discard()
+            src.discard()
+            raise
+        return src.commit()
 
     src, _ = cached_store(src_path, build, identity)
     tgt = TokenStore.open(tgt_path)

@@ -53,12 +53,18 @@ def _dtype(vocab_size: int) -> np.dtype:
 
 class TokenStoreWriter:
     """Writes a store sequence by sequence: ``add(ids)`` appends one; leaving the ``with`` block without an error
-    commits (``info`` may be updated until then), with an error removes everything written."""
+    commits (``info`` may be updated until then), with an error removes everything written.
 
-    def __init__(self, path: str | os.PathLike, vocab_size: int, info: dict[str, Any] | None = None) -> None:
+    ``commit=False`` leaves the finished store in its temporary directory at the end of the ``with`` block, for
+    stores that belong together (a source and a target store): :meth:`commit` each once all are finished, or
+    :meth:`discard` them all if one failed, so that none replaces its previous version unless all can."""
+
+    def __init__(
+        self, path: str | os.PathLike, vocab_size: int, info: dict[str, Any] | None = None, *, commit: bool = True
+    ) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.vocab_size, self.dtype, self.info = vocab_size, _dtype(vocab_size), dict(info or {})
-        self.tmp, self.file = None, None
+        self.tmp, self.file, self.auto_commit = None, None, commit
         self.offsets = [0]
         self.store: TokenStore | None = None
         self.made_dirs = _missing_parents(self.path)  # removed again when the write fails
@@ -71,19 +77,8 @@ class TokenStoreWriter:
             raise self._failed(error) from None
 
     def _failed(self, error: BaseException) -> BaseException:
-        """Remove everything written; the error to raise (one sentence when the disk refused the write)."""
-        if self.file is not None:
-            try:
-                self.file.close()
-            except OSError:
-                pass
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-        for folder in self.made_dirs:  # innermost first; one another writer filled in the meantime stays
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
+        """Remove everything written (once); the error to raise (one sentence when the disk refused the write)."""
+        self.discard()
         if is_write_failure(error):
             return write_failure(
                 error,
@@ -92,6 +87,23 @@ class TokenStoreWriter:
                 kept="nothing was left behind (its temporary directory was removed)",
             )
         return error
+
+    def discard(self) -> None:
+        """Remove what this writer wrote: its temporary directory and the folders it created above the store."""
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        for folder in self.made_dirs:  # innermost first; one that another writer filled in the meantime stays
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+        self.made_dirs = []
 
     def add(self, ids: Sequence[int]) -> None:
         array = np.asarray(ids, dtype=np.int64)
@@ -111,30 +123,56 @@ class TokenStoreWriter:
         if error is not None:
             self._failed(error)
             return
+        self._guarded(self._finish)
+        if self.auto_commit:
+            self.commit()
+
+    def _guarded(self, step) -> None:
         try:
-            self.file.close()
-            np.save(os.path.join(self.tmp, _OFFSETS), np.asarray(self.offsets, dtype=np.int64))
-            with open(os.path.join(self.tmp, _INFO), "w") as f:
-                json.dump(
-                    {
-                        "dtype": self.dtype.name,
-                        "vocab_size": self.vocab_size,
-                        "sequences": len(self.offsets) - 1,
-                        "tokens": self.offsets[-1],
-                        "info": self.info,
-                    },
-                    f,
-                    indent=2,
-                )
-            if os.path.exists(self.path):
-                shutil.rmtree(self.path)
-            os.rename(self.tmp, self.path)
+            step()
         except BaseException as failure:
             raised = self._failed(failure)
             if raised is failure:
                 raise
             raise raised from None
+
+    def _finish(self) -> None:
+        self.file.close()
+        np.save(os.path.join(self.tmp, _OFFSETS), np.asarray(self.offsets, dtype=np.int64))
+        with open(os.path.join(self.tmp, _INFO), "w") as f:
+            json.dump(
+                {
+                    "dtype": self.dtype.name,
+                    "vocab_size": self.vocab_size,
+                    "sequences": len(self.offsets) - 1,
+                    "tokens": self.offsets[-1],
+                    "info": self.info,
+                },
+                f,
+                indent=2,
+            )
+
+    def commit(self) -> TokenStore:
+        """Rename the finished store into place (a previous store there is replaced, or kept if the rename fails)."""
+        self._guarded(self._rename)
         self.store = TokenStore.open(self.path)
+        return self.store
+
+    def _rename(self) -> None:
+        aside = None
+        if os.path.exists(self.path):
+            aside = make_temp_dir(self.path)  # a killed commit leaves it to remove_stale_temps
+            os.rename(self.path, os.path.join(aside, "store"))
+        try:
+            os.rename(self.tmp, self.path)
+        except BaseException:
+            if aside is not None:
+                os.rename(os.path.join(aside, "store"), self.path)
+                os.rmdir(aside)
+            raise
+        self.tmp = None
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 def write_token_store(
