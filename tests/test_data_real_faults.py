@@ -130,27 +130,33 @@ def test_a_tokenizer_file_that_cannot_be_written_is_one_line_and_the_previous_fi
             make_writable(disk)
 
 
+@pytest.mark.parametrize("task", ["lm", "translate"])
 @pytest.mark.parametrize("fault", ["full", "read-only"])
-def test_train_lm_with_a_data_dir_that_cannot_be_written_says_one_line_and_exits_3(tmp_path, capsys, fault):
+def test_train_lm_with_a_data_dir_that_cannot_be_written_says_one_line_and_exits_3(tmp_path, capsys, fault, task):
+    """``train lm`` and ``train translate``: the first store the disk refuses is named (``train``; for pairs
+    ``train/src`` or ``train/tgt``: a full tmpfs still makes the empty folder and file of the first one)."""
     from transformer.cli import main
 
     text = tmp_path / "a.txt"
-    text.write_text("the cat sat on the mat\n" * 20)
+    text.write_text("the cat sat on the mat\n" * 20 if task == "lm" else "the cat\tle chat\n" * 20)
     out = tmp_path / "run"
+    model = ["--tokenizer", "char", "--d-model", "16", "--layers", "1", "--heads", "2", "--d-ff", "32"]
+    given = ["--text", str(text), "--block-len", "8"] if task == "lm" else ["--train", str(text), "--valid", str(text)]
     with small_disk(tmp_path, 256) as disk:
         cause = _refuse(disk, fault)
-        data_dir = disk / "lm.data"
+        data_dir = disk / f"{task}.data"
         code = main(
-            ["train", "lm", "--text", str(text), "--out", str(out), "--data-dir", str(data_dir), "--steps", "1"]
-            + ["--tokenizer", "char", "--d-model", "16", "--layers", "1", "--heads", "2", "--d-ff", "32"]
-            + ["--block-len", "8", "--no-progress"]
+            ["train", task, *given, "--out", str(out), "--data-dir", str(data_dir), "--steps", "1", *model]
+            + ["--no-progress"]
         )
         err = capsys.readouterr().err
+        store = re.escape(str(data_dir / "train")) + ("" if task == "lm" else "/(src|tgt)")  # the first refused
         assert code == 3 and "Traceback" not in err and len(err.strip().splitlines()) == 1
-        assert err.strip() == (
-            f"typed-transformer train: error: cannot write the token store to {data_dir}/train: {cause}; nothing "
-            "was left behind (its temporary directory was removed)"
-        )
+        assert re.fullmatch(
+            f"typed-transformer train: error: cannot write the token store to {store}: {re.escape(cause)}; nothing "
+            r"was left behind \(its temporary directory was removed\)",
+            err.strip(),
+        ), err
         assert _entries(disk) == [] and not (out / "meta.json").exists()
         if fault == "read-only":
             make_writable(disk)

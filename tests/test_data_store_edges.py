@@ -258,3 +258,44 @@ def test_a_missing_source_file_is_named_before_anything_is_read(tmp_path, tokeni
     with pytest.raises(ValueError, match="is a directory, expected a text file"):
         build_text_store(str(tmp_path / "store"), [str(tmp_path)], tokenizer)
     assert sorted(os.listdir(tmp_path)) == []
+
+
+# ---------------------------------------------------------------------------- batches and tokenizers at their edges
+def test_a_token_budget_plan_takes_exact_budgets_and_refuses_sentinels():
+    from transformer.data.token_batches import TokenBudgetPlan
+
+    exact = TokenBudgetPlan([4] * 6, 8, shuffle=False)  # 2 x 4 fills the budget exactly: three batches of two
+    assert [b.tolist() for b in exact.epoch(0)] == [[0, 1], [2, 3], [4, 5]]
+    assert [len(b) for b in TokenBudgetPlan([4] * 6, 7, shuffle=False).epoch(0)] == [1] * 6
+    assert [b.tolist() for b in TokenBudgetPlan([8], 8).epoch(0)] == [[0]]  # one example, as long as the budget
+    shared = TokenBudgetPlan([4] * 6, 8, rank=2, world_size=3)  # as many ranks as batches: one each
+    assert shared.batches_per_epoch == 1
+    refusals = {
+        "lengths must be a non-empty 1-D array": dict(lengths=[]),
+        "lengths must be integers, got dtype float64": dict(lengths=[1.5, 2.0]),
+        "example 1 has a negative length -1": dict(lengths=[3, -1]),
+        "example 0 has 9 tokens, more than the batch budget max_tokens=8": dict(lengths=[9]),
+        r"rank must be an int in \[0, world_size=1\), got -1": dict(lengths=[1], rank=-1),
+        "max_tokens must be a positive int, got 0": dict(lengths=[1], max_tokens=0),
+        "3 batches per epoch cannot be shared by world_size=4 ranks": dict(lengths=[4] * 6, world_size=4, rank=3),
+    }
+    for message, arguments in refusals.items():
+        arguments = {"max_tokens": 8, **arguments}
+        with pytest.raises(ValueError, match=message):
+            TokenBudgetPlan(arguments.pop("lengths"), arguments.pop("max_tokens"), **arguments)
+    with pytest.raises(ValueError, match="epoch must be a non-negative int, got -1"):
+        exact.epoch(-1)
+
+
+@pytest.mark.parametrize("kind, smallest", [("bpe", 260), ("char", 5)])
+def test_a_tokenizer_at_its_smallest_vocabulary_round_trips_and_one_less_is_refused(kind, smallest):
+    text = "ab ba abc\n"
+    tokenizer = train_tokenizer([text], kind, vocab_size=smallest, min_frequency=1)
+    assert tokenizer.vocab_size <= smallest and tokenizer.encode("") == [] and tokenizer.decode([]) == ""
+    kept = tokenizer.decode(tokenizer.encode("ab"))  # bpe: every text round-trips; char: one character kept
+    assert kept == "ab" if kind == "bpe" else (tokenizer.vocab_size == 5 and kept in ("a", "b"))
+    assert tokenizer.decode([tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id]) == ""
+    with pytest.raises(ValueError, match=f"vocab_size must be an int >= {smallest} for a {kind} tokenizer, got"):
+        train_tokenizer([text], kind, vocab_size=smallest - 1)
+    with pytest.raises(ValueError, match="min_frequency must be a positive int, got 0"):
+        train_tokenizer([text], kind, vocab_size=smallest, min_frequency=0)
