@@ -299,3 +299,20 @@ def test_a_tokenizer_at_its_smallest_vocabulary_round_trips_and_one_less_is_refu
         train_tokenizer([text], kind, vocab_size=smallest - 1)
     with pytest.raises(ValueError, match="min_frequency must be a positive int, got 0"):
         train_tokenizer([text], kind, vocab_size=smallest, min_frequency=0)
+
+
+def test_a_packed_lm_batch_refuses_documents_that_go_back_and_a_bool_ignore_index():
+    import torch
+
+    from transformer.data.lm_batch import LMBatch
+
+    tokens = torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]])
+    good = torch.tensor([[0, 0, 1, 1], [3, 3, 3, 3]])  # ids need not start at 0: only their changes matter
+    batch = LMBatch(tokens, pad=None, documents=good, ignore_index=-1)
+    assert batch.labels.tolist() == [[6, -1, 8], [2, 3, 4]] and batch.ntokens == 5
+    with pytest.raises(ValueError, match="row 1 goes from document 3 to 2 at token 2"):
+        LMBatch(tokens, pad=None, documents=torch.tensor([[0, 0, 1, 1], [3, 3, 2, 2]]), ignore_index=-1)
+    with pytest.raises(ValueError, match="documents must be integer ids, got dtype torch.float32"):
+        LMBatch(tokens, pad=None, documents=good.float(), ignore_index=-1)
+    with pytest.raises(ValueError, match="an int ignore_index .* got pad=None, ignore_index=True"):
+        LMBatch(tokens, pad=None, documents=good, ignore_index=True)
