@@ -147,7 +147,9 @@ def array_dtypes(annotation: type) -> tuple | None:
 
 def parse_hint(annotation: object, classes: list) -> tuple | None:
     """An annotation as a tuple the traced checker walks (None: anything goes). Classes go to ``classes``, the
-    hint keeps their index: the tables hold only constants Dynamo can take without guards."""
+    hint keeps their index: the tables hold only constants Dynamo can take without guards. Containers:
+    ``tuple[X, Y]`` (exactly that length), ``tuple[X, ...]``, ``list[X]``, ``dict[K, V]`` (the container's class,
+    then every item: beartype samples one item per call, so every item that could be sampled must fit)."""
     if annotation is typing.Any or annotation is _EMPTY:
         return None
     if annotation is None or annotation is type(None):
@@ -167,9 +169,14 @@ def parse_hint(annotation: object, classes: list) -> tuple | None:
         return None if any(a is None for a in alternatives) else ("union", alternatives)
     if origin is tuple:
         items = typing.get_args(annotation)
-        if len(items) == 2 and items[1] is Ellipsis:
-            raise UnsupportedAnnotation("variable-length tuples")
+        if len(items) == 2 and items[1] is Ellipsis:  # tuple[X, ...]: a tuple of any length, every item an X
+            return ("tuple_of", parse_hint(items[0], classes) or ("any",))
         return ("tuple", tuple(parse_hint(a, classes) or ("any",) for a in items))
+    if origin is list and len(typing.get_args(annotation)) == 1:
+        return ("list", parse_hint(typing.get_args(annotation)[0], classes) or ("any",))
+    if origin is dict and len(typing.get_args(annotation)) == 2:
+        key, value = typing.get_args(annotation)
+        return ("dict", parse_hint(key, classes) or ("any",), parse_hint(value, classes) or ("any",))
     if isinstance(annotation, type) and origin is None:
         classes.append(annotation)
         return ("class", len(classes) - 1)
@@ -199,6 +206,9 @@ def hint_fields(hint: tuple | None) -> tuple:
                     tree(dim[1])
         elif h[0] in ("union", "tuple"):
             for item in h[1]:
+                walk(item)
+        elif h[0] in ("tuple_of", "list", "dict"):
+            for item in h[1:]:
                 walk(item)
 
     walk(hint)

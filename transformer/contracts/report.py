@@ -122,6 +122,9 @@ def value_text(value, sizes: list, top: bool = True) -> str:
         if isinstance(value, tuple):
             return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
         return "[" + ", ".join(items) + "]"
+    if isinstance(value, dict):
+        pairs = [value_text(k, sizes, top=False) + ": " + value_text(v, sizes, top=False) for k, v in value.items()]
+        return "{{" + ", ".join(pairs) + "}}"
     return escape_braces(type(value).__name__) + "(...)"
 
 

@@ -161,4 +161,18 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
             if not fits(item_hint, item, memo, bound, contract):
                 return False
         return True
+    if kind == "tuple_of" or kind == "list":
+        if not isinstance(value, tuple if kind == "tuple_of" else list):
+            return False
+        for item in value:
+            if not fits(hint[1], item, memo, bound, contract):
+                return False
+        return True
+    if kind == "dict":
+        if not isinstance(value, dict):
+            return False
+        for key, item in value.items():
+            if not fits(hint[1], key, memo, bound, contract) or not fits(hint[2], item, memo, bound, contract):
+                return False
+        return True
     return True  # "any"

@@ -11,12 +11,14 @@
   (target wrapped in ``<s> ... </s>``). Pairs longer than the model's ``max_len`` are refused (naming file and
   line), truncated or skipped, as ``too_long`` says, and counted (:class:`CorpusReport`).
 
-A store is rebuilt only when what it was built from changes: the files (path, size, modification time), the
-tokenizer's fingerprint and the reading options are recorded in it and compared (:func:`cached_store`).
+A store is rebuilt only when what it was built from changes: the files (path, size, modification time and content,
+by SHA-256), the tokenizer's fingerprint and the reading options are recorded in it and compared
+(:func:`cached_store`); a store whose files disagree with each other is rebuilt too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..common.arguments import is_int
+from ..common.arguments import is_int, is_integral
 from ..common.output_dirs import remove_stale_temps
 from ..training.batch import Batch
 from .lm_batch import LMBatch
@@ -74,7 +76,20 @@ class CorpusReport:
 
 
 def _file_identity(paths: Sequence[str]) -> list[list]:
-    return [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
+    """Each file's absolute path, size, modification time (ns) and SHA-256: a store built from other bytes, even
+    of the same size and time (an edit within one tick of the file system's clock), is not reused."""
+    identity = []
+    for p in paths:
+        if not os.path.isfile(p):
+            what = "is a directory, expected a text file" if os.path.isdir(p) else "no such file"
+            raise TextFileError(f"{p}: {what}")
+        digest = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        stat = os.stat(p)
+        identity.append([os.path.abspath(p), stat.st_size, stat.st_mtime_ns, digest.hexdigest()])
+    return identity
 
 
 def cached_store(path: str, build: Callable[[], TokenStore], identity: dict[str, Any]) -> tuple[TokenStore, bool]:
@@ -142,6 +157,10 @@ class TextWindows:
         ignore_index: int | None = None,
     ) -> None:
         end = int(store.offsets[-1]) if end is None else end
+        for name, value in (("start", start), ("end", end)):
+            if not is_integral(value):
+                raise ValueError(f"TextWindows: {name} must be an int, got {value!r}")
+        start, end = int(start), int(end)
         if not is_int(block, at_least=1):
             raise ValueError(f"TextWindows: block must be a positive int, got {block!r}")
         if pack and not is_int(ignore_index):
@@ -150,6 +169,8 @@ class TextWindows:
                 f"{ignore_index!r}"
             )
         self.pack, self.ignore_index = pack, ignore_index
+        if 0 <= start == end:
+            raise ValueError(f"TextWindows: span [{start}, {end}) is empty: 0 tokens make no window")
         if not 0 <= start < end <= int(store.offsets[-1]):
             raise ValueError(f"TextWindows: span [{start}, {end}) is not inside the {int(store.offsets[-1])} tokens")
         self.store, self.block, self.start, self.end = store, block, start, end
@@ -168,16 +189,30 @@ class TextWindows:
         """Every window's cost in the batch budget: its ``block`` input positions."""
         return np.full(self.count, self.block, dtype=np.int64)
 
+    def _first(self, index: int) -> int:
+        """Where window ``index`` starts (``-1`` is the last window, as in a Python sequence)."""
+        if not is_integral(index):
+            raise TypeError(f"TextWindows indices must be integers, not {type(index).__name__}")
+        if not -self.count <= index < self.count:
+            raise IndexError(
+                f"TextWindows: window {index} is out of range for {self.count} windows "
+                f"(valid: {-self.count} to {self.count - 1})"
+            )
+        return self.start + (int(index) % self.count) * self.block
+
     def window(self, index: int) -> np.ndarray:
-        return self.store.window(self.start + index * self.block, self.block + 1)
+        """The ``block + 1`` tokens of window ``index``: the stream from ``start + index * block``."""
+        return self.store.window(self._first(index), self.block + 1)
 
     def documents(self, index: int) -> np.ndarray:
         """The document (store sequence) of each of window ``index``'s ``block + 1`` tokens."""
-        first = self.start + index * self.block
+        first = self._first(index)
         return np.searchsorted(self.store.offsets, np.arange(first, first + self.block + 1), side="right") - 1
 
     def make_batch(self, indices: Iterable[int]) -> LMBatch:
-        indices = [int(i) for i in indices]
+        indices = list(indices)
+        if not indices:
+            raise ValueError("TextWindows.make_batch: no window indices given (a batch needs at least one)")
         rows = torch.from_numpy(np.stack([self.window(i) for i in indices]))
         if not self.pack:
             return LMBatch(rows, pad=None)
@@ -264,21 +299,30 @@ def build_pair_stores(
     src_path, tgt_path = os.path.join(directory, "src"), os.path.join(directory, "tgt")
 
     def build() -> TokenStore:
-        with (
-            TokenStoreWriter(src_path, tokenizer.vocab_size) as src,
-            TokenStoreWriter(tgt_path, tokenizer.vocab_size) as tgt,
-        ):
-            for file in files:
-                batch: list[tuple[int, str, str]] = []
-                for item in iter_pairs(file, format=format, encoding_errors=encoding_errors, report=report.read):
-                    batch.append(item)
-                    if len(batch) == chunk:
-                        _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
-                        batch = []
-                _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
-            for writer in (tgt, src):  # the source store last: its identity says both are complete
-                writer.info = {"identity": identity, "report": report.to_json()}
-        return src.store
+        src = TokenStoreWriter(src_path, tokenizer.vocab_size, commit=False)
+        try:
+            tgt = TokenStoreWriter(tgt_path, tokenizer.vocab_size, commit=False)
+        except BaseException:
+            src.discard()
+            raise
+        try:
+            with src, tgt:
+                for file in files:
+                    batch: list[tuple[int, str, str]] = []
+                    for item in iter_pairs(file, format=format, encoding_errors=encoding_errors, report=report.read):
+                        batch.append(item)
+                        if len(batch) == chunk:
+                            _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
+                            batch = []
+                    _encode_pairs(file, batch, tokenizer, max_len, too_long, report, src, tgt)
+                for writer in (tgt, src):  # the source store last: its identity says both are complete
+                    writer.info = {"identity": identity, "report": report.to_json()}
+            tgt.commit()  # only once both are finished: a full disk leaves both previous stores as they were
+        except BaseException:
+            tgt.discard()
+            src.discard()
+            raise
+        return src.commit()
 
     src, _ = cached_store(src_path, build, identity)
     tgt = TokenStore.open(tgt_path)

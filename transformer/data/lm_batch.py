@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..common.arguments import is_int
 from ..contracts import Tensor
 from ..masks import AttentionMask
 
@@ -55,7 +56,7 @@ class LMBatch:
 
     def _pack(self, documents: Tensor, ignore_index: int | None) -> None:
         """The documents' mask, and the labels that begin a document left out of the loss."""
-        if self.pad is not None or not isinstance(ignore_index, int):
+        if self.pad is not None or not is_int(ignore_index):
             raise ValueError(
                 f"LMBatch: packed documents need pad=None (packed rows are full) and an int ignore_index (the label "
                 f"the loss leaves out), got pad={self.pad!r}, ignore_index={ignore_index!r}"
@@ -65,6 +66,15 @@ class LMBatch:
             raise ValueError(
                 f"LMBatch: documents must be (batch, seq + 1) = {shape}, one id per token, got shape "
                 f"{tuple(documents.shape)}"
+            )
+        if documents.dtype.is_floating_point or documents.dtype == torch.bool or documents.is_complex():
+            raise ValueError(f"LMBatch: documents must be integer ids, got dtype {documents.dtype}")
+        backwards = (documents[:, 1:] < documents[:, :-1]).nonzero()
+        if backwards.numel():
+            row, column = (int(i) for i in backwards[0])
+            raise ValueError(
+                f"LMBatch: documents must not decrease along a row; row {row} goes from document "
+                f"{int(documents[row, column])} to {int(documents[row, column + 1])} at token {column + 1}"
             )
         starts = documents[:, 1:] != documents[:, :-1]  # the label begins a document
         self.targets = self.targets.masked_fill(starts, ignore_index)

@@ -62,9 +62,15 @@ class TokenBudgetPlan:
         world_size: int = 1,
         what: str = "example",
     ) -> None:
-        lengths = np.asarray(lengths, dtype=np.int64)
-        if lengths.ndim != 1 or lengths.size == 0:
-            raise ValueError(f"TokenBudgetPlan: lengths must be a non-empty 1-D array, got shape {lengths.shape}")
+        given = np.asarray(lengths)
+        if given.ndim != 1 or given.size == 0:
+            raise ValueError(f"TokenBudgetPlan: lengths must be a non-empty 1-D array, got shape {given.shape}")
+        if given.dtype.kind not in "iu":
+            raise ValueError(f"TokenBudgetPlan: lengths must be integers, got dtype {given.dtype}")
+        lengths = given.astype(np.int64)
+        if lengths.min() < 0:
+            i = int(np.argmin(lengths))
+            raise ValueError(f"TokenBudgetPlan: {what} {i} has a negative length {int(lengths[i])}")
         for name, value in (("max_tokens", max_tokens), ("world_size", world_size)):
             if not is_int(value, at_least=1):
                 raise ValueError(f"TokenBudgetPlan: {name} must be a positive int, got {value!r}")

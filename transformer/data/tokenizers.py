@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..common.arguments import is_int
 from ..common.optional import require
+from ..common.output_dirs import is_write_failure, write_failure
 
 __all__ = [
     "TextTokenizer",
@@ -91,10 +92,23 @@ class TextTokenizer:
         return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
     def save(self, directory: str | os.PathLike) -> str:
-        """Write ``tokenizer.json`` into ``directory``; returns its path."""
+        """Write ``tokenizer.json`` into ``directory`` (an existing folder); returns its path. The file is written
+        beside its place and renamed into it, so a ``tokenizer.json`` is whole or as it was: a write the disk
+        refuses (full, read-only) raises :class:`~transformer.common.output_dirs.OutputWriteError`, one sentence
+        naming the path, and leaves nothing behind."""
         path = os.path.join(os.fspath(directory), TOKENIZER_FILE)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self._json)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self._json)
+            os.replace(tmp, path)
+        except OSError as error:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if not is_write_failure(error):
+                raise
+            before = "the previous tokenizer file is intact" if os.path.exists(path) else "nothing was left behind"
+            raise write_failure(error, "the tokenizer", path, kept=before) from None
         return path
 
     @classmethod

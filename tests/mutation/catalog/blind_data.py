@@ -34,11 +34,11 @@ MUTANTS = [
         "transformer/data/corpora.py",
         (
             (
-                "    return [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]\n",
-                "    return [[os.path.abspath(p), os.path.getsize(p)] for p in paths]\n",
+                "        identity.append([os.path.abspath(p), stat.st_size, stat.st_mtime_ns, digest.hexdigest()])\n",
+                "        identity.append([os.path.abspath(p), stat.st_size])\n",
             ),
         ),
-        "the cached token store ignores the files' modification time: a file edited to the same size is not "
+        "the cached token store ignores the files' modification time and content: a file edited to the same size is not "
         "re-tokenized and training silently uses the stale text",
     ),
     Mutant(

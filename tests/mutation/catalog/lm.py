@@ -161,8 +161,8 @@ MUTANTS = [
     L(
         "data-windows-do-not-overlap",
         _COR,
-        "return self.store.window(self.start + index * self.block, self.block + 1)",
-        "return self.store.window(self.start + index * (self.block + 1), self.block + 1)",
+        "return self.start + (int(index) % self.count) * self.block",
+        "return self.start + (int(index) % self.count) * (self.block + 1)",
         "language-model windows skip a token between them (it is never a label)",
         DATA_TESTS,
     ),
