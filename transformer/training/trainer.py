@@ -132,7 +132,8 @@ class Trainer:
         self.data_generator = torch.Generator().manual_seed(seed)
         self._batches: Iterator[Batch] | None = None
         self.step = 0
-        self.tokens = 0
+        self.tokens = 0  # every token trained on, across resumes (part of the checkpoint)
+        self.tokens_this_run = 0  # those this object trained on (never restored): what tokens/s counts
         self.history = _History()
         self.last_train_loss = float("nan")
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer wrote or resumed from
@@ -276,6 +277,7 @@ class Trainer:
         ntokens = int(ntokens)
         self.step += 1
         self.tokens += ntokens
+        self.tokens_this_run += ntokens
         self.last_train_loss = loss_sum / max(ntokens, 1)
         return self.last_train_loss
 
