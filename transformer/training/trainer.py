@@ -98,7 +98,8 @@ class Trainer:
     ``eval_batches()`` returns a fresh finite iterable of evaluation batches (or None).
 
     ``strategy`` (see :mod:`transformer.distributed`; or :meth:`distribute` later) runs the same loop on several
-    processes: each rank reads its share of every batch (``batches`` may take a ``shard`` keyword), gradients and
+    processes: each rank reads its share of every batch (``batches`` may take a ``shard`` keyword, named or through
+    ``**kwargs``: it is then given ``Shard(rank, world_size)`` and yields this rank's part only), gradients and
     losses are those of the global batch, evaluation is split between the ranks and reduced, checkpoints are written
     once (DDP) or sharded (FSDP), the progress bar shows on rank 0 only.
     """
