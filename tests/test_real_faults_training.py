@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from real_faults import fill, make_read_only, make_writable, small_disk, snapshot
 from run_safety_helpers import tiny_trainer
 
@@ -131,6 +132,16 @@ def test_every_checkpoint_writer_says_a_real_fault_in_one_sentence(tmp_path, fau
                 make_writable(disk)
         if not first:
             assert load_checkpoint(target).trainer_state == {"step": 1}
+
+
+def test_a_bad_state_on_a_full_disk_is_named_for_what_it_is_not_as_a_full_disk(tmp_path):
+    """Only a writer's error is read from the disk: a value the checkpoint cannot hold stays a ``TypeError``."""
+    trainer = tiny_trainer(steps=1)
+    with small_disk(tmp_path, 1024) as disk:
+        fill(disk, 256 * 1024)  # room for the weights, not for the state's 4 MiB
+        with pytest.raises(TypeError, match="cannot store a object at .bad in a checkpoint"):
+            save_checkpoint(disk / "ck", trainer.model, trainer_state={"bad": object(), "big": torch.zeros(1 << 20)})
+        assert _left_on(disk) == []
 
 
 # ---------------------------------------------------------------------------- sharded (FSDP) checkpoints

@@ -105,11 +105,21 @@ def _disk_refusal(path: str | None, needed: int | None) -> OSError | None:
     return None
 
 
+def _from_a_writer(error: BaseException) -> bool:
+    """Whether ``error`` can be a writer's that names no errno: a ``RuntimeError`` (PyTorch's zip writer), an
+    ``OSError``, or torch's distributed checkpoint ``CheckpointException`` (a ``BaseException``: one failure per rank)
+    holding one. A bad value (``TypeError``, ``ValueError``) or an interrupt never is."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict):
+        return any(_from_a_writer(pair[0] if isinstance(pair, tuple) else pair) for pair in failures.values())
+    return isinstance(error, (RuntimeError, OSError))
+
+
 def _cause(error: BaseException, path: str | None, needed: int | None) -> OSError | None:
-    """The environment's refusal behind ``error``; an interrupt (``KeyboardInterrupt``, ``SystemExit``) is none (torch's
-    ``CheckpointException`` is a ``BaseException`` too, so the test names what is not a failure)."""
+    """The environment's refusal behind ``error``: the errno it names, else what the disk says (see
+    :func:`_disk_refusal`) when a writer raised it."""
     root = _root_os_error(error)
-    if root is None and not isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+    if root is None and _from_a_writer(error):
         root = _disk_refusal(path, needed)
     return root
 
