@@ -60,7 +60,7 @@ class UserSchedule:
         return self.factors[step % 2] * min(1.0, (step + 1) / 3)
 
 
-def _trainer(seed: int) -> Trainer:
+def _trainer(seed: int, device: str = "cpu") -> Trainer:
     torch.manual_seed(seed)
     task = CopyTask()
     model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, dropout=0.2)
@@ -84,6 +84,7 @@ def _trainer(seed: int) -> Trainer:
         scheduler=scheduler,
         eval_batches=lambda: evals,
         seed=seed,
+        device=device,
         config=TrainerConfig(steps=6, eval_every=2),
     )
 
@@ -120,6 +121,27 @@ def test_the_whole_trainer_state_types_included_equals_an_uninterrupted_runs_aft
     assert_identical(resumed.history.eval_loss, straight.history.eval_loss, "eval losses")
     for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA generators' state needs a GPU")
+def test_a_resume_on_cuda_restores_the_cuda_generators_and_the_run(tmp_path):
+    """Dropout on the GPU draws from the CUDA generator: its state (every device's) is saved and restored exactly;
+    the next losses are the uninterrupted run's (up to the GPU's order of float sums)."""
+    straight = _trainer(4, "cuda")
+    straight.train(3)
+    at_save = copy.deepcopy(straight.state())
+    assert at_save["cuda_rng"], "no CUDA generator state was saved"
+    straight.save(str(tmp_path / "ck"))
+    straight.train()
+    torch.cuda.manual_seed_all(12345)
+    resumed = _trainer(77, "cuda")
+    resumed.resume(str(tmp_path / "ck"))
+    assert_identical(resumed.state()["cuda_rng"], at_save["cuda_rng"], "cuda_rng")
+    assert_identical(resumed.state()["torch_rng"], at_save["torch_rng"], "torch_rng")
+    resumed.train()
+    assert [loss for _, loss in resumed.history.train_loss] == pytest.approx(
+        [loss for _, loss in straight.history.train_loss], rel=1e-4
+    )
 
 
 def test_a_state_of_views_and_shared_memory_is_saved_as_its_values(tmp_path):
