@@ -123,3 +123,50 @@ def test_only_rank_0_draws_the_progress_bar(rank, capsys):
     trainer.train()
     err = capsys.readouterr().err
     assert ("train" in err and "2/2" in err) if rank == 0 else err == "", err[-500:]
+
+
+def _stream_reader(reads: list):
+    """Factories of every signature that accepts a shard, over one global stream of 6 rows per batch: each records
+    the rows it reads (``reads``) and yields them."""
+
+    def read(generator, shard):
+        rank, world = (0, 1) if shard is None else shard
+        for step in range(2):
+            rows = [6 * step + i for i in range(6)][rank * 6 // world : (rank + 1) * 6 // world]
+            reads.extend(rows)
+            yield rows
+
+    def named(generator, shard):
+        return read(generator, shard)
+
+    def keyword_only(generator, *, shard):
+        return read(generator, shard)
+
+    def optional(generator, shard=None):
+        return read(generator, shard)
+
+    def any_keywords(generator, **kwargs):
+        return read(generator, kwargs.get("shard"))
+
+    def positional_and_keywords(*args, **kwargs):
+        return read(args[0], kwargs.get("shard"))
+
+    return {f.__name__: f for f in (named, keyword_only, optional, any_keywords, positional_and_keywords)}
+
+
+@pytest.mark.parametrize("name", list(_stream_reader([])))
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_every_factory_that_accepts_a_shard_is_given_it_and_each_rank_reads_only_its_part(name, world_size):
+    """A factory that names ``shard`` or takes ``**kwargs`` gets ``Shard(rank, world_size)``: every rank reads its
+    own rows only, the ranks' rows are disjoint and together the whole stream."""
+    from transformer.distributed import SingleProcess, World
+
+    per_rank = []
+    for rank in range(world_size):
+        reads: list[int] = []
+        strategy = SingleProcess(World(rank=rank, world_size=world_size))
+        got = [row for batch in strategy.batches(_stream_reader(reads)[name], torch.Generator()) for row in batch]
+        assert got == reads, f"rank {rank} was given rows it did not read itself"
+        per_rank.append(reads)
+    rows = [row for reads in per_rank for row in reads]
+    assert sorted(rows) == list(range(12)) and len(rows) == 12, per_rank

@@ -114,8 +114,8 @@ def save_checkpoint(
     except BaseException as error:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        if is_write_failure(error):
-            needed = tensor_bytes(model.state_dict()) + tensor_bytes(trainer_state)
+        needed = tensor_bytes(model.state_dict()) + tensor_bytes(trainer_state)
+        if is_write_failure(error, path, needed):
             raise write_failure(error, "the checkpoint", path, needed=needed, kept=kept_message(path)) from None
         raise
     swap_into_place(tmp, path)

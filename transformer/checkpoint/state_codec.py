@@ -14,10 +14,36 @@ def encode_state(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> 
     """``obj`` (tensors and JSON values in dicts, lists and tuples: a training state) as a JSON value in which each
     tensor is ``{"__tensor__": key}``, the tensor itself put in ``tensors[key]`` (for ``safetensors``); tuples and
     dicts with non-string keys are tagged (``__tuple__``, ``__items__``) so that :func:`decode_state` gives them
-    back. ``path`` prefixes the keys. Anything else raises ``TypeError`` naming where it is."""
+    back. ``path`` prefixes the keys. Anything else raises ``TypeError`` naming where it is.
+
+    Every tensor put in ``tensors`` owns its memory, as ``safetensors`` requires: a non-contiguous tensor, a view
+    into a larger tensor, or a tensor whose memory another entry shares (the same tensor twice, a slice of another)
+    is stored as a contiguous copy of its values."""
+    before = set(tensors)
+    encoded = _encode(obj, tensors, path)
+    seen: set[int] = set()  # the memory of every entry, those added before this call included
+    for key, tensor in tensors.items():
+        pointer = _storage(tensor)
+        owns = tensor.is_contiguous() and tensor.storage_offset() == 0 and _whole(tensor)
+        if key not in before and (not owns or (pointer and pointer in seen)):
+            tensors[key] = tensor.clone(memory_format=torch.contiguous_format)
+            pointer = _storage(tensors[key])
+        seen.add(pointer)
+    return encoded
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def _whole(tensor: torch.Tensor) -> bool:
+    return tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+
+
+def _encode(obj: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
     if isinstance(obj, torch.Tensor):
         key = path or "root"
-        tensors[key] = obj.detach().cpu().contiguous()
+        tensors[key] = obj.detach().cpu()
         return {"__tensor__": key}
     if isinstance(obj, dict):
         if (
@@ -26,17 +52,17 @@ def encode_state(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> 
             and "__tuple__" not in obj
             and "__items__" not in obj
         ):
-            return {k: encode_state(v, tensors, f"{path}.{k}") for k, v in obj.items()}
+            return {k: _encode(v, tensors, f"{path}.{k}") for k, v in obj.items()}
         return {
             "__items__": [
-                [encode_state(k, tensors, f"{path}.k{i}"), encode_state(v, tensors, f"{path}.{k}")]
+                [_encode(k, tensors, f"{path}.k{i}"), _encode(v, tensors, f"{path}.{k}")]
                 for i, (k, v) in enumerate(obj.items())
             ]
         }
     if isinstance(obj, tuple):
-        return {"__tuple__": [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]}
+        return {"__tuple__": [_encode(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]}
     if isinstance(obj, list):
-        return [encode_state(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
+        return [_encode(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise TypeError(

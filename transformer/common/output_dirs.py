@@ -50,9 +50,25 @@ class OutputWriteError(OSError):
         return self.message
 
 
+#: How a writer written in Rust (safetensors' ``SafetensorError``, tokenizers' ``Exception``) words the OS error it
+#: wraps without being an ``OSError``: ``"... No space left on device (os error 28)"``.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _wrapped_os_error(error: BaseException) -> OSError | None:
+    """The OSError a writer that raises its own exception type words in its message (``(os error N)``, Rust's
+    ``std::io::Error``), as an ``OSError`` of that errno; None when the message names none."""
+    match = _RUST_OS_ERROR.search(str(error))
+    if match is None:
+        return None
+    number = int(match[1])
+    return OSError(number, os.strerror(number))
+
+
 def _root_os_error(error: BaseException | None) -> OSError | None:
-    """The OSError with a ``WRITE_ERRNOS`` errno that ``error`` is, was raised from, or (torch's distributed
-    checkpoint ``CheckpointException``: one failure per rank) holds; None when there is none."""
+    """The OSError with a ``WRITE_ERRNOS`` errno that ``error`` is, was raised from, words in its message (a Rust
+    writer's ``(os error N)``: safetensors raises ``SafetensorError``, not ``OSError``, on a full disk), or (torch's
+    distributed checkpoint ``CheckpointException``: one failure per rank) holds; None when there is none."""
     seen: set[int] = set()
     pending = [error]
     while pending:
@@ -62,6 +78,9 @@ def _root_os_error(error: BaseException | None) -> OSError | None:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno in WRITE_ERRNOS:
             return error
+        wrapped = None if isinstance(error, OSError) else _wrapped_os_error(error)
+        if wrapped is not None and wrapped.errno in WRITE_ERRNOS:
+            return wrapped
         pending += [error.__cause__, error.__context__]
         failures = getattr(error, "failures", None)
         if isinstance(failures, dict):
@@ -69,10 +88,47 @@ def _root_os_error(error: BaseException | None) -> OSError | None:
     return None
 
 
-def is_write_failure(error: BaseException) -> bool:
+def _disk_refusal(path: str | None, needed: int | None) -> OSError | None:
+    """What the disk under ``path`` says about a write that failed without naming an errno (PyTorch's zip writer,
+    which ``torch.distributed.checkpoint`` uses, reports a full disk as ``RuntimeError: ... unexpected pos``): EROFS
+    when the filesystem is mounted read-only, ENOSPC when it has less room than the ``needed`` bytes; else None."""
+    if path is None:
+        return None
+    try:
+        stats = os.statvfs(_existing_parent(path))
+    except OSError:
+        return None
+    if stats.f_flag & os.ST_RDONLY:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS))
+    if needed is not None and stats.f_bavail * stats.f_frsize < needed:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
+
+
+def _from_a_writer(error: BaseException) -> bool:
+    """Whether ``error`` can be a writer's that names no errno: a ``RuntimeError`` (PyTorch's zip writer), an
+    ``OSError``, or torch's distributed checkpoint ``CheckpointException`` (a ``BaseException``: one failure per rank)
+    holding one. A bad value (``TypeError``, ``ValueError``) or an interrupt never is."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict):
+        return any(_from_a_writer(pair[0] if isinstance(pair, tuple) else pair) for pair in failures.values())
+    return isinstance(error, (RuntimeError, OSError))
+
+
+def _cause(error: BaseException, path: str | None, needed: int | None) -> OSError | None:
+    """The environment's refusal behind ``error``: the errno it names, else what the disk says (see
+    :func:`_disk_refusal`) when a writer raised it."""
+    root = _root_os_error(error)
+    if root is None and _from_a_writer(error):
+        root = _disk_refusal(path, needed)
+    return root
+
+
+def is_write_failure(error: BaseException, path: str | None = None, needed: int | None = None) -> bool:
     """Whether ``error`` is (or was raised from) an OSError the environment caused (``WRITE_ERRNOS``): disk full,
-    read-only, quota, permission."""
-    return _root_os_error(error) is not None
+    read-only, quota, permission; or, given the ``path`` written (and the bytes ``needed`` there), an error of a
+    writer that names no errno while that disk is read-only or has less room than ``needed``."""
+    return _cause(error, path, needed) is not None
 
 
 def human_bytes(n: float) -> str:
@@ -92,10 +148,10 @@ def _reason(error: OSError) -> str:
 def write_failure(
     error: BaseException, what: str, path: str, *, needed: int | None = None, kept: str | None = None
 ) -> OutputWriteError:
-    """The one sentence for a failed write of ``what`` (e.g. "the checkpoint") to ``path``: the reason, the space
-    it ``needed`` and the space free there (on a full disk), and ``kept`` (what is intact, e.g. "the previous
-    checkpoint in runs/copy is intact")."""
-    root = _root_os_error(error)
+    """The one sentence for a failed write of ``what`` (e.g. "the checkpoint") to ``path``: the reason (see
+    :func:`is_write_failure`), the space it ``needed`` and the space free there (on a full disk), and ``kept`` (what
+    is intact, e.g. "the previous checkpoint in runs/copy is intact")."""
+    root = _cause(error, path, needed)
     reason = _reason(root) if root is not None else str(error)
     sentence = f"cannot write {what} to {path}: {reason}"
     if root is not None and root.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) and needed is not None:

@@ -163,8 +163,8 @@ class FSDPStrategy(CollectiveStrategy):
         except BaseException as error:
             if self.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
-            if is_write_failure(error):
-                needed = sum(_local_bytes(t) for t in model_state.values()) * self.world_size
+            needed = sum(_local_bytes(t) for t in model_state.values()) * self.world_size
+            if is_write_failure(error, path, needed):
                 raise write_failure(
                     error, "the sharded checkpoint", path, needed=needed, kept=kept_message(path)
                 ) from None

@@ -2,8 +2,9 @@
 
 A plain factory ``batches(generator)`` yields *global* batches, identical on every rank (the same seed), of which each
 rank keeps its contiguous ``1/world_size`` of the rows (:func:`shard_batch`); a factory that accepts a ``shard``
-keyword (:func:`takes_shard`, e.g. the file corpora's ``ResumableBatches``) gets ``shard=Shard(rank, world_size)``
-and yields this rank's batches itself. Either way the job sees exactly the batches one process would see.
+keyword, by name or through ``**kwargs`` (:func:`takes_shard`, e.g. the file corpora's ``ResumableBatches``), gets
+``shard=Shard(rank, world_size)`` and yields this rank's batches itself.
+Either way the job sees exactly the batches one process would see.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def shard_batch(batch: Any, shard: Shard) -> Any:
 
 
 def takes_shard(factory: Callable) -> bool:
-    """Whether the batch factory accepts a ``shard`` keyword (and so yields only this rank's batches)."""
+    """Whether the batch factory accepts a ``shard`` keyword, by name or through ``**kwargs`` (and so is given its
+    ``Shard`` and yields only this rank's batches)."""
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):

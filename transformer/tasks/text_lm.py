@@ -204,7 +204,7 @@ def lm_results(trainer: Trainer, data: LMData, train_seconds: float) -> dict[str
         "task": "lm",
         "steps": trainer.step,
         "train_seconds": round(train_seconds, 2),
-        "tokens_per_second": round(trainer.tokens / max(train_seconds, 1e-9), 1),
+        "tokens_per_second": round(trainer.tokens_this_run / max(train_seconds, 1e-9), 1),
         "final_train_loss": trainer.last_train_loss,
         "eval_loss": eval_loss,
         "perplexity": math.exp(eval_loss),

@@ -292,7 +292,7 @@ def translation_results(
         "task": "translate",
         "steps": trainer.step,
         "train_seconds": round(train_seconds, 2),
-        "tokens_per_second": round(trainer.tokens / max(train_seconds, 1e-9), 1),
+        "tokens_per_second": round(trainer.tokens_this_run / max(train_seconds, 1e-9), 1),
         "eval_loss": eval_loss,
         "final_train_loss": trainer.last_train_loss,
         "eval_lines": len(sources),

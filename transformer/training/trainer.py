@@ -98,7 +98,8 @@ class Trainer:
     ``eval_batches()`` returns a fresh finite iterable of evaluation batches (or None).
 
     ``strategy`` (see :mod:`transformer.distributed`; or :meth:`distribute` later) runs the same loop on several
-    processes: each rank reads its share of every batch (``batches`` may take a ``shard`` keyword), gradients and
+    processes: each rank reads its share of every batch (``batches`` may take a ``shard`` keyword, named or through
+    ``**kwargs``: it is then given ``Shard(rank, world_size)`` and yields this rank's part only), gradients and
     losses are those of the global batch, evaluation is split between the ranks and reduced, checkpoints are written
     once (DDP) or sharded (FSDP), the progress bar shows on rank 0 only.
     """
@@ -132,7 +133,8 @@ class Trainer:
         self.data_generator = torch.Generator().manual_seed(seed)
         self._batches: Iterator[Batch] | None = None
         self.step = 0
-        self.tokens = 0
+        self.tokens = 0  # every token trained on, across resumes (part of the checkpoint)
+        self.tokens_this_run = 0  # those this object trained on (never restored): what tokens/s counts
         self.history = _History()
         self.last_train_loss = float("nan")
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer wrote or resumed from
@@ -276,6 +278,7 @@ class Trainer:
         ntokens = int(ntokens)
         self.step += 1
         self.tokens += ntokens
+        self.tokens_this_run += ntokens
         self.last_train_loss = loss_sum / max(ntokens, 1)
         return self.last_train_loss
 

@@ -360,8 +360,8 @@ MUTANTS += [
     S(
         "checkpoint-write-failure-traceback",
         "transformer/checkpoint/save.py",
-        "        if is_write_failure(error):\n            needed =",
-        "        if False:\n            needed =",
+        "        if is_write_failure(error, path, needed):\n            raise",
+        "        if False:\n            raise",
         "a full disk during a save is a raw OSError traceback",
     ),
     S(
