@@ -1,4 +1,16 @@
-"""Triton helpers shared by the forward and backward kernels: which scores are allowed, dropout, tile loads.
+"""Triton helpers shared by the forward and backward kernels: the scores of a tile and which are allowed, dropout,
+tile loads, the blocks each program visits.
+
+The helpers take what the three kernels share as tuples (Triton passes tuples to jit functions; constexprs inside
+stay constexprs, so the compiled code is the same as with the values one by one):
+
+* ``head = (b, h, q_len, k_len, kv_end)``: the batch row and query head of the tile, the query and key lengths and
+  one past the last valid key of batch row b (``key_end``);
+* ``scaling = (qk_scale, sm_scale, softcap, slope)``: log2(e) * scale, the scale, the softcap, ALiBi's slope;
+* ``masks = (MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn)``: the boolean mask and the key mask, with strides;
+* ``spans = (DOCB, window_left, window_right)``: the documents' bounds and the window (kernels/_structure.py);
+* ``rng = (seed, offset, dropout_p, inv_keep)``: dropout's Philox pair, its probability and 1 / (1 - dropout_p);
+* ``FLAGS = (HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS, HAS_WINDOW, HAS_SOFTCAP, HAS_ALIBI, DROPOUT)``: constexprs.
 
 Imported lazily (at the first kernel launch), so ``TRITON_INTERPRET`` only has to be set before that.
 """
@@ -10,39 +22,25 @@ from ._structure import key_block_queries, modified_scores, query_block_keys
 
 
 @triton.jit
-def allowed_block(
-    b,
-    h,
-    qi,
-    kj,
-    q_len,
-    kv_end,
-    MASK,
-    s_mb,
-    s_mh,
-    s_mm,
-    s_mn,
-    KMASK,
-    s_kb,
-    s_kn,
-    row_lo,
-    row_hi,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    RANGED: tl.constexpr,
-):
-    """Bool tile: query ``qi`` may attend key ``kj`` (True = may attend). With ``RANGED`` (documents or a window),
-    only keys in the query's row range [row_lo, row_hi) (kernels/_structure.py ``row_range``, shaped like ``qi``).
+def allowed_block(head, qi, kj, masks, row_lo, row_hi, FLAGS):
+    """Bool tile: query ``qi`` may attend key ``kj`` (True = may attend). With documents or a window, only keys in
+    the query's row range [row_lo, row_hi) (kernels/_structure.py ``row_range``, shaped like ``qi``).
 
     ``qi`` and ``kj`` are the query and key indices as broadcastable 2-D tiles: ``offs_m[:, None]`` and
     ``offs_n[None, :]`` give a query-major [BLOCK_M, BLOCK_N] tile, ``offs_m[None, :]`` and ``offs_n[:, None]``
     the key-major [BLOCK_N, BLOCK_M] tile of the dK/dV kernel.
     """
+    b, h, q_len, _, kv_end = head
+    MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kb, s_kn = masks
+    HAS_MASK: tl.constexpr = FLAGS[0]
+    HAS_KMASK: tl.constexpr = FLAGS[1]
+    CAUSAL: tl.constexpr = FLAGS[2]
+    HAS_DOCS: tl.constexpr = FLAGS[3]
+    HAS_WINDOW: tl.constexpr = FLAGS[4]
     allowed = (qi < q_len) & (kj < kv_end)
     if CAUSAL:  # top-left aligned, as F.scaled_dot_product_attention(is_causal=True)
         allowed = allowed & (kj <= qi)
-    if RANGED:
+    if HAS_DOCS or HAS_WINDOW:
         allowed = allowed & (kj >= row_lo) & (kj < row_hi)
     if HAS_KMASK:
         key_ok = tl.load(KMASK + b.to(tl.int64) * s_kb + kj.to(tl.int64) * s_kn, mask=kj < kv_end, other=0)
@@ -53,6 +51,25 @@ def allowed_block(
         )  # q_len x k_len may pass 2**31
         allowed = allowed & (tl.load(ptrs, mask=allowed, other=0) != 0)
     return allowed
+
+
+@triton.jit
+def scores(rows, cols, qi, kj, head, scaling, FLAGS, PRECISION: tl.constexpr):
+    """(s, dcap) of one tile, the one score computation of the forward, dQ and dK/dV kernels (allowed_block says
+    which of them count). ``s``: with softcap or ALiBi the base-2 scores (kernels/_structure.py
+    ``modified_scores``), else the raw dot products rows . cols (the caller folds log2(e) * scale into one
+    multiply-add per score). ``dcap``: the softcap's derivative (1.0 without one). Query-major (forward, dQ):
+    rows = q, cols = k, qi / kj shaped [BLOCK_M, 1] / [1, BLOCK_N]; key-major (dK/dV): rows = k, cols = q,
+    transposed."""
+    _, _, q_len, k_len, _ = head
+    _, sm_scale, softcap, slope = scaling
+    HAS_SOFTCAP: tl.constexpr = FLAGS[5]
+    HAS_ALIBI: tl.constexpr = FLAGS[6]
+    s = tl.dot(rows, tl.trans(cols), input_precision=PRECISION)
+    dcap = 1.0
+    if HAS_SOFTCAP or HAS_ALIBI:
+        s, dcap = modified_scores(s, sm_scale, softcap, slope, qi, kj, q_len, k_len, HAS_SOFTCAP, HAS_ALIBI)
+    return s, dcap
 
 
 PHILOX_KEYS = 8  # keep decisions per Philox call: 8 keys of one query row, 16 bits each
@@ -202,28 +219,18 @@ def key_end(KLEN, s_klb, b, k_len, HAS_KLEN: tl.constexpr):
 
 
 @triton.jit
-def key_blocks(
-    kv_end,
-    pid_m,
-    DOCB,
-    b,
-    q_len,
-    k_len,
-    window_left,
-    window_right,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_DOCS: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def key_blocks(head, pid_m, spans, FLAGS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The keys query block ``pid_m`` visits, as (lo, full_end, hi). Key blocks in [lo, full_end) are interior: every
     key valid, the whole block below the causal diagonal, no mask tensor, so they need no per-element mask.
     Blocks in [full_end, hi) need it. Keys before lo (outside every query's document or window) and from hi on
     (past the key length, or, causal, after the block's last query, or outside the documents and windows) are never
     allowed, so those blocks are skipped. With documents or a window every visited block is masked."""
+    HAS_MASK: tl.constexpr = FLAGS[0]
+    HAS_KMASK: tl.constexpr = FLAGS[1]
+    CAUSAL: tl.constexpr = FLAGS[2]
+    HAS_DOCS: tl.constexpr = FLAGS[3]
+    HAS_WINDOW: tl.constexpr = FLAGS[4]
+    kv_end = head[4]
     lo = 0
     hi = kv_end
     full_end = (kv_end // BLOCK_N) * BLOCK_N
@@ -233,37 +240,25 @@ def key_blocks(
     if HAS_MASK or HAS_KMASK:
         full_end = 0
     if HAS_DOCS or HAS_WINDOW:
-        lo, range_hi = query_block_keys(
-            DOCB, b, pid_m * BLOCK_M, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW, BLOCK_M, BLOCK_N
-        )
+        lo, range_hi = query_block_keys(spans, head, pid_m * BLOCK_M, FLAGS, BLOCK_M, BLOCK_N)
         hi = tl.minimum(hi, range_hi)
         full_end = lo
     return lo, full_end, hi
 
 
 @triton.jit
-def query_blocks(
-    kv_end,
-    pid_n,
-    DOCB,
-    b,
-    q_len,
-    k_len,
-    window_left,
-    window_right,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_DOCS: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def query_blocks(head, pid_n, spans, FLAGS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The queries key block ``pid_n`` (dK/dV) visits, as (lo, mask_end, hi). Query blocks in [lo, mask_end) need a
     per-element mask: they cross the causal diagonal, or this key block holds padding keys, or there is a mask
     tensor, or documents or a window. The query blocks in [mask_end, hi) are interior. Queries before lo (causal:
     they come before these keys; outside the documents and windows of these keys) and from hi on are skipped; a key
     block past the valid length visits none (zero gradients)."""
+    HAS_MASK: tl.constexpr = FLAGS[0]
+    HAS_KMASK: tl.constexpr = FLAGS[1]
+    CAUSAL: tl.constexpr = FLAGS[2]
+    HAS_DOCS: tl.constexpr = FLAGS[3]
+    HAS_WINDOW: tl.constexpr = FLAGS[4]
+    _, _, q_len, _, kv_end = head
     lo = 0
     if CAUSAL:  # queries before this key block never see it
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
@@ -275,9 +270,7 @@ def query_blocks(
         mask_end = hi
     mask_end = tl.minimum(tl.where((pid_n + 1) * BLOCK_N <= kv_end, mask_end, hi), hi)
     if HAS_DOCS or HAS_WINDOW:  # only the queries whose documents and windows reach these keys, all masked
-        range_lo, range_hi = key_block_queries(
-            DOCB, b, pid_n * BLOCK_N, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW, BLOCK_M, BLOCK_N
-        )
+        range_lo, range_hi = key_block_queries(spans, head, pid_n * BLOCK_N, FLAGS, BLOCK_M, BLOCK_N)
         lo = tl.maximum(lo, range_lo)
         hi = tl.minimum(hi, range_hi)
         mask_end = hi
@@ -307,74 +300,18 @@ def load_row_stats(LSE, DELTA, bh, offs_m, q_len):
 
 
 @triton.jit
-def probs(
-    rows,
-    cols,
-    lse2,
-    qi,
-    kj,
-    b,
-    h,
-    q_len,
-    k_len,
-    kv_end,
-    qk_scale,
-    sm_scale,
-    softcap,
-    slope,
-    row_lo,
-    row_hi,
-    MASK,
-    s_mb,
-    s_mh,
-    s_mm,
-    s_mn,
-    KMASK,
-    s_kmb,
-    s_kmn,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    RANGED: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
-    PRECISION: tl.constexpr,
-    MASKED: tl.constexpr,
-):
-    """Recompute (P, dcap) for one block: P = exp2(s2 - lse2), 0 where not allowed (``MASKED=False``: an interior
-    block, where every score is allowed), s2 the base-2 scores (with softcap and ALiBi: kernels/_structure.py
-    ``modified_scores``), and dcap the softcap's derivative (1.0 without one), which scales dS. Query-major (dQ):
-    rows = q, cols = k, qi / kj / lse2 shaped [BLOCK_M, 1] / [1, BLOCK_N] / [BLOCK_M, 1]. Key-major (dK/dV):
-    rows = k, cols = q, transposed shapes. A padded query row has lse2 = +inf, so its P is 0 in both cases."""
-    qk = tl.dot(rows, tl.trans(cols), input_precision=PRECISION)
+def probs(rows, cols, lse2, qi, kj, head, scaling, masks, row_lo, row_hi, FLAGS, PRECISION: tl.constexpr, MASKED):
+    """Recompute (P, dcap) for one block of the backward: P = exp2(s2 - lse2), 0 where not allowed (``MASKED=False``:
+    an interior block, where every score is allowed), s2 the base-2 scores and dcap the softcap's derivative
+    (``scores``; ``row_lo`` / ``row_hi`` shaped like ``qi``). A padded query row has lse2 = +inf, so its P is 0 in
+    both layouts."""
+    s, dcap = scores(rows, cols, qi, kj, head, scaling, FLAGS, PRECISION)
+    HAS_SOFTCAP: tl.constexpr = FLAGS[5]
+    HAS_ALIBI: tl.constexpr = FLAGS[6]
     if HAS_SOFTCAP or HAS_ALIBI:
-        s2, dcap = modified_scores(qk, sm_scale, softcap, slope, qi, kj, q_len, k_len, HAS_SOFTCAP, HAS_ALIBI)
-        p = tl.exp2(s2 - lse2)
+        p = tl.exp2(s - lse2)
     else:
-        p = tl.exp2(qk * qk_scale - lse2)  # one multiply-add
-        dcap = 1.0
+        p = tl.exp2(s * scaling[0] - lse2)  # one multiply-add (scaling[0]: qk_scale)
     if MASKED:
-        allowed = allowed_block(
-            b,
-            h,
-            qi,
-            kj,
-            q_len,
-            kv_end,
-            MASK,
-            s_mb,
-            s_mh,
-            s_mm,
-            s_mn,
-            KMASK,
-            s_kmb,
-            s_kmn,
-            row_lo,
-            row_hi,
-            HAS_MASK,
-            HAS_KMASK,
-            CAUSAL,
-            RANGED,
-        )
-        p = tl.where(allowed, p, 0.0)
+        p = tl.where(allowed_block(head, qi, kj, masks, row_lo, row_hi, FLAGS), p, 0.0)
     return p, dcap

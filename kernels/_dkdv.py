@@ -22,105 +22,27 @@ from ._structure import load_slope, row_range
 
 @triton.jit
 def _dkdv_step(
-    dk,
-    dv,
-    k,
-    v,
-    q_base,
-    do_base,
-    start_m,
-    start_n,
-    offs_n,
-    offs_d,
-    d_ok,
-    b,
-    h,
-    bh,
-    q_len,
-    k_len,
-    kv_end,
-    qk_scale,
-    sm_scale,
-    softcap,
-    slope,
-    DOCB,
-    window_left,
-    window_right,
-    seed,
-    offset,
-    dropout_p,
-    inv_keep,
-    s_qm,
-    s_qd,
-    s_dm,
-    s_dd,
-    LSE,
-    DELTA,
-    MASK,
-    s_mb,
-    s_mh,
-    s_mm,
-    s_mn,
-    KMASK,
-    s_kmb,
-    s_kmn,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_DOCS: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
-    DROPOUT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
+    dk, dv, k, v, q_base, do_base, start_m, start_n, block, LSE, DELTA, FLAGS, PRECISION, BLOCK_M, BLOCK_N, MASKED
 ):
     """Add one query block's contribution to dK and dV. Key-major tiles [BLOCK_N, BLOCK_M] (P transposed):
     every dot has BLOCK_N rows, enough for Hopper's warp-group MMA (query-major tiles would give two of the
-    four dots only BLOCK_M rows)."""
+    four dots only BLOCK_M rows). ``block``: the key block's (offs_n, offs_d, d_ok, bh, head, scaling, masks, spans,
+    rng, (s_qm, s_qd, s_dm, s_dd)), kernels/_common.py's tuples and the row and head-dim strides of q and dO;
+    PRECISION, BLOCK_M, BLOCK_N and MASKED: constexprs."""
+    offs_n, offs_d, d_ok, bh, head, scaling, masks, spans, rng, (s_qm, s_qd, s_dm, s_dd) = block
+    _, _, q_len, _, _ = head
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = load_rows(q_base, offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
     do = load_rows(do_base, offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
-    row_lo, row_hi = row_range(DOCB, b, offs_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
+    row_lo, row_hi = row_range(spans, head, offs_m, FLAGS)
     p_t, dcap_t = probs(
-        k,
-        q,
-        lse2[None, :],
-        offs_m[None, :],
-        offs_n[:, None],
-        b,
-        h,
-        q_len,
-        k_len,
-        kv_end,
-        qk_scale,
-        sm_scale,
-        softcap,
-        slope,
-        row_lo[None, :],
-        row_hi[None, :],
-        MASK,
-        s_mb,
-        s_mh,
-        s_mm,
-        s_mn,
-        KMASK,
-        s_kmb,
-        s_kmn,
-        HAS_MASK,
-        HAS_KMASK,
-        CAUSAL,
-        HAS_DOCS or HAS_WINDOW,
-        HAS_SOFTCAP,
-        HAS_ALIBI,
-        PRECISION,
-        MASKED,
-    )
+        k, q, lse2[None, :], offs_m[None, :], offs_n[:, None], head, scaling, masks, row_lo[None, :], row_hi[None, :],
+        FLAGS, PRECISION, MASKED,
+    )  # fmt: skip
     dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-    if DROPOUT:
+    if FLAGS[7]:  # DROPOUT
+        seed, offset, dropout_p, inv_keep = rng
         keep_t = tl.trans(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N))
         p_drop_t = tl.where(keep_t, p_t * inv_keep, 0.0)
         dp_t = tl.where(keep_t, dp_t * inv_keep, 0.0)
@@ -224,13 +146,13 @@ def _dkdv_kernel(
     v = load_rows(head_ptr(V, b, kvh, s_vb, s_vh), offs_n, offs_d, s_vn, s_vd, k_len, d_ok)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
-    lo, mask_end, hi = query_blocks(
-        kv_end, pid_n, DOCB, b, q_len, k_len, window_left, window_right, HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS,
-        HAS_WINDOW, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
+    spans = (DOCB, window_left, window_right)
+    flags: tl.constexpr = (HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS, HAS_WINDOW, HAS_SOFTCAP, HAS_ALIBI, DROPOUT)
+    lo, mask_end, hi = query_blocks((b, kvh, q_len, k_len, kv_end), pid_n, spans, flags, BLOCK_M, BLOCK_N)
     seed, offset = load_seed(SEED, DROPOUT)
-    inv_keep = 1.0 / (1.0 - dropout_p)
+    rng = (seed, offset, dropout_p, 1.0 / (1.0 - dropout_p))
     qk_scale = sm_scale * 1.4426950408889634
+    masks = (MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn)
     dk = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     dv = tl.zeros([BLOCK_N, BLOCK_D], DELTA.dtype.element_ty)
     for g in range(g_lo, g_lo + share):
@@ -238,7 +160,9 @@ def _dkdv_kernel(
         bh = b * heads + h
         q_base = head_ptr(Q, b, h, s_qb, s_qh)
         do_base = head_ptr(DO, b, h, s_db, s_dh)
-        slope = load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI)
+        head = (b, h, q_len, k_len, kv_end)
+        scaling = (qk_scale, sm_scale, softcap, load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI))
+        block = (offs_n, offs_d, d_ok, bh, head, scaling, masks, spans, rng, (s_qm, s_qd, s_dm, s_dd))
         for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
             if phase == 0:
                 start, end = lo, mask_end
@@ -246,61 +170,9 @@ def _dkdv_kernel(
                 start, end = mask_end, hi
             for start_m in range(start, end, BLOCK_M):
                 dk, dv = _dkdv_step(
-                    dk,
-                    dv,
-                    k,
-                    v,
-                    q_base,
-                    do_base,
-                    start_m,
-                    pid_n * BLOCK_N,
-                    offs_n,
-                    offs_d,
-                    d_ok,
-                    b,
-                    h,
-                    bh,
-                    q_len,
-                    k_len,
-                    kv_end,
-                    qk_scale,
-                    sm_scale,
-                    softcap,
-                    slope,
-                    DOCB,
-                    window_left,
-                    window_right,
-                    seed,
-                    offset,
-                    dropout_p,
-                    inv_keep,
-                    s_qm,
-                    s_qd,
-                    s_dm,
-                    s_dd,
-                    LSE,
-                    DELTA,
-                    MASK,
-                    s_mb,
-                    s_mh,
-                    s_mm,
-                    s_mn,
-                    KMASK,
-                    s_kmb,
-                    s_kmn,
-                    HAS_MASK,
-                    HAS_KMASK,
-                    CAUSAL,
-                    HAS_DOCS,
-                    HAS_WINDOW,
-                    HAS_SOFTCAP,
-                    HAS_ALIBI,
-                    DROPOUT,
-                    PRECISION,
-                    BLOCK_M,
-                    BLOCK_N,
-                    MASKED=phase == 0,
-                )
+                    dk, dv, k, v, q_base, do_base, start_m, pid_n * BLOCK_N, block, LSE, DELTA, flags, PRECISION,
+                    BLOCK_M, BLOCK_N, MASKED=phase == 0,
+                )  # fmt: skip
 
     dk = dk * sm_scale
     out_ok = (offs_n[:, None] < k_len) & d_ok[None, :]

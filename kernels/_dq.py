@@ -22,97 +22,23 @@ from ._structure import load_slope, row_range
 
 @triton.jit
 def _dq_step(
-    dq,
-    q,
-    do,
-    lse2,
-    delta,
-    k_base,
-    v_base,
-    start_n,
-    offs_m,
-    offs_d,
-    d_ok,
-    b,
-    h,
-    bh,
-    q_len,
-    k_len,
-    kv_end,
-    qk_scale,
-    sm_scale,
-    softcap,
-    slope,
-    row_lo,
-    row_hi,
-    seed,
-    offset,
-    dropout_p,
-    inv_keep,
-    s_kn,
-    s_kd,
-    s_vn,
-    s_vd,
-    MASK,
-    s_mb,
-    s_mh,
-    s_mm,
-    s_mn,
-    KMASK,
-    s_kmb,
-    s_kmn,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    RANGED: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
-    DROPOUT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
+    dq, q, do, lse2, delta, k_base, v_base, start_n, block, kv_strides, FLAGS, PRECISION, BLOCK_M, BLOCK_N, MASKED
 ):
-    """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N])."""
+    """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N]); ``block``, ``kv_strides`` and
+    the constexprs as kernels/_online_softmax.py ``softmax_step``'s."""
+    offs_m, offs_d, d_ok, bh, head, scaling, masks, (row_lo, row_hi), rng = block
+    s_kn, s_kd, s_vn, s_vd = kv_strides
+    _, _, q_len, _, kv_end = head
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
     v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
     p, dcap = probs(
-        q,
-        k,
-        lse2[:, None],
-        offs_m[:, None],
-        offs_n[None, :],
-        b,
-        h,
-        q_len,
-        k_len,
-        kv_end,
-        qk_scale,
-        sm_scale,
-        softcap,
-        slope,
-        row_lo[:, None],
-        row_hi[:, None],
-        MASK,
-        s_mb,
-        s_mh,
-        s_mm,
-        s_mn,
-        KMASK,
-        s_kmb,
-        s_kmn,
-        HAS_MASK,
-        HAS_KMASK,
-        CAUSAL,
-        RANGED,
-        HAS_SOFTCAP,
-        HAS_ALIBI,
-        PRECISION,
-        MASKED,
-    )
+        q, k, lse2[:, None], offs_m[:, None], offs_n[None, :], head, scaling, masks, row_lo[:, None], row_hi[:, None],
+        FLAGS, PRECISION, MASKED,
+    )  # fmt: skip
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-    if DROPOUT:
+    if FLAGS[7]:  # DROPOUT
+        seed, offset, dropout_p, inv_keep = rng
         keep = keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N)
         dp = tl.where(keep, dp * inv_keep, 0.0)
     ds = p * (dp - delta[:, None]) * dcap  # dcap: the softcap's derivative (1.0 without one)
@@ -201,15 +127,26 @@ def _dq_kernel(
     v_base = head_ptr(V, b, h // group, s_vb, s_vh)
 
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
-    lo, full_end, hi = key_blocks(
-        kv_end, pid_m, DOCB, b, q_len, k_len, window_left, window_right, HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS,
-        HAS_WINDOW, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
-    row_lo, row_hi = row_range(DOCB, b, offs_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
-    slope = load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI)
+    head = (b, h, q_len, k_len, kv_end)
+    spans = (DOCB, window_left, window_right)
+    flags: tl.constexpr = (HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS, HAS_WINDOW, HAS_SOFTCAP, HAS_ALIBI, DROPOUT)
+    lo, full_end, hi = key_blocks(head, pid_m, spans, flags, BLOCK_M, BLOCK_N)
+    row_bounds = row_range(spans, head, offs_m, flags)
     seed, offset = load_seed(SEED, DROPOUT)
-    inv_keep = 1.0 / (1.0 - dropout_p)
     qk_scale = sm_scale * 1.4426950408889634
+    scaling = (qk_scale, sm_scale, softcap, load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI))
+    masks = (MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn)
+    block = (
+        offs_m,
+        offs_d,
+        d_ok,
+        bh,
+        head,
+        scaling,
+        masks,
+        row_bounds,
+        (seed, offset, dropout_p, 1.0 / (1.0 - dropout_p)),
+    )
 
     # Interior key blocks [lo, full_end) with no per-element mask, as in the forward kernel.
     dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
@@ -220,57 +157,9 @@ def _dq_kernel(
             start, end = full_end, hi
         for start_n in range(start, end, BLOCK_N):
             dq = _dq_step(
-                dq,
-                q,
-                do,
-                lse2,
-                delta,
-                k_base,
-                v_base,
-                start_n,
-                offs_m,
-                offs_d,
-                d_ok,
-                b,
-                h,
-                bh,
-                q_len,
-                k_len,
-                kv_end,
-                qk_scale,
-                sm_scale,
-                softcap,
-                slope,
-                row_lo,
-                row_hi,
-                seed,
-                offset,
-                dropout_p,
-                inv_keep,
-                s_kn,
-                s_kd,
-                s_vn,
-                s_vd,
-                MASK,
-                s_mb,
-                s_mh,
-                s_mm,
-                s_mn,
-                KMASK,
-                s_kmb,
-                s_kmn,
-                HAS_MASK,
-                HAS_KMASK,
-                CAUSAL,
-                HAS_DOCS or HAS_WINDOW,
-                HAS_SOFTCAP,
-                HAS_ALIBI,
-                DROPOUT,
-                PRECISION,
-                BLOCK_M,
-                BLOCK_N,
-                MASKED=phase == 1,
-            )
+                dq, q, do, lse2, delta, k_base, v_base, start_n, block, (s_kn, s_kd, s_vn, s_vd), flags, PRECISION,
+                BLOCK_M, BLOCK_N, MASKED=phase == 1,
+            )  # fmt: skip
 
     dq = dq * sm_scale
     tl.store(

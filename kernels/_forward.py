@@ -119,19 +119,21 @@ def _fwd_kernel(
     k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh), kv_end, s_kn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end, s_vn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
 
-    lo, full_end, hi = key_blocks(
-        kv_end, pid_m, DOCB, b, q_len, k_len, window_left, window_right, HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS,
-        HAS_WINDOW, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
+    head = (b, h, q_len, k_len, kv_end)
+    spans = (DOCB, window_left, window_right)
+    flags: tl.constexpr = (HAS_MASK, HAS_KMASK, CAUSAL, HAS_DOCS, HAS_WINDOW, HAS_SOFTCAP, HAS_ALIBI, DROPOUT)
+    lo, full_end, hi = key_blocks(head, pid_m, spans, flags, BLOCK_M, BLOCK_N)
     if SPLIT:  # this split's keys (split_keys is a multiple of BLOCK_N)
         lo = tl.maximum(lo, split * split_keys)
         hi = tl.minimum(hi, split * split_keys + split_keys)
         full_end = tl.maximum(tl.minimum(full_end, hi), lo)
-    row_lo, row_hi = row_range(DOCB, b, offs_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
-    slope = load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI)
+    row_bounds = row_range(spans, head, offs_m, flags)
     seed, offset = load_seed(SEED, DROPOUT)
-
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
+    scaling = (qk_scale, sm_scale, softcap, load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI))
+    masks = (MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn)
+    block = (offs_m, offs_d, d_ok, bh, head, scaling, masks, row_bounds, (seed, offset, dropout_p, 1.0))
+
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
     acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
@@ -143,56 +145,9 @@ def _fwd_kernel(
             start, end = full_end, hi
         for start_n in range(start, end, BLOCK_N):
             acc, l_i, m_i = softmax_step(
-                acc,
-                l_i,
-                m_i,
-                q,
-                k_src,
-                v_src,
-                start_n,
-                offs_m,
-                offs_d,
-                d_ok,
-                b,
-                h,
-                bh,
-                q_len,
-                k_len,
-                kv_end,
-                qk_scale,
-                sm_scale,
-                softcap,
-                slope,
-                row_lo,
-                row_hi,
-                seed,
-                offset,
-                dropout_p,
-                s_kn,
-                s_kd,
-                s_vn,
-                s_vd,
-                MASK,
-                s_mb,
-                s_mh,
-                s_mm,
-                s_mn,
-                KMASK,
-                s_kmb,
-                s_kmn,
-                HAS_MASK,
-                HAS_KMASK,
-                CAUSAL,
-                HAS_DOCS or HAS_WINDOW,
-                HAS_SOFTCAP,
-                HAS_ALIBI,
-                DROPOUT,
-                PRECISION,
-                BLOCK_M,
-                BLOCK_N,
-                MASKED=phase == 1,
-                TMA=TMA,
-            )
+                acc, l_i, m_i, q, k_src, v_src, start_n, block, (s_kn, s_kd, s_vn, s_vd), flags, PRECISION, BLOCK_M,
+                BLOCK_N, MASKED=phase == 1, TMA=TMA,
+            )  # fmt: skip
 
     empty = l_i == 0.0  # no allowed key: output 0, logsumexp -inf
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]

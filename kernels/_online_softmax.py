@@ -5,95 +5,32 @@ decorated)."""
 import triton
 import triton.language as tl
 
-from ._common import allowed_block, keep_block, load_tile
-from ._structure import modified_scores
+from ._common import allowed_block, keep_block, load_tile, scores
 
 
 @triton.jit
 def softmax_step(
-    acc,
-    l_i,
-    m_i,
-    q,
-    k_src,
-    v_src,
-    start_n,
-    offs_m,
-    offs_d,
-    d_ok,
-    b,
-    h,
-    bh,
-    q_len,
-    k_len,
-    kv_end,
-    qk_scale,
-    sm_scale,
-    softcap,
-    slope,
-    row_lo,
-    row_hi,
-    seed,
-    offset,
-    dropout_p,
-    s_kn,
-    s_kd,
-    s_vn,
-    s_vd,
-    MASK,
-    s_mb,
-    s_mh,
-    s_mm,
-    s_mn,
-    KMASK,
-    s_kmb,
-    s_kmn,
-    HAS_MASK: tl.constexpr,
-    HAS_KMASK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    RANGED: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
-    DROPOUT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    TMA: tl.constexpr,
+    acc, l_i, m_i, q, k_src, v_src, start_n, block, kv_strides, FLAGS, PRECISION, BLOCK_M, BLOCK_N, MASKED, TMA
 ):
     """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
     rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
-    compare or select, and the running max is always finite."""
+    compare or select, and the running max is always finite. ``block``: the query block's (offs_m, offs_d, d_ok, bh,
+    head, scaling, masks, (row_lo, row_hi), rng), the last five kernels/_common.py's tuples, (row_lo, row_hi) the
+    queries' row ranges by documents and windows; ``kv_strides``: (s_kn, s_kd, s_vn, s_vd); PRECISION, BLOCK_M,
+    BLOCK_N, MASKED and TMA: constexprs."""
+    offs_m, offs_d, d_ok, bh, head, scaling, masks, (row_lo, row_hi), rng = block
+    s_kn, s_kd, s_vn, s_vd = kv_strides
+    _, _, q_len, _, kv_end = head
+    HAS_SOFTCAP: tl.constexpr = FLAGS[5]
+    HAS_ALIBI: tl.constexpr = FLAGS[6]
+    DROPOUT: tl.constexpr = FLAGS[7]
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)
-    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    qk, _ = scores(q, k, offs_m[:, None], offs_n[None, :], head, scaling, FLAGS, PRECISION)
     if MASKED:
-        allowed = allowed_block(
-            b,
-            h,
-            offs_m[:, None],
-            offs_n[None, :],
-            q_len,
-            kv_end,
-            MASK,
-            s_mb,
-            s_mh,
-            s_mm,
-            s_mn,
-            KMASK,
-            s_kmb,
-            s_kmn,
-            row_lo[:, None],
-            row_hi[:, None],
-            HAS_MASK,
-            HAS_KMASK,
-            CAUSAL,
-            RANGED,
-        )
+        allowed = allowed_block(head, offs_m[:, None], offs_n[None, :], masks, row_lo[:, None], row_hi[:, None], FLAGS)
     if HAS_SOFTCAP or HAS_ALIBI:  # softcap and ALiBi: the base-2 scores themselves (kernels/_structure.py)
-        s2, _ = modified_scores(
-            qk, sm_scale, softcap, slope, offs_m[:, None], offs_n[None, :], q_len, k_len, HAS_SOFTCAP, HAS_ALIBI
-        )
+        s2 = qk
         if MASKED:
             s2 = tl.where(allowed, s2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s2, 1))
@@ -101,16 +38,19 @@ def softmax_step(
         p = tl.exp2(s2 - m_safe[:, None])
     elif MASKED:
         # the scale folds into one multiply-add per score here too; the max is taken of the unscaled scores
+        qk_scale = scaling[0]
         m_new = tl.maximum(m_i, tl.max(tl.where(allowed, qk, float("-inf")), 1) * qk_scale)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
         p = tl.where(allowed, tl.exp2(qk * qk_scale - m_safe[:, None]), 0.0)
     else:  # the scale folds into one multiply-add per score (qk_scale >= 0: the API makes it so)
+        qk_scale = scaling[0]
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_safe = m_new
         p = tl.exp2(qk * qk_scale - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
+        seed, offset, dropout_p, _ = rng
         p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)
     v = load_tile(v_src, start_n, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok, TMA)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)

@@ -25,9 +25,14 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def row_range(DOCB, b, qi, q_len, k_len, window_left, window_right, HAS_DOCS: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def row_range(spans, head, qi, FLAGS):
     """(lo, hi), shaped like ``qi`` (a scalar or a tile of query indices): the keys [lo, hi) query qi may attend by
-    its document and window. Rows past the queries (p(i) >= k_len) get an empty range when documents are given."""
+    its document and window. Rows past the queries (p(i) >= k_len) get an empty range when documents are given.
+    ``spans``, ``head`` and ``FLAGS``: the tuples of kernels/_common.py."""
+    DOCB, window_left, window_right = spans
+    b, _, q_len, k_len, _ = head
+    HAS_DOCS: tl.constexpr = FLAGS[3]
+    HAS_WINDOW: tl.constexpr = FLAGS[4]
     pos = qi + (k_len - q_len)
     lo = pos * 0
     hi = lo + k_len
@@ -43,44 +48,25 @@ def row_range(DOCB, b, qi, q_len, k_len, window_left, window_right, HAS_DOCS: tl
 
 
 @triton.jit
-def query_block_keys(
-    DOCB,
-    b,
-    start_m,
-    q_len,
-    k_len,
-    window_left,
-    window_right,
-    HAS_DOCS: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def query_block_keys(spans, head, start_m, FLAGS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """[lo, hi): the keys the query block starting at ``start_m`` may attend by documents and windows (lo rounded
     down to a multiple of BLOCK_N, so the blocks visited are the ones an unrestricted loop would visit)."""
-    lo, _ = row_range(DOCB, b, start_m, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
+    lo, _ = row_range(spans, head, start_m, FLAGS)
+    _, _, q_len, _, _ = head
     last = tl.minimum(start_m + BLOCK_M, q_len) - 1
-    _, hi = row_range(DOCB, b, last, q_len, k_len, window_left, window_right, HAS_DOCS, HAS_WINDOW)
+    _, hi = row_range(spans, head, last, FLAGS)
     return (tl.maximum(lo, 0) // BLOCK_N) * BLOCK_N, hi
 
 
 @triton.jit
-def key_block_queries(
-    DOCB,
-    b,
-    start_n,
-    q_len,
-    k_len,
-    window_left,
-    window_right,
-    HAS_DOCS: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def key_block_queries(spans, head, start_n, FLAGS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """[lo, hi): the queries that may attend some key of the key block starting at ``start_n`` by documents and
     windows (lo rounded down to a multiple of BLOCK_M). Their positions lie in the documents of its first and last
     key, and within [first key - window_right, last key + window_left]."""
+    DOCB, window_left, window_right = spans
+    b, _, q_len, k_len, _ = head
+    HAS_DOCS: tl.constexpr = FLAGS[3]
+    HAS_WINDOW: tl.constexpr = FLAGS[4]
     last = tl.minimum(start_n + BLOCK_N, k_len) - 1
     shift = k_len - q_len  # the first query's position (negative with more queries than keys)
     p_lo = start_n * 0 + shift

@@ -31,16 +31,13 @@ def _ranges_kernel(
     b = tl.program_id(0)
     block = tl.program_id(1)
     kv_end = key_end(KLEN, 1, b, k_len, HAS_KLEN)
+    head = (b, 0, q_len, k_len, kv_end)
+    spans = (DOCB, window_left, window_right)
+    flags: tl.constexpr = (False, False, CAUSAL, HAS_DOCS, HAS_WINDOW, False, False, False)
     if KEY_MAJOR:
-        lo, _, hi = query_blocks(
-            kv_end, block, DOCB, b, q_len, k_len, window_left, window_right, False, False, CAUSAL, HAS_DOCS,
-            HAS_WINDOW, BLOCK_M, BLOCK_N,
-        )  # fmt: skip
+        lo, _, hi = query_blocks(head, block, spans, flags, BLOCK_M, BLOCK_N)
     else:
-        lo, _, hi = key_blocks(
-            kv_end, block, DOCB, b, q_len, k_len, window_left, window_right, False, False, CAUSAL, HAS_DOCS,
-            HAS_WINDOW, BLOCK_M, BLOCK_N,
-        )  # fmt: skip
+        lo, _, hi = key_blocks(head, block, spans, flags, BLOCK_M, BLOCK_N)
     out = OUT + (b.to(tl.int64) * n_blocks + block) * 2
     tl.store(out, lo)
     tl.store(out + 1, hi)

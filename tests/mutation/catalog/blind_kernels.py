@@ -63,9 +63,9 @@ MUTANTS = [
         "kernels/_online_softmax.py",
         (
             (
-                "    l_i = l_i * alpha + tl.sum(p, 1)\n    if DROPOUT:\n"
+                "    l_i = l_i * alpha + tl.sum(p, 1)\n    if DROPOUT:\n        seed, offset, dropout_p, _ = rng\n"
                 "        p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)\n",
-                "    if DROPOUT:\n"
+                "    if DROPOUT:\n        seed, offset, dropout_p, _ = rng\n"
                 "        p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)\n"
                 "    l_i = l_i * alpha + tl.sum(p, 1)\n",
             ),

@@ -67,8 +67,8 @@ MUTANTS = [
     KD(
         "kernel-query-block-keys-first-row-end",
         "kernels/_structure.py",
-        "_, hi = row_range(DOCB, b, last, q_len",
-        "_, hi = row_range(DOCB, b, start_m, q_len",
+        "_, hi = row_range(spans, head, last, FLAGS)",
+        "_, hi = row_range(spans, head, start_m, FLAGS)",
         "a query block's key range ends at its first row's end: later rows' keys are skipped",
     ),
     KD(
