@@ -289,6 +289,7 @@ def main() -> None:
         help="folder for the scratch copies (one per module)",
     )
     parser.add_argument("--fresh", action="store_true", help="delete a module's scratch copy first")
+    parser.add_argument("--recheck-all", action="store_true", help="with --recheck: every survivor not equivalent")
     parser.add_argument(
         "--recheck",
         action="store_true",
@@ -316,8 +317,11 @@ def main() -> None:
         record_path = RESULTS / f"{module}.json"
         previous = json.loads(record_path.read_text()) if record_path.exists() else {"mutants": {}, "runs": []}
         if args.recheck:  # no mutmut run: the survivors against the test written for them
+            # survivors not yet triaged (--recheck-all: those killed by a test too, after the tests changed)
             survivors = [
-                n for n, e in previous["mutants"].items() if e["status"] == "survived" and "equivalent" not in e
+                n
+                for n, e in previous["mutants"].items()
+                if e["status"] == "survived" and "equivalent" not in e and (args.recheck_all or "test" not in e)
             ]
             start = time.monotonic()
             for name, failed in recheck(scratch, module, survivors).items():
@@ -422,7 +426,7 @@ def write_readme() -> None:
                 triage = (
                     f"equivalent: {entry['equivalent']}"
                     if "equivalent" in entry
-                    else f"test: {entry['test']}"
+                    else f"test: `{entry['test'].split('::')[-1][:80]}`"
                     if "test" in entry
                     else "**untriaged**"
                 )
