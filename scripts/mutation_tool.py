@@ -321,7 +321,9 @@ def main() -> None:
             survivors = [
                 n
                 for n, e in previous["mutants"].items()
-                if e["status"] == "survived" and "equivalent" not in e and (args.recheck_all or "test" not in e)
+                if e["status"] in ("survived", "no tests")
+                and "equivalent" not in e
+                and (args.recheck_all or "test" not in e)
             ]
             start = time.monotonic()
             for name, failed in recheck(scratch, module, survivors).items():
@@ -422,7 +424,7 @@ def write_readme() -> None:
             "|---|---|---|",
         ]
         for name, entry in record["mutants"].items():
-            if entry["status"] == "survived":
+            if entry["status"] in ("survived", "no tests"):
                 triage = (
                     f"equivalent: {entry['equivalent']}"
                     if "equivalent" in entry
