@@ -233,23 +233,26 @@ results = {}
 for name in [""] + sys.argv[2:]:
     os.environ["MUTANT_UNDER_TEST"] = name
     failures = Failures()
-    pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", sys.argv[1]], plugins=[failures])
+    pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *sys.argv[1].split(",")],
+                plugins=[failures])
     results[name] = failures.failed[0] if failures.failed else None
 print("RECHECK " + json.dumps(results))
 """
 
 
-def recheck(scratch: Path, module: str, survivors: list[str]) -> dict[str, str | None]:
-    """Run tests/test_tool_survivors_<module>.py against each survivor (mutmut's trampoline picks the mutant from
-    MUTANT_UNDER_TEST) in the scratch copy's mutants/ folder: the first test that fails under it, or None.
+def recheck(scratch: Path, module: str, survivors: list[str], tests: list[str]) -> dict[str, str | None]:
+    """Run ``tests`` (default tests/test_tool_survivors_<module>.py) against each survivor (mutmut's trampoline picks
+    the mutant from MUTANT_UNDER_TEST) in the scratch copy's mutants/ folder: the first test that fails under it, or
+    None.
 
-    mutmut itself cannot rerun them with the new test file: adding a file to its test selection resets every
-    cached verdict. The unmutated run comes first and must pass."""
-    test = f"tests/test_tool_survivors_{module}.py"
-    shutil.copy2(REPO / test, scratch / "mutants" / test)
+    mutmut itself cannot rerun them with another test selection: changing it resets every cached verdict. The
+    unmutated run comes first and must pass."""
+    tests = tests or [f"tests/test_tool_survivors_{module}.py"]
+    for test in tests:
+        shutil.copy2(REPO / test, scratch / "mutants" / test)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, "-c", RECHECK, test, *survivors],
+        [sys.executable, "-c", RECHECK, ",".join(tests), *survivors],
         cwd=scratch / "mutants",
         env=env,
         capture_output=True,
@@ -260,7 +263,7 @@ def recheck(scratch: Path, module: str, survivors: list[str]) -> dict[str, str |
         raise SystemExit(f"the recheck of {module} did not finish:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     results = json.loads(line[-1].removeprefix("RECHECK "))
     if results.pop("") is not None:
-        raise SystemExit(f"{test} fails on the unmutated package: fix it before rechecking")
+        raise SystemExit(f"{tests} fail on the unmutated package: fix them before rechecking")
     return results
 
 
@@ -289,6 +292,13 @@ def main() -> None:
         help="folder for the scratch copies (one per module)",
     )
     parser.add_argument("--fresh", action="store_true", help="delete a module's scratch copy first")
+    parser.add_argument(
+        "--recheck-with",
+        action="append",
+        default=[],
+        help="with --recheck: run these test files (repeat) instead of tests/test_tool_survivors_<module>.py, e.g. "
+        "the module's wider tests left out of the first run for time",
+    )
     parser.add_argument("--recheck-all", action="store_true", help="with --recheck: every survivor not equivalent")
     parser.add_argument(
         "--recheck",
@@ -323,19 +333,21 @@ def main() -> None:
                 for n, e in previous["mutants"].items()
                 if e["status"] in ("survived", "no tests")
                 and "equivalent" not in e
-                and (args.recheck_all or "test" not in e)
+                and (args.recheck_all or ("test" not in e and "wider_test" not in e))
             ]
             start = time.monotonic()
-            for name, failed in recheck(scratch, module, survivors).items():
+            for name, failed in recheck(scratch, module, survivors, args.recheck_with).items():
                 entry = previous["mutants"][name]
-                entry.pop("test", None)
+                key = "wider_test" if args.recheck_with else "test"  # an existing test, or one written for it
+                entry.pop(key, None)
                 if failed:
-                    entry["test"] = failed
+                    entry[key] = failed
             previous["runs"].append(
                 {
                     "date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "recheck_seconds": round(time.monotonic() - start, 1),
                     "rechecked": len(survivors),
+                    "recheck_tests": args.recheck_with or [f"tests/test_tool_survivors_{module}.py"],
                     "load_after": os.getloadavg(),
                 }
             )
@@ -381,12 +393,12 @@ def main() -> None:
         record_path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
         rows.append((module, summarise(mutants), seconds, finished))
     print(
-        f"{'module':18} {'mutants':>7} {'killed':>6} {'equiv':>5} {'test':>4} {'surv':>4} {'other':>5} "
+        f"{'module':18} {'mutants':>7} {'killed':>6} {'equiv':>5} {'wider':>5} {'test':>4} {'surv':>4} {'other':>5} "
         f"{'min':>5} finished"
     )
     for module, s, seconds, finished in rows:
         print(
-            f"{module:18} {s['mutants']:7} {s['killed']:6} {s['equivalent']:5} {s['test_added']:4} "
+            f"{module:18} {s['mutants']:7} {s['killed']:6} {s['equivalent']:5} {s['wider']:5} {s['test_added']:4} "
             f"{s['still_surviving']:4} {s['other']:5} {seconds / 60:5.1f} {finished}"
         )
 
@@ -398,11 +410,14 @@ def write_readme() -> None:
         "",
         "Written by `python scripts/mutation_tool.py --readme` from the `<module>.json` files beside it (the command",
         "that produced each is `python scripts/mutation_tool.py --module <module> --max-children 1 --minutes N`;",
-        "run by hand, not in CI). Each survivor has a test that kills it (`test`) or the reason it is equivalent.",
+        "run by hand, not in CI). Each survivor has a test that kills it (`test`: written for it, in",
+        "`tests/test_tool_survivors_<module>.py`; `wider test`: a test of the module that the run's test selection",
+        "left out for time, run against the survivors with `--recheck --recheck-with FILE`) or the reason it is",
+        "equivalent. Survivors include mutants that no selected test reached (`no tests`). Minutes: mutmut's run.",
         "",
-        "| module | mutants | killed | equivalent | survived -> test added | still surviving | not run / other "
-        "| minutes | ran fully |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| module | mutants | killed | equivalent | survived -> wider test | survived -> test added "
+        "| still surviving | not run | minutes | ran fully |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     records = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
     for record in records:
@@ -410,8 +425,8 @@ def write_readme() -> None:
         minutes = sum(run.get("wall_seconds", 0) for run in record["runs"]) / 60
         full = "yes" if record["runs"][0]["finished"] and not s["other"] else "no"
         lines.append(
-            f"| {record['module']} | {s['mutants']} | {s['killed']} | {s['equivalent']} | {s['test_added']} "
-            f"| {s['still_surviving']} | {s['other']} | {minutes:.1f} | {full} |"
+            f"| {record['module']} | {s['mutants']} | {s['killed']} | {s['equivalent']} | {s['wider']} "
+            f"| {s['test_added']} | {s['still_surviving']} | {s['other']} | {minutes:.1f} | {full} |"
         )
     for record in records:
         lines += [
@@ -430,6 +445,8 @@ def write_readme() -> None:
                     if "equivalent" in entry
                     else f"test: `{entry['test'].split('::')[-1][:80]}`"
                     if "test" in entry
+                    else f"wider test: `{entry['wider_test'][:100]}`"
+                    if "wider_test" in entry
                     else "**untriaged**"
                 )
                 lines.append(f"| `{name.rsplit('.', 1)[-1]}` | {entry['status']} | {triage} |")
@@ -438,16 +455,26 @@ def write_readme() -> None:
 
 def summarise(mutants: dict[str, dict]) -> dict[str, int]:
     """Counts: mutants, killed (timeouts included), equivalent, survived -> test added, still surviving, other."""
-    counts = {"mutants": len(mutants), "killed": 0, "equivalent": 0, "test_added": 0, "still_surviving": 0, "other": 0}
+    counts = {
+        "mutants": len(mutants),
+        "killed": 0,
+        "equivalent": 0,
+        "wider": 0,
+        "test_added": 0,
+        "still_surviving": 0,
+        "other": 0,
+    }
     for entry in mutants.values():
         status = entry["status"]
         if "equivalent" in entry:
             counts["equivalent"] += 1
         elif "test" in entry:  # a survivor, killed by the test written for it (--recheck)
             counts["test_added"] += 1
+        elif "wider_test" in entry:  # a survivor, killed by a test of the module left out of the run (--recheck-with)
+            counts["wider"] += 1
         elif status in ("killed", "timeout", "caught by type check"):
             counts["killed"] += 1
-        elif status == "survived":
+        elif status in ("survived", "no tests"):
             counts["still_surviving"] += 1
         else:
             counts["other"] += 1
