@@ -23,6 +23,7 @@ mutmut 3 leaves decorated functions alone (apart from ``staticmethod``/``classme
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import platform
@@ -299,6 +300,7 @@ def main() -> None:
         help="with --recheck: run these test files (repeat) instead of tests/test_tool_survivors_<module>.py, e.g. "
         "the module's wider tests left out of the first run for time",
     )
+    parser.add_argument("--only", action="append", default=[], help="with --recheck: mutant names matching (glob)")
     parser.add_argument("--recheck-all", action="store_true", help="with --recheck: every survivor not equivalent")
     parser.add_argument(
         "--recheck",
@@ -334,6 +336,7 @@ def main() -> None:
                 if e["status"] in ("survived", "no tests")
                 and "equivalent" not in e
                 and (args.recheck_all or ("test" not in e and "wider_test" not in e))
+                and (not args.only or any(fnmatch.fnmatch(n, pattern) for pattern in args.only))
             ]
             start = time.monotonic()
             for name, failed in recheck(scratch, module, survivors, args.recheck_with).items():
