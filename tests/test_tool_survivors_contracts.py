@@ -73,3 +73,60 @@ def test_the_traced_checkers_hints_say_what_each_annotation_asks_for():
     assert parse_hint(typing.Optional[typing.Any], []) is None  # noqa: UP045 (the typing form on purpose)
     assert parse_hint(tuple[int, typing.Any], []) == ("tuple", (("class", 0), ("any",)))
     assert parse_hint(typing.Callable[[int], int], []) is None
+
+
+SHAPES = [(), (1,), (3,), (1, 3), (2, 3), (2, 1), (4, 2, 3), (3, 3), (4, 1, 1)]
+
+
+def test_sizes_compare_and_broadcast_as_numpy_does():
+    """same_sizes: ``a == b`` one size at a time; broadcast: ``np.broadcast_shapes(a, b)``, or None."""
+    import numpy as np
+
+    from transformer.contracts.grammar import broadcast, same_sizes
+
+    for a in SHAPES:
+        for b in SHAPES:
+            assert same_sizes(a, b) == (a == b), (a, b)
+            try:
+                expected = tuple(np.broadcast_shapes(a, b))
+            except ValueError:
+                expected = None
+            assert broadcast(a, b) == expected, (a, b)
+
+
+@pytest.mark.parametrize(
+    ("previous_broadcastable", "previous", "broadcastable", "new", "joined"),
+    [
+        (False, (2, 3), False, (2, 3), (False, (2, 3))),
+        (False, (2, 3), False, (2, 1), None),
+        (False, (2, 3), False, (3,), None),
+        (False, (2, 3), True, (1, 3), (False, (2, 3))),
+        (False, (2, 3), True, (4, 3), None),
+        (False, (2, 3), True, (2, 1, 3), None),
+        (True, (1, 3), False, (2, 3), (False, (2, 3))),
+        (True, (2, 3), False, (1, 3), None),
+        (True, (2, 3), False, (4, 3), None),
+        (True, (1, 3), True, (2, 1), (True, (2, 3))),
+        (True, (2, 3), True, (4, 3), None),
+    ],
+)
+def test_a_variadic_dimension_seen_again_joins_by_jaxtypings_rule(
+    previous_broadcastable, previous, broadcastable, new, joined
+):
+    """join_variadic: a ``*name`` seen again with sizes ``new``: the new (broadcastable, shape) memo entry, or None.
+    A fixed ``*name`` must equal; a broadcastable one (``*#name``) may have size 1 where the other has any."""
+    from transformer.contracts.grammar import join_variadic
+
+    assert join_variadic(previous_broadcastable, previous, broadcastable, new) == joined
+
+
+def test_the_fields_an_annotation_reads_are_listed_once_first_seen_first():
+    """hint_fields: the ``{name.attr}`` fields a parsed annotation reads, as ``(name, attributes)`` pairs."""
+    from transformer import Float, Tensor
+    from transformer.contracts.grammar import hint_fields
+
+    hint = parse_hint(Float[Tensor, "{self.d_model} {x.n}+1 {self.d_model}*2"], [])
+    assert hint_fields(hint) == (("self", ("d_model",)), ("x", ("n",)))
+    nested = parse_hint(tuple[Float[Tensor, "{a.b.c}"], Float[Tensor, "b {z}"] | None], [])  # noqa: F821 (jaxtyping dimensions, not a name)
+    assert hint_fields(nested) == (("a", ("b", "c")), ("z", ()))
+    assert hint_fields(None) == () and hint_fields(parse_hint(int, [])) == ()

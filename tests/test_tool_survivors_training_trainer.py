@@ -165,3 +165,75 @@ def test_gradients_are_synchronised_once_a_step_on_its_last_batch():
     trainer.train_step()
     assert strategy.calls["no_sync"] == [(trainer.train_model, False), (trainer.train_model, False),
                                          (trainer.train_model, True)]  # fmt: skip
+
+
+def test_the_checks_settings_are_accepted():
+    """TrainerConfig.checks: "always", "first" or "never"."""
+    from transformer.training import TrainerConfig
+
+    assert [TrainerConfig(checks=c).checks for c in ("always", "first", "never")] == ["always", "first", "never"]
+
+
+def test_a_fresh_trainer_has_no_loss_no_checkpoint_and_the_strategy_it_was_given(tmp_path):
+    """Before training: no last loss (NaN), no checkpoint written (``saved_step`` None); ``strategy`` is used from
+    construction; after ``resume`` the saved step is the resumed one, the optimizer handed to the strategy."""
+    trainer = _trainer()
+    assert math.isnan(trainer.state()["last_train_loss"]) and trainer.saved_step is None
+    strategy = Recording()
+    given = make_trainer(CopyTask(), steps=1, **TINY)
+    given.distribute(strategy)
+    assert given.strategy is strategy
+    trainer.train(2)
+    trainer.save(str(tmp_path / "ckpt"))
+    resumed = _trainer()
+    loads = []
+    original = resumed.strategy.load
+
+    def load(path, model, optimizer, device):
+        loads.append(optimizer)
+        return original(path, model, optimizer, device)
+
+    resumed.strategy.load = load
+    resumed.resume(str(tmp_path / "ckpt"))
+    assert resumed.saved_step == 2 and loads == [resumed.optimizer]
+
+
+def test_evaluation_is_the_loss_per_token_over_all_evaluation_batches():
+    """Trainer.evaluate: the summed loss over every evaluation batch divided by their tokens (a weighted mean of
+    the batches' own per-token losses); without eval_batches it is refused."""
+    trainer = _trainer()
+    batches = list(trainer.eval_batches())[:2]
+    assert len(batches) == 2
+    per_batch = []
+    for batch in batches:
+        trainer.eval_batches = lambda b=batch: [b]
+        per_batch.append((trainer.evaluate(), batch.ntokens))
+    trainer.eval_batches = lambda: batches
+    expected = sum(loss * n for loss, n in per_batch) / sum(n for _, n in per_batch)
+    assert trainer.evaluate() == pytest.approx(expected, rel=1e-6)
+    assert per_batch[0][0] != pytest.approx(per_batch[1][0])  # the batches' losses differ: the weights matter
+    assert all(loss > 0 for loss, _ in per_batch)  # a cross-entropy: positive
+    trainer.eval_batches = None
+    with pytest.raises(ValueError) as error:
+        trainer.evaluate()
+    assert str(error.value) == "Trainer.evaluate: no eval_batches were given"
+
+
+def test_a_loss_that_is_not_finite_at_the_first_step_is_named_without_a_previous_loss():
+    """_diverged: the loss at the step, and the last finite loss only when there is one."""
+    trainer = _trainer()
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("nan"))
+    with pytest.raises(TrainingDiverged) as error:
+        trainer.train_step()
+    assert str(error.value).startswith("training diverged at step 1: the loss is nan; stopped before the optimizer")
+
+
+def test_every_optimizer_step_steps_the_learning_rate_schedule():
+    """train_step: the optimizer step and the scheduler's (Noam: the rate changes every step)."""
+    trainer = _trainer()
+    rates = []
+    for _ in range(3):
+        trainer.train_step()
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+    assert trainer.scheduler.last_epoch == 3 and len(set(rates)) == 3
