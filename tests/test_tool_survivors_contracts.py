@@ -130,3 +130,62 @@ def test_the_fields_an_annotation_reads_are_listed_once_first_seen_first():
     nested = parse_hint(tuple[Float[Tensor, "{a.b.c}"], Float[Tensor, "b {z}"] | None], [])  # noqa: F821 (jaxtyping dimensions, not a name)
     assert hint_fields(nested) == (("a", ("b", "c")), ("z", ()))
     assert hint_fields(None) == () and hint_fields(parse_hint(int, [])) == ()
+
+
+@pytest.mark.parametrize(
+    ("dim_str", "parsed"),
+    [
+        ("", ((), -1)),
+        ("b d", ((("named", "b", False), ("named", "d", False)), -1)),
+        ("#b *batch d", ((("named", "b", True), ("var", "batch", False), ("named", "d", False)), 1)),
+        ("d *#batch", ((("named", "d", False), ("var", "batch", True)), 1)),
+        ("b ... d", ((("named", "b", False), ("var_anon", None, False), ("named", "d", False)), 1)),
+        ("_ 3 #4 _b", ((("anon", None, False), ("fixed", 3, False), ("fixed", 4, True), ("anon", None, False)), -1)),
+        ("*_ d", ((("var_anon", None, False), ("named", "d", False)), 0)),
+        ("rows=b", ((("named", "b", False),), -1)),
+        ("#rows=4", ((("fixed", 4, True),), -1)),
+    ],
+)
+def test_the_dimension_grammar_reads_every_form_of_the_docstring(dim_str, parsed):
+    """parse_dims: ``name``, ``#name`` (size 1 broadcasts), ``*name`` / ``*#name`` / ``...`` (any number of axes),
+    ``_``, fixed sizes, symbolic expressions; each axis ``(kind, name or size or tree, broadcastable)`` and the index
+    of the variadic one (-1 without)."""
+    from transformer.contracts.grammar import parse_dims
+
+    assert parse_dims(dim_str) == parsed
+
+
+def test_a_symbolic_axis_is_parsed_as_an_expression():
+    from transformer.contracts.grammar import parse_dims, parse_expression
+
+    assert parse_dims("#b+1 d") == ((("symbolic", parse_expression("b+1"), True), ("named", "d", False)), -1)
+
+
+@pytest.mark.parametrize(
+    ("dim_str", "axis"),
+    [("a...", "a..."), ("**b", "*b"), ("##b", "#b"), ("__b", "_b"), ("?b", "?b"), ("*3", "3"), ("_3", "3"),
+     ("*b+1", "b+1")],
+)  # fmt: skip
+def test_an_axis_outside_the_grammar_is_named(dim_str, axis):
+    """Anything else raises UnsupportedAnnotation naming the axis (jaxtyping then checks the annotation itself)."""
+    from transformer.contracts.grammar import UnsupportedAnnotation, parse_dims
+
+    with pytest.raises(UnsupportedAnnotation) as error:
+        parse_dims(f"b {dim_str}")
+    assert str(error.value) == f"the axis {axis!r}"
+
+
+def test_annotations_the_traced_checker_does_not_replicate_are_named():
+    """parse_hint: an array type other than torch.Tensor and a variable-length tuple raise UnsupportedAnnotation;
+    a generic alias that is not a class is left to the eager checker (None)."""
+    import numpy as np
+    from jaxtyping import Float
+
+    from transformer.contracts.grammar import UnsupportedAnnotation
+
+    with pytest.raises(UnsupportedAnnotation, match=r"^the array type <class 'numpy.ndarray'>$"):
+        parse_hint(Float[np.ndarray, "b"], [])
+    with pytest.raises(UnsupportedAnnotation, match="^variable-length tuples$"):
+        parse_hint(tuple[int, ...], [])
+    assert parse_hint(tuple[int, int, int], []) == ("tuple", (("class", 0), ("class", 1), ("class", 2)))
+    assert parse_hint(list[int], []) is None
