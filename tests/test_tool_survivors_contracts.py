@@ -189,3 +189,19 @@ def test_annotations_the_traced_checker_does_not_replicate_are_named():
         parse_hint(tuple[int, ...], [])
     assert parse_hint(tuple[int, int, int], []) == ("tuple", (("class", 0), ("class", 1), ("class", 2)))
     assert parse_hint(list[int], []) is None
+
+
+def test_a_symbolic_size_is_a_small_tree_of_dimensions_fields_constants_and_operators():
+    """parse_expression: ``steps+1`` or ``{self.d_model}`` as a small tree (jaxtyping fills ``{...}`` from the call's
+    arguments, then evaluates the rest over the sizes bound so far); anything else is named."""
+    from transformer.contracts.grammar import UnsupportedAnnotation, hint_fields, parse_expression
+
+    tree = parse_expression("-n+{self.k}*2")
+    assert tree == ("bin", "+", ("neg", ("dim", "n")), ("bin", "*", ("arg", "self", ("k",)), ("const", 2)))
+    assert parse_expression("+{a.b}") == ("pos", ("arg", "a", ("b",)))
+    assert hint_fields(("array", None, (("symbolic", tree, False),), -1)) == (("self", ("k",)),)
+    assert hint_fields(("array", None, (("symbolic", ("neg", ("arg", "a", ())), False),), -1)) == (("a", ()),)
+    for text, named in [("{self.x-1}", "{self.x-1}"), ("n+", "n+"), ("n<3", "n<3"), ("f(n)", "f(n)")]:
+        with pytest.raises(UnsupportedAnnotation) as error:
+            parse_expression(text)
+        assert str(error.value) == f"the expression {named!r}"
