@@ -16,7 +16,7 @@ import torch
 
 from transformer import TypeCheckError
 
-SOURCE = '''\
+SOURCE = """\
 from __future__ import annotations
 
 from transformer import Float, Tensor, checked
@@ -35,7 +35,7 @@ class Pair:
 @checked
 def total(x: Float[Tensor, "b d"]) -> Float[Tensor, " b"]:
     return x.sum(-1)
-'''
+"""
 
 
 def _tool():
