@@ -1,0 +1,361 @@
+"""Run a mutation-testing tool (mutmut 3) over the package, module by module, each with its own tests.
+
+Issue 31's "mutants that no author chose": the hand-written catalog (``tests/mutation/catalog/``) holds bugs that
+people planted; this script lets mutmut generate every mutant it can (operators, constants, strings, arguments)
+in one module and runs only that module's own test files against each. It is run by hand, never in CI::
+
+    python scripts/mutation_tool.py --module lm_config --max-children 1 --minutes 15
+
+For each module it copies the repository's files (tracked and untracked-not-ignored) into a scratch folder
+(``--scratch``, default ``/tmp/typed-transformer-mutmut/<module>``; the worktree never sees a ``mutants/`` folder),
+writes the ``[tool.mutmut]`` table there (``source_paths`` = the package, ``only_mutate`` = the module's files,
+the test files as ``pytest_add_cli_args_test_selection``), runs ``mutmut run`` under a wall-clock budget (SIGINT
+when it runs out: the mutants already tried keep their results, the rest are "not checked"), and writes
+``tests/mutation/tool_runs/<module>.json``: tool and version, commit, date, machine load, wall time, each mutant's
+status (killed, survived, timeout, no tests, suspicious, not checked) and each survivor's diff. A survivor's
+triage (a test that kills it, or the one-line reason it is equivalent) is kept in that file across reruns.
+
+mutmut 3 leaves decorated functions alone (apart from ``staticmethod``/``classmethod``): functions under our
+``checked`` contract decorator are not mutated, so the trampolines never wrap a checked signature; see
+``tests/mutation/tool_runs/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutation_tool_triage import REPO, RESULTS, recheck, summarise, write_readme  # noqa: E402 (scripts/ on the path)
+
+# module -> (files to mutate, that module's own test files: those that import or exercise it)
+MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "lm_config": (
+        ("transformer/lm/config.py", "transformer/lm/config_checks.py"),
+        ("tests/test_lm.py", "tests/test_lm_positions.py", "tests/test_gqa.py", "tests/test_lm_rotary.py"),
+    ),
+    "data_token_store": (
+        ("transformer/data/token_store.py",),
+        ("tests/test_data_promises.py", "tests/test_data_batches.py", "tests/test_data_packing.py"),
+    ),
+    "checkpoint": (
+        tuple(
+            f"transformer/checkpoint/{name}.py"
+            for name in ("__init__", "errors", "format", "load", "locate", "nonfinite", "save", "state_codec")
+        ),
+        ("tests/test_checkpoint.py", "tests/test_lm_checkpoint_compat.py", "tests/test_run_safety_disk.py"),
+    ),
+    "training_trainer": (
+        ("transformer/training/trainer.py",),
+        ("tests/test_training.py", "tests/test_training_promises.py", "tests/test_run_safety_resume.py"),
+    ),
+    "contracts": (
+        ("transformer/contracts/grammar.py", "transformer/contracts/dimensions.py"),
+        ("tests/test_contracts_fast.py", "tests/test_contracts_user.py"),
+    ),
+    "cli": (
+        ("transformer/cli/arguments.py", "transformer/cli/messages.py", "transformer/cli/errors.py"),
+        ("tests/test_cli_flags.py", "tests/test_cli_lm.py"),
+    ),
+}
+
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    37: "caught by type check",
+    2: "not checked",
+    None: "not checked",
+    -9: "segfault",
+    -11: "segfault",
+}
+# Tests left out of every module's set: the Triton interpreter's and torch.compile's (seconds each, most of a
+# module's test time on 2 shared cores); they exercise the kernel and the compiler, not the mutated Python.
+DESELECT = "not triton and not torch_compile"
+UNDECORATED = ("property", "checked")  # decorators moved after the def in the scratch copy (see undecorate)
+# mutmut's trampoline is defined in mutmut's module: ``checked`` resolves string annotations in ``fn.__globals__``
+# (as jaxtyping does), where they would resolve to Any and check nothing. The trampoline is rebuilt with the
+# module's globals (its code only reads its closure) before ``checked`` wraps it.
+REHOME = (
+    '__import__("functools").update_wrapper(__import__("types").FunctionType({f}.__code__, globals(), '
+    "{f}.__name__, {f}.__defaults__, {f}.__closure__), {f})"
+)
+MUTMUT = [sys.executable, "-c", "import sys; sys.argv[0] = 'mutmut'; from mutmut.__main__ import cli; cli()"]
+
+
+def own_tests(module: str) -> tuple[str, ...]:
+    """The module's test files plus the survivor tests added for it (tests/test_tool_survivors_<module>.py)."""
+    files, tests = MODULES[module]
+    extra = REPO / "tests" / f"test_tool_survivors_{module}.py"
+    return tests + ((str(extra.relative_to(REPO)),) if extra.exists() else ())
+
+
+def copy_repository(scratch: Path, keep: tuple[str, ...]) -> None:
+    """Copy tracked and untracked-not-ignored files (no mutants/, no caches) into ``scratch``, but ``keep``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.split("\n")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file() and name not in keep:
+            target = scratch / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def undecorate(path: Path) -> int:
+    """Rewrite ``@property``/``@checked`` on a plain def as an assignment after it, so mutmut mutates the function.
+
+    mutmut 3 skips every decorated function (bar staticmethod/classmethod). ``def f(...): ...`` followed by
+    ``f = checked(f)`` is the same object as the decorated form; mutmut then wraps ``f`` in its trampoline (which
+    keeps ``__wrapped__``, ``__annotations__`` and the signature through ``functools.wraps``) and the decorator
+    wraps the trampoline (given the module's globals: see REHOME). Only the scratch copy is rewritten. Returns how
+    many definitions were rewritten.
+    """
+    import ast
+
+    lines = path.read_text().split("\n")
+    found = [
+        node
+        for node in ast.walk(ast.parse("\n".join(lines)))
+        if isinstance(node, ast.FunctionDef)
+        and len(node.decorator_list) == 1
+        and isinstance(node.decorator_list[0], ast.Name)
+        and node.decorator_list[0].id in UNDECORATED
+    ]
+    for node in sorted(found, key=lambda n: -n.lineno):  # bottom up, so earlier line numbers stay valid
+        decorator = node.decorator_list[0]
+        indent = lines[node.lineno - 1][: node.col_offset]
+        target = REHOME.format(f=node.name) if decorator.id == "checked" else node.name
+        lines.insert(node.end_lineno, f"{indent}{node.name} = {decorator.id}({target})")
+        del lines[decorator.lineno - 1]
+    path.write_text("\n".join(lines))
+    return len(found)
+
+
+def write_config(scratch: Path, module: str) -> None:
+    """Append the [tool.mutmut] table to the scratch copy's pyproject.toml."""
+    files, _ = MODULES[module]
+    tests = own_tests(module)
+    table = (
+        "\n[tool.mutmut]\n"
+        + "\n".join(
+            [
+                'source_paths = ["transformer"]',
+                f"only_mutate = {json.dumps(list(files))}",
+                f"pytest_add_cli_args_test_selection = {json.dumps(list(tests))}",
+                f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-k', DESELECT])}",
+                'process_isolation = "fork"',
+                "use_git_change_detection = false",
+            ]
+        )
+        + "\n"
+    )
+    pyproject = scratch / "pyproject.toml"
+    pyproject.write_text((REPO / "pyproject.toml").read_text() + table)
+
+
+def run_mutmut(scratch: Path, max_children: int, minutes: float, names: list[str]) -> tuple[float, bool, str]:
+    """``mutmut run`` in ``scratch`` for at most ``minutes``; returns (seconds, whether it finished, log tail)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    log = scratch / "mutmut_run.log"
+    start = time.monotonic()
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [*MUTMUT, "run", "--max-children", str(max_children), *names],
+            cwd=scratch,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=minutes * 60)
+            finished = process.returncode == 0
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            finished = False
+    return time.monotonic() - start, finished, log.read_text()[-3000:]
+
+
+def read_results(scratch: Path, module: str) -> dict[str, dict]:
+    """Each mutant's status (and a survivor's diff) from mutmut's meta files in the scratch copy."""
+    mutants: dict[str, dict] = {}
+    for path in MODULES[module][0]:
+        meta = scratch / "mutants" / (path + ".meta")
+        if not meta.exists():
+            continue
+        data = json.loads(meta.read_text())
+        for name, code in data["exit_code_by_key"].items():
+            entry = {"file": path, "status": STATUS.get(code, "suspicious"), "exit_code": code}
+            if entry["status"] in ("survived", "no tests", "timeout", "suspicious"):
+                shown = subprocess.run([*MUTMUT, "show", name], cwd=scratch, capture_output=True, text=True)
+                entry["diff"] = shown.stdout.split("\n", 1)[-1].strip()
+            mutants[name] = entry
+    return mutants
+
+
+def version() -> str:
+    from importlib.metadata import version as installed
+
+    return installed("mutmut")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--readme", action="store_true", help="only rewrite tool_runs/README.md from the JSON files")
+    parser.add_argument(
+        "--module",
+        action="append",
+        choices=sorted(MODULES),
+        default=[],
+        help="a module of the table (repeat for several)",
+    )
+    parser.add_argument("--max-children", type=int, default=1, help="parallel mutmut workers (default 1)")
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget per module (default 15)")
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path("/tmp/typed-transformer-mutmut"),
+        help="folder for the scratch copies (one per module)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="delete a module's scratch copy first")
+    parser.add_argument(
+        "--recheck-with",
+        action="append",
+        default=[],
+        help="with --recheck: run these test files (repeat) instead of tests/test_tool_survivors_<module>.py, e.g. "
+        "the module's wider tests left out of the first run for time",
+    )
+    parser.add_argument("--only", action="append", default=[], help="with --recheck: mutant names matching (glob)")
+    parser.add_argument("--recheck-all", action="store_true", help="with --recheck: every survivor not equivalent")
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="rerun only the recorded survivors (after adding tests), keeping the other results",
+    )
+    args = parser.parse_args()
+    if args.readme or not args.module:
+        write_readme()
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for module in args.module:
+        scratch = args.scratch / module
+        if args.fresh and scratch.exists():
+            shutil.rmtree(scratch)
+        scratch.mkdir(parents=True, exist_ok=True)
+        fresh_copy = not (scratch / "mutants").exists()
+        copy_repository(scratch, keep=() if fresh_copy else MODULES[module][0])
+        if fresh_copy:  # mutmut generates mutants once, from the rewritten sources
+            for name in MODULES[module][0]:
+                undecorate(scratch / name)
+        write_config(scratch, module)
+        if (scratch / "mutants" / "tests").exists():  # mutmut copies tests/ once: refresh it for new tests
+            shutil.copytree(scratch / "tests", scratch / "mutants" / "tests", dirs_exist_ok=True)
+        record_path = RESULTS / f"{module}.json"
+        previous = json.loads(record_path.read_text()) if record_path.exists() else {"mutants": {}, "runs": []}
+        if args.recheck:  # no mutmut run: the survivors against the test written for them
+            # survivors not yet triaged (--recheck-all: those killed by a test too, after the tests changed)
+            survivors = [
+                n
+                for n, e in previous["mutants"].items()
+                if e["status"] in ("survived", "no tests")
+                and "equivalent" not in e
+                and (args.recheck_all or ("test" not in e and "wider_test" not in e))
+                and (not args.only or any(fnmatch.fnmatch(n, pattern) for pattern in args.only))
+            ]
+            start = time.monotonic()
+            for name, failed in recheck(scratch, module, survivors, args.recheck_with).items():
+                entry = previous["mutants"][name]
+                key = "wider_test" if args.recheck_with else "test"  # an existing test, or one written for it
+                entry.pop(key, None)
+                if failed:
+                    entry[key] = failed
+            previous["runs"].append(
+                {
+                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "recheck_seconds": round(time.monotonic() - start, 1),
+                    "rechecked": len(survivors),
+                    "recheck_tests": args.recheck_with or [f"tests/test_tool_survivors_{module}.py"],
+                    "load_after": os.getloadavg(),
+                }
+            )
+            record_path.write_text(json.dumps(previous, indent=1, ensure_ascii=False) + "\n")
+            rows.append((module, summarise(previous["mutants"]), time.monotonic() - start, True))
+            continue
+        names: list[str] = []
+        load_before = os.getloadavg()
+        seconds, finished, tail = run_mutmut(scratch, args.max_children, args.minutes, names)
+        load_after = os.getloadavg()
+        mutants = read_results(scratch, module)
+        for name, entry in mutants.items():  # keep triage written by hand
+            old = previous["mutants"].get(name, {})
+            for key in ("equivalent", "test"):
+                if key in old:
+                    entry[key] = old[key]
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        run = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": commit,
+            "wall_seconds": round(seconds, 1),
+            "finished": finished,
+            "max_children": args.max_children,
+            "budget_minutes": args.minutes,
+            "deselected": DESELECT,
+            "recheck": args.recheck,
+            "load_before": load_before,
+            "load_after": load_after,
+            "log_tail": tail[-600:],
+        }
+        record = {
+            "module": module,
+            "tool": f"mutmut {version()}",
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()} {os.cpu_count()} cores (shared)",
+            "files": MODULES[module][0],
+            "tests": own_tests(module),
+            "runs": [*previous.get("runs", []), run],
+            "mutants": mutants,
+        }
+        record_path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        rows.append((module, summarise(mutants), seconds, finished))
+    print(
+        f"{'module':18} {'mutants':>7} {'killed':>6} {'equiv':>5} {'wider':>5} {'test':>4} {'surv':>4} {'other':>5} "
+        f"{'min':>5} finished"
+    )
+    for module, s, seconds, finished in rows:
+        print(
+            f"{module:18} {s['mutants']:7} {s['killed']:6} {s['equivalent']:5} {s['wider']:5} {s['test_added']:4} "
+            f"{s['still_surviving']:4} {s['other']:5} {seconds / 60:5.1f} {finished}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The triage half of scripts/mutation_tool.py: rechecking survivors against the tests written (or found) for them,
+the per-module counts, and tests/mutation/tool_runs/README.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "tests" / "mutation" / "tool_runs"
+
+RECHECK = """
+import json, os, sys
+import pytest
+
+class Failures:
+    def __init__(self):
+        self.failed = []
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failed.append(report.nodeid)
+
+results = {}
+for name in [""] + sys.argv[2:]:
+    os.environ["MUTANT_UNDER_TEST"] = name
+    failures = Failures()
+    pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *sys.argv[1].split(",")],
+                plugins=[failures])
+    results[name] = failures.failed[0] if failures.failed else None
+print("RECHECK " + json.dumps(results))
+"""
+
+
+def recheck(scratch: Path, module: str, survivors: list[str], tests: list[str]) -> dict[str, str | None]:
+    """Run ``tests`` (default tests/test_tool_survivors_<module>.py) against each survivor (mutmut's trampoline picks
+    the mutant from MUTANT_UNDER_TEST) in the scratch copy's mutants/ folder: the first test that fails under it, or
+    None.
+
+    mutmut itself cannot rerun them with another test selection: changing it resets every cached verdict. The
+    unmutated run comes first and must pass."""
+    tests = tests or [f"tests/test_tool_survivors_{module}.py"]
+    for test in tests:
+        shutil.copy2(REPO / test, scratch / "mutants" / test)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-c", RECHECK, ",".join(tests), *survivors],
+        cwd=scratch / "mutants",
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    line = [x for x in done.stdout.splitlines() if x.startswith("RECHECK ")]
+    if not line:
+        raise SystemExit(f"the recheck of {module} did not finish:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    results = json.loads(line[-1].removeprefix("RECHECK "))
+    if results.pop("") is not None:
+        raise SystemExit(f"{tests} fail on the unmutated package: fix them before rechecking")
+    return results
+
+
+def write_readme() -> None:
+    """tests/mutation/tool_runs/README.md: the per-module table and every survivor's triage, from the JSON files."""
+    lines = [
+        "# Mutants no author chose (mutmut, module by module)",
+        "",
+        "Written by `python scripts/mutation_tool.py --readme` from the `<module>.json` files beside it (the command",
+        "that produced each is `python scripts/mutation_tool.py --module <module> --max-children 1 --minutes N`;",
+        "run by hand, not in CI). Each survivor has a test that kills it (`test`: written for it, in",
+        "`tests/test_tool_survivors_<module>.py`; `wider test`: a test of the module that the run's test selection",
+        "left out for time, run against the survivors with `--recheck --recheck-with FILE`) or the reason it is",
+        "equivalent. Survivors include mutants that no selected test reached (`no tests`). Minutes: mutmut's run.",
+        "",
+        "| module | mutants | killed | equivalent | survived -> wider test | survived -> test added "
+        "| still surviving | not run | minutes | ran fully |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    records = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
+    for record in records:
+        s = summarise(record["mutants"])
+        minutes = sum(run.get("wall_seconds", 0) for run in record["runs"]) / 60
+        full = "yes" if record["runs"][0]["finished"] and not s["other"] else "no"
+        lines.append(
+            f"| {record['module']} | {s['mutants']} | {s['killed']} | {s['equivalent']} | {s['wider']} "
+            f"| {s['test_added']} | {s['still_surviving']} | {s['other']} | {minutes:.1f} | {full} |"
+        )
+    for record in records:
+        lines += [
+            "",
+            f"## {record['module']}",
+            "",
+            f"Files: {', '.join(record['files'])}. Tests: {', '.join(record['tests'])}. Tool: {record['tool']}.",
+            "",
+            "| mutant | status | triage |",
+            "|---|---|---|",
+        ]
+        for name, entry in record["mutants"].items():
+            if entry["status"] in ("survived", "no tests"):
+                triage = (
+                    f"equivalent: {entry['equivalent']}"
+                    if "equivalent" in entry
+                    else f"test: `{entry['test'].split('::')[-1][:80]}`"
+                    if "test" in entry
+                    else f"wider test: `{entry['wider_test'][:100]}`"
+                    if "wider_test" in entry
+                    else "**untriaged**"
+                )
+                lines.append(f"| `{name.rsplit('.', 1)[-1]}` | {entry['status']} | {triage} |")
+    (RESULTS / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def summarise(mutants: dict[str, dict]) -> dict[str, int]:
+    """Counts: mutants, killed (timeouts included), equivalent, survived -> test added, still surviving, other."""
+    counts = {
+        "mutants": len(mutants),
+        "killed": 0,
+        "equivalent": 0,
+        "wider": 0,
+        "test_added": 0,
+        "still_surviving": 0,
+        "other": 0,
+    }
+    for entry in mutants.values():
+        status = entry["status"]
+        if "equivalent" in entry:
+            counts["equivalent"] += 1
+        elif "test" in entry:  # a survivor, killed by the test written for it (--recheck)
+            counts["test_added"] += 1
+        elif "wider_test" in entry:  # a survivor, killed by a test of the module left out of the run (--recheck-with)
+            counts["wider"] += 1
+        elif status in ("killed", "timeout", "caught by type check"):
+            counts["killed"] += 1
+        elif status in ("survived", "no tests"):
+            counts["still_surviving"] += 1
+        else:
+            counts["other"] += 1
+    return counts
