@@ -176,8 +176,8 @@ def test_an_axis_outside_the_grammar_is_named(dim_str, axis):
 
 
 def test_annotations_the_traced_checker_does_not_replicate_are_named():
-    """parse_hint: an array type other than torch.Tensor and a variable-length tuple raise UnsupportedAnnotation;
-    a generic alias that is not a class is left to the eager checker (None)."""
+    """parse_hint: an array type other than torch.Tensor raises UnsupportedAnnotation; the containers
+    (``tuple[X, ...]``, ``list[X]``, fixed tuples) are read as the traced checker checks them (issue 31)."""
     import numpy as np
     from jaxtyping import Float
 
@@ -185,10 +185,9 @@ def test_annotations_the_traced_checker_does_not_replicate_are_named():
 
     with pytest.raises(UnsupportedAnnotation, match=r"^the array type <class 'numpy.ndarray'>$"):
         parse_hint(Float[np.ndarray, "b"], [])
-    with pytest.raises(UnsupportedAnnotation, match="^variable-length tuples$"):
-        parse_hint(tuple[int, ...], [])
     assert parse_hint(tuple[int, int, int], []) == ("tuple", (("class", 0), ("class", 1), ("class", 2)))
-    assert parse_hint(list[int], []) is None
+    assert parse_hint(tuple[int, ...], []) == ("tuple_of", ("class", 0))
+    assert parse_hint(list[int], []) == ("list", ("class", 0))
 
 
 def test_a_symbolic_size_is_a_small_tree_of_dimensions_fields_constants_and_operators():

@@ -41,7 +41,8 @@ def test_store_json_records_the_sizes_and_info(tmp_path):
 
 
 def test_a_store_without_info_has_an_empty_info_and_an_empty_store_reads_back(tmp_path):
-    """``info`` defaults to {}; a store of empty sequences (no ids) opens with an empty int64 stream."""
+    """``info`` defaults to {}; a store of empty sequences (no ids) opens with an empty stream, whose window of 0
+    tokens is empty and any longer window an IndexError (``window``'s docstring)."""
     store = write_token_store(tmp_path / "s", [[], []], vocab_size=5)
     meta_path = tmp_path / "s" / "store.json"
     meta = json.loads(meta_path.read_text())
@@ -49,7 +50,9 @@ def test_a_store_without_info_has_an_empty_info_and_an_empty_store_reads_back(tm
     meta_path.write_text(json.dumps(meta))
     store = TokenStore.open(tmp_path / "s")
     assert store.info == {}
-    assert store.tokens.shape == (0,) and store[1].tolist() == [] and store.window(0, 3).tolist() == []
+    assert store.tokens.shape == (0,) and store[1].tolist() == [] and store.window(0, 0).tolist() == []
+    with pytest.raises(IndexError, match="start 0 and length 3 are not inside the 0 tokens"):
+        store.window(0, 3)
     assert store.tokens.dtype == np.uint16
 
 
