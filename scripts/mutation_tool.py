@@ -302,7 +302,7 @@ def main() -> None:
             write_config(scratch, module)
             now = regenerate(scratch, MODULES[module][0], {n: previous["mutants"][n]["diff"] for n in survivors})
             for name in [n for n in survivors if now[n] is None]:
-                print(f"{name}: its change is no longer in the source; left as it was")
+                print(f"{name}: no single mutant of the current source makes its change; left as it was")
             current = {now[n]: n for n in survivors if now[n] is not None}
             for current_name, failed in recheck(scratch, module, list(current), args.recheck_with).items():
                 name = current[current_name]

@@ -77,11 +77,16 @@ for name in files:
     current.update(json.loads(Path("mutants", name + ".meta").read_text())["exit_code_by_key"])
 def changes(diff):
     return [x for x in diff.splitlines() if x[:1] in "+-" and not x.startswith(("+++", "---"))]
+def hunk(diff):  # the changed lines with their context, without the line numbers
+    return [x for x in diff.splitlines() if not x.startswith(("+++", "---", "@@"))]
 found = {}
+diffs = {}
 for old, diff in recorded.items():
     function = old.rsplit("__mutmut_", 1)[0]
-    same = [n for n in current if n.rsplit("__mutmut_", 1)[0] == function
-            and changes(get_diff_for_mutant(n)) == changes(diff)]
+    mine = [n for n in current if n.rsplit("__mutmut_", 1)[0] == function]
+    for n in mine:
+        diffs.setdefault(n, get_diff_for_mutant(n))
+    same = [n for n in mine if hunk(diffs[n]) == hunk(diff)] or [n for n in mine if changes(diffs[n]) == changes(diff)]
     found[old] = same[0] if len(same) == 1 else None
 print("FOUND " + json.dumps(found))
 """
@@ -91,7 +96,9 @@ def regenerate(scratch: Path, files: tuple[str, ...], recorded: dict[str, str]) 
     """Bring ``mutants/`` to the scratch copy's sources (the worktree's, copied and undecorated by the caller) before
     a recheck (tests written for today's code must pass on it unmutated): the package files mutmut does not mutate
     are copied in, ``files`` are mutated again. Returns each recorded survivor's name now (``recorded``: name ->
-    diff), or None where its change no longer exists (the source it mutated is gone): that one stays as it was."""
+    diff), found by its changed lines with their context (else by the changed lines alone), or None where no single
+    mutant makes that change now (the source it mutated is gone, or several places read alike): that one stays as
+    it was."""
     for source in (scratch / "transformer").rglob("*.py"):
         name = str(source.relative_to(scratch))
         if name not in files:
