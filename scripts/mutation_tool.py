@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutation_tool_triage import REPO, RESULTS, recheck, summarise, write_readme  # noqa: E402 (scripts/ on the path)
+from mutation_tool_triage import REPO, RESULTS, recheck, regenerate, summarise, write_readme  # noqa: E402 (scripts/ on the path)
 
 # module -> (files to mutate, that module's own test files: those that import or exercise it)
 MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -219,6 +219,12 @@ def read_results(scratch: Path, module: str) -> dict[str, dict]:
     return mutants
 
 
+def git_commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def version() -> str:
     from importlib.metadata import version as installed
 
@@ -290,7 +296,16 @@ def main() -> None:
                 and (not args.only or any(fnmatch.fnmatch(n, pattern) for pattern in args.only))
             ]
             start = time.monotonic()
-            for name, failed in recheck(scratch, module, survivors, args.recheck_with).items():
+            copy_repository(scratch, keep=())  # today's sources, mutated again: see regenerate
+            for name in MODULES[module][0]:
+                undecorate(scratch / name)
+            write_config(scratch, module)
+            now = regenerate(scratch, MODULES[module][0], {n: previous["mutants"][n]["diff"] for n in survivors})
+            for name in [n for n in survivors if now[n] is None]:
+                print(f"{name}: no single mutant of the current source makes its change; left as it was")
+            current = {now[n]: n for n in survivors if now[n] is not None}
+            for current_name, failed in recheck(scratch, module, list(current), args.recheck_with).items():
+                name = current[current_name]
                 entry = previous["mutants"][name]
                 key = "wider_test" if args.recheck_with else "test"  # an existing test, or one written for it
                 entry.pop(key, None)
@@ -302,6 +317,8 @@ def main() -> None:
                     "recheck_seconds": round(time.monotonic() - start, 1),
                     "rechecked": len(survivors),
                     "recheck_tests": args.recheck_with or [f"tests/test_tool_survivors_{module}.py"],
+                    "mutated_again_at": git_commit(),  # the sources the survivors were found again in
+                    "renumbered": {old: new for old, new in now.items() if new not in (old, None)},
                     "load_after": os.getloadavg(),
                 }
             )
@@ -318,9 +335,7 @@ def main() -> None:
             for key in ("equivalent", "test"):
                 if key in old:
                     entry[key] = old[key]
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
+        commit = git_commit()
         run = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "commit": commit,

@@ -62,6 +62,59 @@ def recheck(scratch: Path, module: str, survivors: list[str], tests: list[str]) 
     return results
 
 
+# In the scratch copy: mutmut regenerates the mutated files from the current sources; each recorded survivor is
+# found again by its changed lines within its function (mutmut numbers a function's mutants anew when it changes).
+REGENERATE = """
+import json, sys
+from pathlib import Path
+sys.argv[0] = "mutmut"
+from mutmut.__main__ import create_mutants_for_file
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+files, recorded = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+current = {}
+for name in files:
+    create_mutants_for_file(Path(name), Path("mutants") / name)
+    current.update(json.loads(Path("mutants", name + ".meta").read_text())["exit_code_by_key"])
+def changes(diff):
+    return [x for x in diff.splitlines() if x[:1] in "+-" and not x.startswith(("+++", "---"))]
+def hunk(diff):  # the changed lines with their context, without the line numbers
+    return [x for x in diff.splitlines() if not x.startswith(("+++", "---", "@@"))]
+found = {}
+diffs = {}
+for old, diff in recorded.items():
+    function = old.rsplit("__mutmut_", 1)[0]
+    mine = [n for n in current if n.rsplit("__mutmut_", 1)[0] == function]
+    for n in mine:
+        diffs.setdefault(n, get_diff_for_mutant(n))
+    same = [n for n in mine if hunk(diffs[n]) == hunk(diff)] or [n for n in mine if changes(diffs[n]) == changes(diff)]
+    found[old] = same[0] if len(same) == 1 else None
+print("FOUND " + json.dumps(found))
+"""
+
+
+def regenerate(scratch: Path, files: tuple[str, ...], recorded: dict[str, str]) -> dict[str, str | None]:
+    """Bring ``mutants/`` to the scratch copy's sources (the worktree's, copied and undecorated by the caller) before
+    a recheck (tests written for today's code must pass on it unmutated): the package files mutmut does not mutate
+    are copied in, ``files`` are mutated again. Returns each recorded survivor's name now (``recorded``: name ->
+    diff), found by its changed lines with their context (else by the changed lines alone), or None where no single
+    mutant makes that change now (the source it mutated is gone, or several places read alike): that one stays as
+    it was."""
+    for source in (scratch / "transformer").rglob("*.py"):
+        name = str(source.relative_to(scratch))
+        if name not in files:
+            shutil.copy2(source, scratch / "mutants" / name)
+    done = subprocess.run(
+        [sys.executable, "-c", REGENERATE, json.dumps(files), json.dumps(recorded)],
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+    )
+    line = [x for x in done.stdout.splitlines() if x.startswith("FOUND ")]
+    if not line:
+        raise SystemExit(f"mutmut could not regenerate the mutants of {files}:\n{done.stderr[-3000:]}")
+    return json.loads(line[-1].removeprefix("FOUND "))
+
+
 def write_readme() -> None:
     """tests/mutation/tool_runs/README.md: the per-module table and every survivor's triage, from the JSON files."""
     lines = [

@@ -204,3 +204,31 @@ def test_a_symbolic_size_is_a_small_tree_of_dimensions_fields_constants_and_oper
         with pytest.raises(UnsupportedAnnotation) as error:
             parse_expression(text)
         assert str(error.value) == f"the expression {named!r}"
+
+
+@pytest.mark.parametrize("name", ["X", "Xs", "Q", "z"])
+def test_an_axis_name_may_begin_with_any_letter(name):
+    """parse_dims: ``name`` is any identifier; only ``#``, ``*``, ``_`` and ``?`` are prefixes (the prefix set is
+    exactly those characters, so no letter is refused as one)."""
+    from transformer.contracts.grammar import parse_dims
+
+    assert parse_dims(f"b {name}") == ((("named", "b", False), ("named", name, False)), -1)
+    assert parse_dims(f"#{name}") == ((("named", name, True),), -1)
+
+
+def test_an_annotation_that_is_neither_a_class_nor_a_known_form_is_left_to_the_eager_checker():
+    """parse_hint: None (anything goes) for what it does not read, e.g. a TypeVar or a NewType: they are not
+    classes, so ``classes`` stays empty and no isinstance check is made."""
+    classes: list = []
+    assert parse_hint(typing.TypeVar("T"), classes) is None
+    assert parse_hint(typing.NewType("UserId", int), classes) is None
+    assert classes == []
+
+
+def test_a_field_under_a_unary_plus_is_read():
+    """hint_fields: ``+{a.b}`` reads the field ``a.b`` as ``-{a.b}`` does (jaxtyping fills both from the call)."""
+    from transformer import Float, Tensor
+    from transformer.contracts.grammar import hint_fields
+
+    assert hint_fields(parse_hint(Float[Tensor, "+{a.b}"], [])) == (("a", ("b",)),)
+    assert hint_fields(parse_hint(Float[Tensor, "n +{self.k}"], [])) == (("self", ("k",)),)

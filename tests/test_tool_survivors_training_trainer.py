@@ -51,7 +51,7 @@ class Recording(SingleProcess):
 
 
 def _trainer(steps=2, **kwargs):
-    return make_trainer(CopyTask(), steps=steps, **TINY, **kwargs)
+    return make_trainer(CopyTask(), steps=steps, **{**TINY, **kwargs})
 
 
 def test_distribute_hands_the_model_and_optimizer_to_the_strategy_and_trains_under_it():
@@ -237,3 +237,191 @@ def test_every_optimizer_step_steps_the_learning_rate_schedule():
         trainer.train_step()
         rates.append(trainer.optimizer.param_groups[0]["lr"])
     assert trainer.scheduler.last_epoch == 3 and len(set(rates)) == 3
+
+
+# ---------------------------------------------------------------- the training loop: bar, evaluations, stops, weights
+def test_a_trainer_built_with_a_strategy_trains_under_it_and_its_data_seed_defaults_to_0():
+    """Trainer(strategy=...): the same as distribute(strategy) right after construction; ``seed`` (default 0) seeds
+    the generator the batches are drawn from."""
+    from transformer.training import Trainer
+
+    made = _trainer()
+    strategy = Recording()
+    trainer = Trainer(made.model, made.optimizer, made.make_batches, criterion=made.criterion, strategy=strategy)
+    assert trainer.strategy is strategy and strategy.calls["prepare"] == (made.model, made.optimizer)
+    plain = Trainer(made.model, made.optimizer, made.make_batches, criterion=made.criterion)
+    assert plain.data_generator.initial_seed() == 0
+
+
+class _Clock:
+    """time.perf_counter for the trainer's module: one second later at each call, so tokens/s is known."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_the_progress_bar_counts_from_the_resumed_step_and_shows_loss_tokens_per_second_and_rate(capsys, monkeypatch):
+    """TrainerConfig.progress: a tqdm bar named ``train`` from the current step to the target, with the loss, the
+    tokens per second of this call and the learning rate; each evaluation prints its step and both losses."""
+    import transformer.training.trainer as trainer_module
+
+    trainer = _trainer(steps=3, eval_every=2, dropout=0.0)
+    trainer.train(1)  # progress off: the bar of the next call starts at step 1 of 3
+    assert capsys.readouterr() == ("", "")
+    trainer.config.progress = True
+    monkeypatch.setattr(trainer_module, "time", _Clock())
+    tokens_before = trainer.tokens
+    trainer.train()
+    out, err = capsys.readouterr()
+    frames = [frame.strip() for frame in err.replace("\n", "\r").split("\r") if frame.strip()]
+    assert frames[0].startswith("train:") and " 1/3 " in frames[0]
+    last = frames[-1]
+    assert last.startswith("train: 100%") and " 3/3 " in last
+    tokens_per_second = (trainer.tokens - tokens_before) / 2  # two steps, one clock second each
+    lr = trainer.optimizer.param_groups[0]["lr"]
+    assert last.endswith(f"loss={trainer.last_train_loss:.3f}, tok/s={tokens_per_second:.0f}, lr={lr:.2e}]")
+    ((step, eval_loss),) = trainer.history.eval_loss
+    train_loss = dict(trainer.history.train_loss)[2]
+    assert out == f"step 2: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}\n"
+
+
+def test_without_progress_nothing_is_printed_and_every_evaluation_goes_to_on_eval(capsys):
+    """Trainer.train(on_eval=...): called with (step, held-out loss) after each evaluation; progress off (the
+    default) prints nothing, evaluations included."""
+    trainer = _trainer(steps=4, eval_every=2)
+    seen = []
+    trainer.train(on_eval=lambda step, loss: seen.append((step, loss)))
+    assert capsys.readouterr() == ("", "")
+    assert seen == trainer.history.eval_loss and [step for step, _ in seen] == [2, 4]
+    assert all(isinstance(loss, float) and math.isfinite(loss) for _, loss in seen)
+
+
+def test_a_held_out_loss_that_is_not_finite_stops_with_its_step_loss_and_the_checkpoint_kept(tmp_path):
+    """Trainer.train: a NaN held-out loss raises TrainingDiverged (``step``, ``loss``; the message says what was
+    kept in out_dir). Simulated (``evaluate`` returns NaN): weights that give a finite training loss and a NaN
+    held-out loss on the same model cannot be built."""
+    trainer = _trainer(steps=4, eval_every=2, checkpoint_every=1, out_dir=str(tmp_path / "ck"))
+    trainer.evaluate = lambda: float("nan")
+    with pytest.raises(TrainingDiverged) as error:
+        trainer.train()
+    assert error.value.step == 2 and math.isnan(error.value.loss)
+    assert str(error.value).startswith(
+        f"training diverged at step 2: the held-out loss is nan; the previous checkpoint in {tmp_path / 'ck'}"
+    )
+    assert "(step 1) is intact" in str(error.value)  # step 2 is evaluated before it is saved
+
+
+def test_ctrl_c_without_out_dir_stops_at_the_step_boundary_and_writes_nothing(tmp_path, monkeypatch):
+    """TrainerConfig.interrupt_at_step_boundary: Ctrl-C stops at the end of the step; without out_dir nothing is
+    saved (``saved_to`` is None) and nothing is written anywhere. A real SIGINT to this process."""
+    import os
+    import signal
+
+    from transformer.training import TrainingInterrupted
+
+    monkeypatch.chdir(tmp_path)
+    trainer = _trainer(steps=4)
+    make = trainer.make_batches
+
+    def batches(generator):
+        for i, batch in enumerate(make(generator)):
+            if i == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+            yield batch
+
+    trainer.make_batches = batches
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(TrainingInterrupted) as info:
+            trainer.train()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert info.value.step == 2 and info.value.saved_to is None and trainer.saved_step is None
+    assert list(tmp_path.iterdir()) == []
+    trainer.train_step()  # train_step outside train() reads no leftover Ctrl-C handler
+    assert trainer.step == 3
+
+
+class _Weighted(SingleProcess):
+    """A strategy whose ranks hold unequal token counts: this rank's loss per token is weighted by ``weight``."""
+
+    def __init__(self, weight: float) -> None:
+        super().__init__(device="cpu")
+        self.weight = weight
+
+    def token_weights(self, ntokens):
+        return [self.weight] * len(ntokens)
+
+
+@pytest.mark.parametrize("weight", [0.25, 2.0])
+def test_each_ranks_gradient_is_its_loss_per_token_times_its_token_weight(weight):
+    """train_step: under torchrun each rank's loss per token is weighted by its share of all the ranks' tokens (1.0
+    alone), so the averaged gradient is the global loss's: the gradient is ``weight`` times the unweighted one."""
+
+    def gradients(strategy):
+        trainer = _trainer(dropout=0.0, attention_dropout=0.0)
+        trainer.config.clip_grad = None
+        trainer.distribute(strategy)
+        seen = []  # each parameter's gradient once backward has accumulated it
+        for parameter in trainer.model.parameters():
+            parameter.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone()))
+        trainer.train_step()
+        return seen
+
+    plain, weighted = gradients(_Weighted(1.0)), gradients(_Weighted(weight))
+    assert len(plain) == len(weighted) > 0
+    for a, b in zip(plain, weighted, strict=True):
+        torch.testing.assert_close(b, a * weight)
+
+
+def _one_token_batches(rows):
+    """A copy-task batch of ``rows`` identical rows whose target holds exactly one label each (ntokens == rows)."""
+    from transformer.training import Batch
+
+    return Batch(torch.tensor([[1, 3, 4, 5]] * rows), torch.tensor([[1, 3]] * rows), pad=0)
+
+
+def test_the_loss_per_token_of_a_single_token_is_that_tokens_loss():
+    """Trainer.evaluate and train_step: the loss per token is the summed loss over the tokens counted, so one token
+    alone has the loss per token of two copies of it (a plausible bug divides by at least 2)."""
+    single, double = _one_token_batches(1), _one_token_batches(2)
+    assert (single.ntokens, double.ntokens) == (1, 2)
+    trainer = _trainer(dropout=0.0, attention_dropout=0.0)
+    losses = []
+    for batch in (single, double):
+        trainer.eval_batches = lambda b=batch: [b]
+        losses.append(trainer.evaluate())
+    assert losses[0] > 0 and losses[0] == pytest.approx(losses[1], rel=1e-6)
+    steps = []
+    for batch in (single, double):
+        trainer = _trainer(dropout=0.0, attention_dropout=0.0)
+        trainer.make_batches = lambda generator, b=batch: iter([b] * 4)
+        steps.append(trainer.train_step())
+    assert steps[0] > 0 and steps[0] == pytest.approx(steps[1], rel=1e-6)
+
+
+class _NoVocabulary(torch.nn.Module):
+    """A criterion that names no vocabulary size (no ``size``), e.g. a user's own loss."""
+
+    def __init__(self, inner) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, target):
+        return self.inner(x, target)
+
+
+def test_a_non_finite_loss_under_a_criterion_without_a_vocabulary_size_is_a_divergence():
+    """_diverged: the labels are checked against the criterion's vocabulary only when it has one; otherwise a
+    non-finite loss is TrainingDiverged."""
+    trainer = _trainer()
+    trainer.criterion = _NoVocabulary(trainer.criterion)
+    assert not hasattr(trainer.criterion, "size")
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("nan"))
+    with pytest.raises(TrainingDiverged, match="^training diverged at step 1: the loss is nan"):
+        trainer.train_step()
