@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# The repository root: tests/'s parent, or further up where a tool runs a copy of tests/ in a subfolder (mutmut's
+# mutants/ holds the package and tests only).
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "scripts" / "cli_reference.py").exists())
 
 
 def _script():
