@@ -16,6 +16,18 @@ from transformer.common import output_dirs
 from transformer.common.output_dirs import remove_stale_temps
 
 
+def _kill_raises(monkeypatch, pid: int, error: OSError) -> None:
+    """``os.kill(pid, ...)`` raises ``error``; any other pid is signalled for real."""
+    real_kill = os.kill
+
+    def kill(target, signal):
+        if target == pid:
+            raise error
+        return real_kill(target, signal)
+
+    monkeypatch.setattr(os, "kill", kill)
+
+
 def _leftover(tmp_path, pid: int) -> str:
     name = f"ck.tmp-{output_dirs._host()}-{pid}-abcd_123"
     (tmp_path / name).mkdir()
@@ -30,14 +42,7 @@ def test_the_leftover_of_another_users_live_process_is_kept(tmp_path, monkeypatc
             os.kill(pid, 0)
     else:
         pid = 999_999_9  # simulated: as root the kernel permits every signal
-        real_kill = os.kill
-
-        def kill(target, signal):
-            if target == pid:
-                raise PermissionError(errno.EPERM, "Operation not permitted")
-            return real_kill(target, signal)
-
-        monkeypatch.setattr(os, "kill", kill)
+        _kill_raises(monkeypatch, pid, PermissionError(errno.EPERM, "Operation not permitted"))
     name = _leftover(tmp_path, pid)
     assert remove_stale_temps(tmp_path / "ck") == []
     assert (tmp_path / name / "f").read_text() == "x"
@@ -45,14 +50,7 @@ def test_the_leftover_of_another_users_live_process_is_kept(tmp_path, monkeypatc
 
 def test_the_leftover_of_a_process_that_no_longer_exists_is_removed(tmp_path, monkeypatch):
     pid = 999_999_8
-    real_kill = os.kill
-
-    def kill(target, signal):
-        if target == pid:
-            raise ProcessLookupError(errno.ESRCH, "No such process")
-        return real_kill(target, signal)
-
-    monkeypatch.setattr(os, "kill", kill)
+    _kill_raises(monkeypatch, pid, ProcessLookupError(errno.ESRCH, "No such process"))
     name = _leftover(tmp_path, pid)
     assert remove_stale_temps(tmp_path / "ck") == [str(tmp_path / name)]
     assert not (tmp_path / name).exists()
