@@ -35,6 +35,16 @@ print("RECHECK " + json.dumps(results))
 """
 
 
+def _tagged_result(code_and_args: list[str], tag: str, cwd: Path, what: str, env: dict | None = None):
+    """Run ``python -c CODE ARGS...`` in ``cwd`` and return the JSON its last ``TAG ...`` line of stdout prints;
+    stop with both outputs' tails, naming ``what``, when it printed none."""
+    done = subprocess.run([sys.executable, "-c", *code_and_args], cwd=cwd, env=env, capture_output=True, text=True)
+    line = [x for x in done.stdout.splitlines() if x.startswith(f"{tag} ")]
+    if not line:
+        raise SystemExit(f"{what} did not finish:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(line[-1].removeprefix(f"{tag} "))
+
+
 def recheck(scratch: Path, module: str, survivors: list[str], tests: list[str]) -> dict[str, str | None]:
     """Run ``tests`` (default tests/test_tool_survivors_<module>.py) against each survivor (mutmut's trampoline picks
     the mutant from MUTANT_UNDER_TEST) in the scratch copy's mutants/ folder: the first test that fails under it, or
@@ -46,17 +56,9 @@ def recheck(scratch: Path, module: str, survivors: list[str], tests: list[str]) 
     for test in tests:
         shutil.copy2(REPO / test, scratch / "mutants" / test)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    done = subprocess.run(
-        [sys.executable, "-c", RECHECK, ",".join(tests), *survivors],
-        cwd=scratch / "mutants",
-        env=env,
-        capture_output=True,
-        text=True,
+    results = _tagged_result(
+        [RECHECK, ",".join(tests), *survivors], "RECHECK", scratch / "mutants", f"the recheck of {module}", env
     )
-    line = [x for x in done.stdout.splitlines() if x.startswith("RECHECK ")]
-    if not line:
-        raise SystemExit(f"the recheck of {module} did not finish:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    results = json.loads(line[-1].removeprefix("RECHECK "))
     if results.pop("") is not None:
         raise SystemExit(f"{tests} fail on the unmutated package: fix them before rechecking")
     return results
@@ -103,16 +105,9 @@ def regenerate(scratch: Path, files: tuple[str, ...], recorded: dict[str, str]) 
         name = str(source.relative_to(scratch))
         if name not in files:
             shutil.copy2(source, scratch / "mutants" / name)
-    done = subprocess.run(
-        [sys.executable, "-c", REGENERATE, json.dumps(files), json.dumps(recorded)],
-        cwd=scratch,
-        capture_output=True,
-        text=True,
+    return _tagged_result(
+        [REGENERATE, json.dumps(files), json.dumps(recorded)], "FOUND", scratch, f"regenerating the mutants of {files}"
     )
-    line = [x for x in done.stdout.splitlines() if x.startswith("FOUND ")]
-    if not line:
-        raise SystemExit(f"mutmut could not regenerate the mutants of {files}:\n{done.stderr[-3000:]}")
-    return json.loads(line[-1].removeprefix("FOUND "))
 
 
 def write_readme() -> None:
