@@ -110,6 +110,29 @@ def regenerate(scratch: Path, files: tuple[str, ...], recorded: dict[str, str]) 
     )
 
 
+def change_in_context(diff: str) -> list[str]:
+    """A mutant's diff without its file names and line numbers: what it changes, with the lines around it."""
+    return [x for x in diff.splitlines() if not x.startswith(("+++", "---", "@@"))]
+
+
+def carry_equivalents(previous: dict[str, dict], mutants: dict[str, dict]) -> int:
+    """Give each survivor of a new run the reason of an earlier run's equivalent mutant that made the same change in
+    the same function (mutmut renumbers a function's mutants when the function changes, so names alone could pair a
+    reason with another mutant). Only reasons carry over: a test written for an earlier survivor is in the new run's
+    selection and has had its say. Returns how many were carried."""
+    reasons: dict[tuple[str, tuple[str, ...]], str] = {}
+    for name, entry in previous.items():
+        if "equivalent" in entry and "diff" in entry:
+            reasons[(name.rsplit("__mutmut_", 1)[0], tuple(change_in_context(entry["diff"])))] = entry["equivalent"]
+    carried = 0
+    for name, entry in mutants.items():
+        key = (name.rsplit("__mutmut_", 1)[0], tuple(change_in_context(entry.get("diff", ""))))
+        if entry["status"] in ("survived", "no tests") and key in reasons:
+            entry["equivalent"] = reasons[key]
+            carried += 1
+    return carried
+
+
 def write_readme() -> None:
     """tests/mutation/tool_runs/README.md: the per-module table and every survivor's triage, from the JSON files."""
     lines = [
