@@ -371,6 +371,9 @@ def main() -> None:
         seconds, finished, tail = run_mutmut(scratch, args.max_children, args.minutes, names)
         load_after = os.getloadavg()
         mutants = read_results(scratch, module)
+        if not any(entry["status"] != "not checked" for entry in mutants.values()):
+            print(f"{module}: mutmut checked no mutant (its record is left as it was); its log ends:\n{tail[-1500:]}")
+            continue
         if args.fresh:  # new mutants: only reasons carry over, by the change they make
             carried = carry_equivalents(previous["mutants"], mutants)
         else:  # the same mutants, more of them run: keep the triage written by hand
