@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("kernels",),  # transformer.kernels: torch and triton only (checked separately: nothing of ours at all)
     ("common",),
     ("config", "contracts"),
-    ("masks", "cache"),
+    ("masks", "mask_inputs", "cache"),
     ("backends",),
     ("attention", "layers", "embeddings"),
     ("encoder", "decoder"),

@@ -22,6 +22,7 @@ import torch
 from .common.arguments import is_int
 from .common.dtypes import shape_text
 from .contracts import Bool, Int, Tensor, TypeCheckError, checked, checks_enabled
+from .mask_inputs import check_documents, is_integer, lengths_text, real_lengths, short_list
 
 __all__ = ["AttentionMask", "subsequent_mask", "padding_mask", "target_mask"]
 
@@ -120,7 +121,7 @@ class AttentionMask:
         if self.key_lengths is not None and self.key_mask is not None:
             raise ValueError("AttentionMask: give key padding as key_lengths or as key_mask, not both")
         if self.documents is not None:
-            _check_documents(self.documents)
+            check_documents(self.documents)
         for name in ("window_left", "window_right"):
             value = getattr(self, name)
             if value is not None and not is_int(value, at_least=0):
@@ -138,7 +139,7 @@ class AttentionMask:
         if low < 0:
             row = int((lengths < 0).nonzero()[0, 0])
             raise ValueError(
-                f"AttentionMask: {name} must be >= 0, got {low} in batch row {row} ({name}={_values(lengths)})"
+                f"AttentionMask: {name} must be >= 0, got {low} in batch row {row} ({name}={lengths_text(lengths)})"
             )
         self._longest[name] = high
 
@@ -149,7 +150,7 @@ class AttentionMask:
         else ``key_mask``. The test reads the tokens once, where the batch is built."""
         if pad_id is None:
             return cls()
-        lengths, trailing = _real_lengths(tokens, pad_id)
+        lengths, trailing = real_lengths(tokens, pad_id)
         return cls(key_lengths=lengths) if trailing else cls(key_mask=tokens != pad_id)
 
     @classmethod
@@ -158,7 +159,7 @@ class AttentionMask:
         query rows masked (``key_lengths`` = ``query_lengths`` when padding is at the end; a dense tensor else)."""
         if pad_id is None:
             return cls(causal=True)
-        lengths, trailing = _real_lengths(tgt, pad_id)
+        lengths, trailing = real_lengths(tgt, pad_id)
         if trailing:
             return cls(causal=True, key_lengths=lengths, query_lengths=lengths)
         return cls(dense=target_mask(tgt, pad_id))
@@ -178,24 +179,24 @@ class AttentionMask:
         cu_seqlens[d + 1] - 1``. Gives ``documents`` of shape (1, total); ``length`` given (the row's length) must
         equal ``total``. Causal by default (a packed language-model row). The lengths are read to check them (on a
         GPU, one synchronisation, where the batch is built)."""
-        if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or not _is_integer(cu_seqlens):
+        if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or not is_integer(cu_seqlens):
             raise ValueError(
                 "AttentionMask.from_cu_seqlens: cu_seqlens must be a 1-D integer tensor [0, end_1, ..., total], got "
                 f"{shape_text(cu_seqlens) if isinstance(cu_seqlens, Tensor) else type(cu_seqlens).__name__}"
             )
         ends = cu_seqlens.tolist()
         if not ends or ends[0] != 0:
-            raise ValueError(f"AttentionMask.from_cu_seqlens: cu_seqlens must start at 0, got {_short(ends)}")
+            raise ValueError(f"AttentionMask.from_cu_seqlens: cu_seqlens must start at 0, got {short_list(ends)}")
         drop = next((d for d in range(1, len(ends)) if ends[d] < ends[d - 1]), None)
         if drop is not None:
             raise ValueError(
                 f"AttentionMask.from_cu_seqlens: cu_seqlens must not decrease, got {ends[drop]} after "
-                f"{ends[drop - 1]} at index {drop} ({_short(ends)})"
+                f"{ends[drop - 1]} at index {drop} ({short_list(ends)})"
             )
         if length is not None and ends[-1] != length:
             raise ValueError(
                 f"AttentionMask.from_cu_seqlens: the documents' lengths add up to {ends[-1]} positions, the row has "
-                f"length={length} (cu_seqlens={_short(ends)})"
+                f"length={length} (cu_seqlens={short_list(ends)})"
             )
         lengths = torch.diff(cu_seqlens.to(torch.int64))
         ids = torch.repeat_interleave(torch.arange(len(ends) - 1, device=cu_seqlens.device), lengths)
@@ -213,7 +214,7 @@ class AttentionMask:
         """Documents packed in each row, found from the tokens' positions as transformers finds them for a
         padding-free batch: a document starts wherever ``position_ids[b, t] != position_ids[b, t - 1] + 1`` (and at
         ``t = 0``). Causal by default."""
-        if not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or not _is_integer(position_ids):
+        if not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or not is_integer(position_ids):
             raise ValueError(
                 "AttentionMask.from_position_ids: position_ids must be an integer tensor of shape (batch, seq), got "
                 f"{shape_text(position_ids) if isinstance(position_ids, Tensor) else type(position_ids).__name__}"
@@ -325,7 +326,7 @@ class AttentionMask:
                 row = int((lengths > size).nonzero()[0, 0])
                 raise ValueError(
                     f"AttentionMask: {name} holds {longest} in batch row {row}, more than the {size} "
-                    f"positions attended ({dim}={size}; {name}={_values(lengths)})"
+                    f"positions attended ({dim}={size}; {name}={lengths_text(lengths)})"
                 )
         if self.documents is not None and q_len > k_len:
             raise ValueError(
@@ -361,44 +362,3 @@ class AttentionMask:
 
 _TENSORS = ("key_lengths", "key_mask", "query_lengths", "dense", "documents")
 _WINDOW = ("window_left", "window_right")
-
-
-def _is_integer(t: Tensor) -> bool:
-    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
-
-
-def _short(values: list) -> str:
-    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...]"
-
-
-def _check_documents(documents: object) -> None:
-    """Refuse documents that are not (batch, k_len) integer ids, or (on the CPU, outside a compiled trace: no
-    device sync) ids that decrease along a row: the row and position where they do."""
-    if not isinstance(documents, Tensor) or documents.dim() != 2 or not _is_integer(documents):
-        raise ValueError(
-            "AttentionMask: documents must be an integer tensor of shape (batch, k_len) (each position's document "
-            f"id), got {shape_text(documents) if isinstance(documents, Tensor) else type(documents).__name__}"
-        )
-    if documents.device.type != "cpu" or documents.size(1) < 2 or torch.compiler.is_compiling():
-        return
-    drops = documents[:, 1:] < documents[:, :-1]
-    if bool(drops.any()):
-        row, pos = (int(x) for x in drops.nonzero()[0])
-        raise ValueError(
-            f"AttentionMask: documents must be non-decreasing along each row (documents packed one after another); "
-            f"batch row {row} goes from {int(documents[row, pos])} to {int(documents[row, pos + 1])} at position "
-            f"{pos + 1}"
-        )
-
-
-def _values(lengths: Tensor) -> str:
-    """The lengths as a short list for a message (a host tensor: no synchronisation)."""
-    return _short(lengths.tolist())
-
-
-def _real_lengths(tokens: Tensor, pad_id: int) -> tuple[Tensor, bool]:
-    """Per-row count of real tokens, and whether every row's padding sits at its end (one pass over the tokens)."""
-    real = tokens != pad_id
-    lengths = real.sum(-1)
-    trailing = bool(torch.equal(real, torch.arange(tokens.size(-1), device=tokens.device) < lengths[:, None]))
-    return lengths, trailing

@@ -30,7 +30,7 @@ MUTANTS: list[Mutant] = [
     ),
     M(
         "mask-padding-always-trailing",
-        _MASKS,
+        "transformer/mask_inputs.py",
         "trailing = bool(torch.equal(real, torch.arange(tokens.size(-1), device=tokens.device) < lengths[:, None]))",
         "trailing = True",
         "padding inside a row is described by lengths, as if it were at the end",
