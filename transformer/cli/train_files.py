@@ -22,21 +22,19 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
-from ..checkpoint import CheckpointError, ConfigMismatchError, find_checkpoint, load_checkpoint, read_metadata
+from ..checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint
 from ..common.optional import require
 from ..data.text_files import TextFileError
-from ..data.tokenizers import TextTokenizer, TokenizerMismatchError, load_tokenizer
+from ..data.tokenizers import TokenizerMismatchError, load_tokenizer
 from ..distributed import (
     SingleProcess,
     Strategy,
     is_sharded_checkpoint,
     read_sharded_checkpoint,
-    restarted_with_checkpoint,
 )
 from ..lm.generation import generate
 from ..tasks.pretrained_lm import (
@@ -58,8 +56,9 @@ from ..tasks.translation_files import (
 )
 from ..training import noam_factor
 from .errors import UsageError
-from .messages import describe_schedule, saved_message, setting_flag
-from .train_setup import require_finite, resume, schedule_settings
+from .file_run import FileRun
+from .messages import describe_schedule, saved_message
+from .train_setup import require_finite, schedule_settings
 
 __all__ = ["train_file_task"]
 
@@ -100,7 +99,7 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
         require("sacrebleu", BLEU_FEATURE)
     out = args.out or os.path.join("runs", args.task)
     data_dir = args.data_dir or out.rstrip(os.sep) + ".data"
-    run = _FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)
+    run = FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)
     try:
         if getattr(args, "init", None) is not None:
             _refuse_with_init(args)
@@ -133,92 +132,6 @@ def _refuse_with_init(args: argparse.Namespace) -> None:
         )
 
 
-_Data = TypeVar("_Data")
-
-#: The data settings of a checkpoint written before they were recorded: train lm packed no window before 2026-11-27.
-_BEFORE_RECORDED = {"pack": False}
-
-
-class _FileRun:
-    """What ``train lm`` and ``train translate`` share: where to save, the strategy (one process, or this rank of a
-    torchrun job), preparing the data once, resuming, and the end of training every rank takes part in."""
-
-    def __init__(self, args: argparse.Namespace, out: str, strategy: Strategy, *, torchrun: bool) -> None:
-        self.args, self.out, self.strategy, self.torchrun = args, out, strategy, torchrun
-        self.restarted = restarted_with_checkpoint(strategy.world, out)  # torchrun --max-restarts
-        self.resumes = args.resume or self.restarted
-
-    @property
-    def device(self) -> torch.device:
-        return self.strategy.device
-
-    def prepare(self, prepare: Callable[[TextTokenizer | None], _Data], tokenizer: TextTokenizer | None) -> _Data:
-        """``prepare(tokenizer)`` on rank 0 first (it trains the tokenizer unless one is given, and tokenizes the files
-        into the cache), then on the other ranks with rank 0's tokenizer, so that they read rank 0's cache."""
-        data = prepare(tokenizer) if self.strategy.is_main else None
-        shared = self.strategy.broadcast(None if data is None else data.tokenizer.to_json())  # the others wait here
-        return data if data is not None else prepare(TextTokenizer.from_json(shared, source="rank 0's tokenizer"))
-
-    def check_same_data(self, settings: dict[str, Any]) -> None:
-        """A resumed run continues the checkpoint's batches: its data settings (``--seed``, ``--max-tokens``,
-        ``--block-len``, as recorded in the checkpoint's metadata) must be the command line's, or the plan of batches
-        (and so what the position in it means) would silently change."""
-        if not self.resumes:
-            return
-        found = find_checkpoint(self.out)
-        if found is None:
-            return
-        recorded = {**_BEFORE_RECORDED, **read_metadata(found).get("data", {})}
-        for name, value in settings.items():
-            if name in recorded and recorded[name] != value:
-                theirs = setting_flag(name, recorded[name])
-                raise UsageError(
-                    f"{setting_flag(name, value)} differs from the checkpoint's "
-                    f"{theirs if isinstance(value, bool) else recorded[name]} (in {found}): a resumed run continues "
-                    f"the checkpoint's plan of batches; give {theirs}"
-                )
-
-    def check_same_init(self) -> None:
-        """A resumed run continues what its checkpoint started: a pretrained model (``--init``, recorded in the
-        metadata as ``init``) again with ``--init``, a new model without it."""
-        found = find_checkpoint(self.out) if self.resumes else None
-        if found is None:
-            return
-        recorded, init = read_metadata(found).get("init"), getattr(self.args, "init", None)
-        if recorded is not None and init is None:
-            raise UsageError(
-                f"the checkpoint in --out {self.out} continues the pretrained model of {recorded}: give --init "
-                f"{recorded} again to resume it"
-            )
-        if recorded is None and init is not None:
-            raise UsageError(
-                f"the checkpoint in --out {self.out} trains a new model, not a pretrained one: resume it without --init"
-            )
-
-    def start(self, trainer) -> None:
-        """Spread ``trainer`` over the job's ranks (DDP or FSDP), and resume it from ``--out`` if asked or restarted
-        (with the learning rate the command line sets, if it sets one: :func:`~transformer.cli.train_setup.resume`)."""
-        trainer.distribute(self.strategy)
-        resume(trainer, self.args, self.out, self.restarted)
-
-    def describe(self) -> str:
-        return f"device {self.device}, {torch.get_num_threads()} thread(s)" + (
-            f", {self.strategy.describe()}" if self.torchrun else ""
-        )
-
-    def results(self, results: dict[str, Any], data) -> dict[str, Any]:
-        results.update(
-            seed=self.args.seed,
-            device=str(self.device),
-            threads=torch.get_num_threads(),
-            torch=torch.__version__,
-            corpus=data.report.to_json(),
-        )
-        if self.torchrun:
-            results.update(strategy=self.strategy.name, world_size=self.strategy.world_size)
-        return results
-
-
 def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
     return dict(
         d_model=_pick(args, "d_model", defaults),
@@ -229,9 +142,7 @@ def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[st
     )
 
 
-def _trainer_settings(
-    args: argparse.Namespace, run: _FileRun, defaults: dict[str, Any], d_model: int
-) -> dict[str, Any]:
+def _trainer_settings(args: argparse.Namespace, run: FileRun, defaults: dict[str, Any], d_model: int) -> dict[str, Any]:
     """The settings both file tasks' trainers take from the command line (else the task's ``defaults``): batch
     budget, steps, the learning rate (:func:`~transformer.cli.train_setup.schedule_settings`), seed, device, progress
     bar, evaluation period and ``--out``."""
@@ -249,7 +160,7 @@ def _trainer_settings(
     )
 
 
-def _train_lm(args, run: _FileRun, data_dir: str, tokenizer) -> int:
+def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     d, out = LM_DEFAULTS, run.out
     block = _pick(args, "block_len", d)
     settings = {"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block, "pack": args.pack}
@@ -341,7 +252,7 @@ def _sample_text(model, data, new_tokens: int = 40) -> str:
     )
 
 
-def _train_translate(args, run: _FileRun, data_dir: str, tokenizer) -> int:
+def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     d, out = TRANSLATE_DEFAULTS, run.out
     max_len = _pick(args, "max_len", d)
     run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d)})

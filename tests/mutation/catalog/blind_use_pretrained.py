@@ -85,7 +85,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-usepretrained-resume-init-read-wrong-field",
-        "transformer/cli/train_files.py",
+        "transformer/cli/file_run.py",
         (
             (
                 'recorded, init = read_metadata(found).get("init"),',

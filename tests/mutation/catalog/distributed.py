@@ -172,14 +172,14 @@ MUTANTS += [
     ),
     D(
         "dist-file-not-distributed",
-        "transformer/cli/train_files.py",
+        "transformer/cli/file_run.py",
         "        trainer.distribute(self.strategy)\n",
         "        pass\n",
         "the file tasks' trainer is never spread over the ranks: each rank trains alone on the whole plan",
     ),
     D(
         "dist-file-every-rank-prepares",
-        "transformer/cli/train_files.py",
+        "transformer/cli/file_run.py",
         "        data = prepare(tokenizer) if self.strategy.is_main else None\n",
         "        data = prepare(tokenizer)\n",
         "every rank trains a tokenizer and writes the token cache at once, instead of reading rank 0's",
@@ -193,7 +193,7 @@ MUTANTS += [
     ),
     D(
         "dist-file-restart-not-resumed",
-        "transformer/cli/train_files.py",
+        "transformer/cli/file_run.py",
         "        self.resumes = args.resume or self.restarted\n",
         "        self.resumes = args.resume\n",
         "after a torchrun restart, train lm/translate start again from step 0 (and train a new tokenizer)",

@@ -227,7 +227,7 @@ MUTANTS += [
     ),
     S(
         "cli-resume-data-unchecked",
-        "transformer/cli/train_files.py",
+        "transformer/cli/file_run.py",
         "            if name in recorded and recorded[name] != value:\n",
         "            if False:\n",
         "a resumed file task trains on another plan of batches (--seed/--max-tokens) silently",
