@@ -53,8 +53,8 @@ def recheck(scratch: Path, module: str, survivors: list[str], tests: list[str]) 
     mutmut itself cannot rerun them with another test selection: changing it resets every cached verdict. The
     unmutated run comes first and must pass."""
     tests = tests or [f"tests/test_tool_survivors_{module}.py"]
-    for test in tests:
-        shutil.copy2(REPO / test, scratch / "mutants" / test)
+    for test in tests:  # a file, or one test of it (tests/test_x.py::test_y)
+        shutil.copy2(REPO / test.split("::")[0], scratch / "mutants" / test.split("::")[0])
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     results = _tagged_result(
         [RECHECK, ",".join(tests), *survivors], "RECHECK", scratch / "mutants", f"the recheck of {module}", env

@@ -105,7 +105,9 @@ def test_the_whole_trainer_state_types_included_equals_an_uninterrupted_runs_aft
     straight = _trainer(4)
     straight.train(3)
     _add_awkward_tensors(straight)
+    random.gauss(0.0, 1.0)  # one draw of a pair: Python keeps the second (its gauss_next) in its state
     at_save = copy.deepcopy(straight.state())
+    assert at_save["python_rng"][2] is not None
     assert type(at_save["optimizer"]["param_groups"][0]["betas"]) is tuple
     straight.save(str(tmp_path / "ck"))
     straight.train()

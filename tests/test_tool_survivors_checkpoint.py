@@ -150,3 +150,19 @@ def test_the_bytes_of_every_tensor_in_a_nested_state_are_counted():
              "step": 12, "name": "run"}  # fmt: skip
     assert tensor_bytes(state) == 3 * 4 * 4 + 5 * 8 + 2 * 2 * 4
     assert tensor_bytes({"step": 1, "lr": 0.5, "tags": ["a"]}) == 0
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{}, {"step": 0}, {"empty": {}, "none": None, "list": [], "tuple": (), "nested": {"a": [{}], "b": ((),)}}],
+    ids=["empty", "one", "empty-containers"],
+)
+def test_a_training_state_comes_back_as_it_was_saved_even_empty(tiny, tmp_path, state):
+    """save_checkpoint: "optional training state": whatever dict is given (an empty one too) is loaded back equal,
+    types of its containers included; none given loads as None."""
+    save_checkpoint(tmp_path / "given", tiny, trainer_state=state)
+    loaded = load_checkpoint(tmp_path / "given").trainer_state
+    assert loaded == state and type(loaded) is dict
+    assert type(loaded.get("tuple", ())) is tuple and type(loaded.get("list", [])) is list
+    save_checkpoint(tmp_path / "none", tiny)
+    assert load_checkpoint(tmp_path / "none").trainer_state is None

@@ -232,3 +232,67 @@ def test_a_field_under_a_unary_plus_is_read():
 
     assert hint_fields(parse_hint(Float[Tensor, "+{a.b}"], [])) == (("a", ("b",)),)
     assert hint_fields(parse_hint(Float[Tensor, "n +{self.k}"], [])) == (("self", ("k",)),)
+
+
+def test_container_hints_say_what_their_items_ask_for():
+    """parse_hint: ``tuple[X, ...]``, ``list[X]`` and ``dict[K, V]`` are read item by item (an item that asks
+    nothing is ``("any",)``); an annotation with one argument that is not a list (``set[int]``, ``type[int]``) is
+    not read as one."""
+    classes: list = []
+    assert parse_hint(dict[str, int], classes) == ("dict", ("class", 0), ("class", 1)) and classes == [str, int]
+    assert parse_hint(dict[typing.Any, typing.Any], []) == ("dict", ("any",), ("any",))
+    assert parse_hint(tuple[typing.Any, ...], []) == ("tuple_of", ("any",))
+    assert parse_hint(list[typing.Any], []) == ("list", ("any",))
+    assert parse_hint(set[int], []) is None and parse_hint(type[int], []) is None
+
+
+@pytest.mark.parametrize("container", ["tuple[{}, ...]", "list[{}]", "dict[str, {}]"])
+def test_the_fields_an_item_of_a_container_reads_are_listed(container):
+    """hint_fields: the ``{name.attr}`` fields of every item of a container annotation (the traced checker fills
+    them from the call, as for a bare array)."""
+    from transformer import Float, Tensor
+    from transformer.contracts.grammar import hint_fields
+
+    names = {"Float": Float, "Tensor": Tensor, "str": str}
+    annotation = eval(container.format('Float[Tensor, "{self.d_model} {x.n}"]'), names)  # noqa: S307 (a literal of ours)
+    assert hint_fields(parse_hint(annotation, [])) == (("self", ("d_model",)), ("x", ("n",)))
+
+
+def test_the_dtypes_an_array_annotation_accepts_are_jaxtypings_own():
+    """array_dtypes: the torch dtypes a jaxtyping array annotation accepts, as jaxtyping matches them (a dtype
+    name equal to a string, or matched by a regex, as a custom ``AbstractDtype`` may give), None for any
+    (``Shaped``). jaxtyping itself is the reference: each torch dtype is in the tuple exactly when jaxtyping's
+    isinstance accepts a tensor of it. The function is checked inside the test, so its contract is built from the
+    grammar as it is now."""
+    import re
+
+    from jaxtyping import AbstractDtype, Float, Int, Shaped
+
+    from transformer.contracts.grammar import array_dtypes
+
+    class Wide(AbstractDtype):
+        dtypes = [re.compile(r"float(32|64)$"), "int64"]
+
+    for kind in (Float, Int, Wide):
+        annotation = kind[torch.Tensor, "n"]
+        accepted = {dt for dt in (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)}
+        accepted = {dt for dt in accepted if isinstance(torch.zeros(2, dtype=dt), annotation)}
+        assert accepted and accepted == set(array_dtypes(annotation)) & {
+            torch.float16,
+            torch.float32,
+            torch.float64,
+            torch.int32,
+            torch.int64,
+            torch.bool,
+        }, kind
+    assert set(array_dtypes(Wide[torch.Tensor, "n"])) == {torch.float32, torch.float64, torch.int64}
+    assert array_dtypes(Shaped[torch.Tensor, "n"]) is None
+
+    def wide(x):
+        return x
+
+    wide.__annotations__ = {"x": Wide[torch.Tensor, "n"], "return": Wide[torch.Tensor, "n"]}  # a local class
+    wide = checked(wide)
+    assert wide(torch.zeros(3, dtype=torch.float64)).dtype == torch.float64
+    with pytest.raises(TypeCheckError, match="argument 'x'"):
+        wide(torch.zeros(3, dtype=torch.float16))
