@@ -385,3 +385,22 @@ def test_the_translation_flags_reach_the_data_the_model_the_trainer_and_the_repo
     assert _schedule(trainer).warmup == 9 and _schedule(trainer).peak == pytest.approx(0.01, rel=1e-12)
     results = json.loads((out / "meta.json").read_text())["metadata"]["results"]
     assert (results["eval_lines"], results["beam_size"]) == (3, 2)
+
+
+@pytest.mark.parametrize("task", ["lm", "translate"])
+def test_a_zero_given_on_the_command_line_is_zero_not_the_default(tmp_path, capture, task):
+    """``--dropout P``: a value given is the value used, 0 included; only an absent flag takes the task's default
+    (0.1 for both tasks)."""
+    seen = capture(stop=True)
+    tiny = ["--d-model", "16", "--layers", "1", "--heads", "2", "--d-ff", "24", "--max-tokens", "64", "--no-progress"]
+    if task == "lm":
+        data = ["--text", write_corpus(tmp_path), "--tokenizer", "char", "--block-len", "12"]
+    else:
+        pairs = tmp_path / "pairs.txt"
+        pairs.write_text("".join(f"{w} {v}\t{v} {w}\n" for w in ("one", "two") for v in ("four", "five")) * 4)
+        data = ["--train", str(pairs), "--valid", str(pairs), "--tokenizer", "char"]
+    for given, expected in ((["--dropout", "0"], 0.0), ([], 0.1)):
+        with pytest.raises(_Captured):
+            main(["train", task, *data, *tiny, *given, "--steps", "1", "--out", str(tmp_path / f"run{len(given)}")])
+        config = seen["trainer"].model.config
+        assert (config.dropout, config.attention_dropout) == (expected, expected), given

@@ -4,6 +4,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind31a,
     blind31b,
     blind31c,
+    blind31d,
     blind_backends29,
     blind_check30,
     blind_contracts,
@@ -83,6 +84,7 @@ ALL: list[Mutant] = [
     *blind31a.MUTANTS,
     *blind31b.MUTANTS,
     *blind31c.MUTANTS,
+    *blind31d.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]
