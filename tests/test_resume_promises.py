@@ -21,12 +21,13 @@ import types
 import pytest
 import torch
 from cli_helpers import write_corpus
+from run_safety_helpers import shuffled_copy_batches, stateful_copy_trainer
 
 import transformer as T
 from transformer.checkpoint import load_checkpoint
 from transformer.cli import main, train_files
 from transformer.tasks import CopyTask
-from transformer.training import LabelSmoothing, Trainer, TrainerConfig
+from transformer.training import Trainer
 
 
 def assert_identical(a, b, where="state"):
@@ -64,30 +65,12 @@ class UserSchedule:
 
 def _trainer(seed: int, device: str = "cpu") -> Trainer:
     torch.manual_seed(seed)
-    task = CopyTask()
     model = T.make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, dropout=0.2)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-9)
     optimizer.param_groups[0]["user"] = (1, (2.5, "x"), [3, (4,)])  # a user's tuples inside the optimizer state
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, UserSchedule())
-
-    def batches(generator):
-        while True:
-            src, tgt = task.sample(generator, 4)
-            rows = list(range(4))
-            random.shuffle(rows)  # Python's RNG is part of the stream
-            yield task.batch(src[rows], tgt[rows])
-
-    evals = [task.batch(*task.sample(torch.Generator().manual_seed(8), 4))]
-    return Trainer(
-        model,
-        optimizer,
-        batches,
-        criterion=LabelSmoothing(11, 0, 0.1),
-        scheduler=scheduler,
-        eval_batches=lambda: evals,
-        seed=seed,
-        device=device,
-        config=TrainerConfig(steps=6, eval_every=2),
+    return stateful_copy_trainer(
+        model, optimizer, shuffled_copy_batches(CopyTask()), scheduler=scheduler, seed=seed, device=device
     )
 
 

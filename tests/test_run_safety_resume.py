@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from run_safety_helpers import params, tiny_trainer
+from run_safety_helpers import params, shuffled_copy_batches, stateful_copy_trainer, tiny_trainer
 
 import transformer as T
 from transformer.checkpoint import (
@@ -22,10 +22,7 @@ from transformer.checkpoint import (
 )
 from transformer.tasks import CopyTask
 from transformer.training import (
-    LabelSmoothing,
     NoamSchedule,
-    Trainer,
-    TrainerConfig,
     TrainingInterrupted,
     noam_factor,
 )
@@ -194,13 +191,7 @@ def _stateful_trainer(seed, kind):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, NoamSchedule(16, 1.0, 3))
     task = CopyTask()
     if kind == "generator":
-
-        def batches(generator):
-            while True:
-                src, tgt = task.sample(generator, 4)
-                rows = list(range(4))
-                random.shuffle(rows)  # Python's RNG is part of the stream
-                yield task.batch(src[rows], tgt[rows])
+        batches = shuffled_copy_batches(task)
     else:
         lengths = torch.randint(2, 9, (40,), generator=torch.Generator().manual_seed(5)).tolist()
 
@@ -211,17 +202,7 @@ def _stateful_trainer(seed, kind):
             return task.batch(ids, ids)
 
         batches = ResumableBatches(lengths, 24, make_batch, seed=5)  # the plan: part of the trainer's definition
-    evals = [task.batch(*task.sample(torch.Generator().manual_seed(8), 4))]
-    return Trainer(
-        model,
-        optimizer,
-        batches,
-        criterion=LabelSmoothing(11, 0, 0.1),
-        scheduler=scheduler,
-        eval_batches=lambda: evals,
-        seed=seed,
-        config=TrainerConfig(steps=6, eval_every=2),
-    )
+    return stateful_copy_trainer(model, optimizer, batches, scheduler=scheduler, seed=seed)
 
 
 @pytest.mark.parametrize("kind", ["generator", "token-budget plan"])
