@@ -2,11 +2,13 @@
 
 Triton's tensors have power-of-two shapes, so head_dim 80 runs in a 128-wide tile (37.5 % of every product on zero
 padding) unless the tile is split into pieces: 80 = 64 + 16, 96 = 64 + 32 (kernels/_pieces.py). :func:`pieces` says
-where a split saves anything; :data:`SPLIT_BY_DEFAULT` names the kernels whose sm_90 compile check says it pays
-(docs/kernels.md, "head_dim 80 and 96"), and :func:`tile` gives a launch its ``BLOCK_D``/``BLOCK_D2``.
+where a split saves anything; :data:`SPLIT_BY_DEFAULT` names the kernels whose sm_90 compile check says it pays at
+the head_dims it measured, :data:`SPLIT_HEAD_DIMS` (docs/kernels.md, "head_dim 80 and 96"), and :func:`tile` gives a
+launch its ``BLOCK_D``/``BLOCK_D2``.
 
 ``TYPED_TRANSFORMER_HEAD_DIM_TILES`` overrides the choice for every kernel: ``padded`` (one tile, as before issue 27)
-or ``split`` (pieces wherever :func:`pieces` has them); unset or ``auto``: :data:`SPLIT_BY_DEFAULT`. It is read at
+or ``split`` (pieces wherever :func:`pieces` has them); unset or ``auto``: pieces for the kernels of
+:data:`SPLIT_BY_DEFAULT` at :data:`SPLIT_HEAD_DIMS`, the padded tile elsewhere. It is read at
 the first launch; :func:`forced` overrides it inside a block (tests, scripts/gpu_check).
 """
 
@@ -19,7 +21,11 @@ from ._args import block_d
 TILES_ENV = "TYPED_TRANSFORMER_HEAD_DIM_TILES"
 MODES = ("auto", "padded", "split")
 KERNELS = ("forward", "split", "dkdv", "dq")  # kernels/_tuning.py's names (the split-KV forward is "split")
-SPLIT_BY_DEFAULT: frozenset = frozenset()  # the compile check's decision (docs/kernels.md): none pays yet
+# The compile check's decision (benchmarks/kernel_split_head_dim.py, docs/kernels.md): at 80 and 96 the split has
+# fewer products, registers and shared memory at every pipelined config of these kernels; the split-KV forward's
+# 16-row blocks (Ampere-style MMAs) need more registers and MMA instructions split, so it stays padded.
+SPLIT_BY_DEFAULT = frozenset({"forward", "dkdv", "dq"})
+SPLIT_HEAD_DIMS = frozenset({80, 96})  # where it was measured; other head_dims split only when forced
 
 
 def pieces(head_dim: int) -> tuple[int, int] | None:
@@ -65,7 +71,8 @@ def forced(mode: str):
 @functools.lru_cache(maxsize=1024)
 def _tile(kernel: str, head_dim: int, mode: str) -> tuple:
     split = pieces(head_dim)
-    if split is None or mode == "padded" or (mode == "auto" and kernel not in SPLIT_BY_DEFAULT):
+    default = kernel in SPLIT_BY_DEFAULT and head_dim in SPLIT_HEAD_DIMS
+    if split is None or mode == "padded" or (mode == "auto" and not default):
         return ("BLOCK_D", block_d(head_dim)), ("BLOCK_D2", 0)
     return ("BLOCK_D", split[0]), ("BLOCK_D2", split[1])
 

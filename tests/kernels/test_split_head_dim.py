@@ -2,7 +2,13 @@
 (kernels/_head_dim.py chooses, kernels/_pieces.py holds the tiles). Under ``_head_dim.forced("split")`` the forward
 (both load paths: tensor descriptors and pointers; the split-KV forward), dQ and dK/dV run the pieces; every check
 compares with a float64 reference (the FlashAttention rule of kernel_compare.py) and asserts, from the recorded
-launches, that the kernels really ran split. Also 48 = 32 + 16 and 72 = 64 + 16 (a second piece partly padding)."""
+launches, that the kernels really ran split. Also 48 = 32 + 16 and 72 = 64 + 16 (a second piece partly padding). Last:
+the committed sm_90 compile figures, and the launcher's default that follows them."""
+
+import importlib.util
+import itertools
+import json
+import pathlib
 
 import pytest
 import torch
@@ -47,16 +53,25 @@ def test_tile_modes_and_the_environment_variable(monkeypatch):
     assert _head_dim.tile("forward", 64) == (("BLOCK_D", 64), ("BLOCK_D2", 0))  # nothing to split
     with _head_dim.forced("padded"):
         assert _head_dim.tile("dkdv", 96) == (("BLOCK_D", 128), ("BLOCK_D2", 0))
-        with _head_dim.forced("auto"):
-            for kernel in _head_dim.KERNELS:
-                split = kernel in _head_dim.SPLIT_BY_DEFAULT
-                assert _head_dim.tile(kernel, 96) == (
-                    ("BLOCK_D", 64 if split else 128),
-                    ("BLOCK_D2", 32 if split else 0),
-                )
+        with _head_dim.forced("auto"):  # the compile check's choice: not the split-KV forward, only at 80 and 96
+            assert _head_dim.tile("forward", 96) == (("BLOCK_D", 64), ("BLOCK_D2", 32))
+            assert _head_dim.tile("dkdv", 80) == _head_dim.tile("dq", 80) == (("BLOCK_D", 64), ("BLOCK_D2", 16))
+            assert _head_dim.tile("split", 80) == (("BLOCK_D", 128), ("BLOCK_D2", 0))
+            assert _head_dim.tile("forward", 48) == (("BLOCK_D", 64), ("BLOCK_D2", 0))  # not measured: padded
     assert _head_dim.parse_mode(None) == "auto" and _head_dim.parse_mode(" split ") == "split"
-    with pytest.raises(ValueError, match=r"TYPED_TRANSFORMER_HEAD_DIM_TILES must be one of .* got 'halves'"):
-        _head_dim.parse_mode("halves")
+    monkeypatch.setattr(_head_dim, "_forced", [])  # no forced() block: the environment decides
+    try:
+        for value, expected in (("padded", 128), ("split", 64), ("", 64), ("auto", 64)):
+            monkeypatch.setenv(_head_dim.TILES_ENV, value)
+            _head_dim._env_mode.cache_clear()
+            assert _head_dim.tile("dq", 96)[0] == ("BLOCK_D", expected), value
+        monkeypatch.setenv(_head_dim.TILES_ENV, "halves")
+        _head_dim._env_mode.cache_clear()
+        with pytest.raises(ValueError, match=r"TYPED_TRANSFORMER_HEAD_DIM_TILES must be one of .* got 'halves'"):
+            _head_dim.tile("dq", 96)
+    finally:
+        monkeypatch.undo()
+        _head_dim._env_mode.cache_clear()
     with pytest.raises(ValueError, match="kernel must be one of"):
         _head_dim.tile("delta", 80)
 
@@ -244,3 +259,58 @@ def test_softcap_alibi_window_and_documents(dtype):
     for mine, theirs, exact in pairs:
         scale = max(1.0, exact.abs().max().item())
         assert max_err(mine, exact) <= 2 * max_err(theirs, exact) + tolerance * scale
+
+
+# --- the sm_90 compile check (benchmarks/kernel_split_head_dim.py) and the launcher's default
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TUNING_NAME = {"forward": "forward", "forward, pointers": "forward", "forward split-KV": "split", "dk/dv": "dkdv"}
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_power_of_two_head_dims_compile_to_the_code_of_before():
+    """The committed comparison with main before the split (6c07c8b): every kernel's default config at head_dim 64
+    and 128, switches off, causal and all on: the same registers, spilled bytes, shared memory and SASS count."""
+    script = _script("kernel_refactor_resources")
+    data = json.loads((ROOT / "benchmarks/results/kernel_split_head_dim_unchanged.json").read_text())
+    after = {script.key(row): row for row in data["rows"]}
+    before = {script.key(row): row for row in data["before"]}
+    assert set(after) == set(before) == set(itertools.product(script.KERNEL_NAMES, (64, 128), script.FLAG_SETS))
+    changed = {key: field for key in after for field in script.FIELDS if after[key][field] != before[key][field]}
+    assert changed == {}
+
+
+def test_the_compile_check_covers_every_config_and_the_launcher_follows_its_decision():
+    """Every config of every kernel at 80 and 96, padded and split; the shared-memory estimate (which prunes configs)
+    is never below the compiler's figure; the recorded decision is the script's rule applied to the rows; and
+    kernels/_head_dim.py splits by default exactly the kernels whose every compiled variant pays at 80 and 96."""
+    script = _script("kernel_split_head_dim")
+    data = json.loads((ROOT / "benchmarks/results/kernel_split_head_dim.json").read_text())
+    rows = data["rows"]
+    configs = {
+        name: [f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}x{c.num_warps}x{c.num_stages}" for c in configs]
+        for name, configs in _tuning.KERNEL_CONFIGS.items()
+    }
+    expected = {
+        (kernel, head_dim, config, tile)
+        for kernel in script.KERNEL_NAMES
+        for head_dim in script.HEAD_DIMS
+        for config in configs[TUNING_NAME.get(kernel, kernel)]
+        for tile in ("padded", "split")
+    }
+    assert {(r["kernel"], r["head_dim"], r["config"], r["tile"]) for r in rows} == expected
+    assert all(r["estimate_bytes"] >= r["shared_bytes"] for r in rows)
+    decision = {(d["kernel"], d["head_dim"]): (d["split_pays"], d["against"]) for d in data["decision"]}
+    assert decision == {key: (pays, reasons) for key, (pays, reasons) in script.decide(rows).items()}
+    pays = {TUNING_NAME.get(kernel, kernel) for kernel in script.KERNEL_NAMES}
+    for (kernel, _), (split_pays, _) in decision.items():
+        if not split_pays:
+            pays.discard(TUNING_NAME.get(kernel, kernel))
+    assert _head_dim.SPLIT_BY_DEFAULT == pays
+    assert _head_dim.SPLIT_HEAD_DIMS == set(script.HEAD_DIMS)
