@@ -29,7 +29,8 @@ def _dkdv_step(
     four dots only BLOCK_M rows). ``block``: the key block's (offs_n, cols, bh, head, scaling, masks, spans, rng,
     (s_qm, s_qd, s_dm, s_dd)), ``cols`` the head-dim pieces of dk, dv, k, v (kernels/_pieces.py), kernels/_common.py's
     tuples and the row and head-dim strides of q and dO; PRECISION, BLOCK_M, BLOCK_N and MASKED: constexprs."""
-    offs_n, cols, bh, head, scaling, masks, spans, rng, (s_qm, s_qd, s_dm, s_dd) = block
+    offs_n, cols, bh, head, scaling, masks, spans, rng, strides = block  # no nested unpacking: triton 3.6 rejects it
+    s_qm, s_qd, s_dm, s_dd = strides
     _, _, q_len, _, _ = head
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = load_tile(q_base, start_m, offs_m, cols, s_qm, s_qd, q_len, False)

@@ -26,7 +26,8 @@ def _dq_step(
 ):
     """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N]; dq, q and do in head-dim
     pieces); ``block``, ``kv_strides`` and the constexprs as kernels/_online_softmax.py ``softmax_step``'s."""
-    offs_m, cols, bh, head, scaling, masks, (row_lo, row_hi), rng = block
+    offs_m, cols, bh, head, scaling, masks, row_bounds, rng = block  # no nested unpacking: triton 3.6 rejects it
+    row_lo, row_hi = row_bounds
     s_kn, s_kd, s_vn, s_vd = kv_strides
     _, _, q_len, _, kv_end = head
     offs_n = start_n + tl.arange(0, BLOCK_N)

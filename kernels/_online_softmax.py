@@ -20,7 +20,8 @@ def softmax_step(
     kernels/_common.py's tuples, (row_lo, row_hi) the queries' row ranges by documents and windows; ``acc`` and ``q``
     are tiles in those pieces; ``kv_strides``: (s_kn, s_kd, s_vn, s_vd); PRECISION, BLOCK_M, BLOCK_N, MASKED and
     TMA: constexprs."""
-    offs_m, cols, bh, head, scaling, masks, (row_lo, row_hi), rng = block
+    offs_m, cols, bh, head, scaling, masks, row_bounds, rng = block  # no nested unpacking: triton 3.6 rejects it
+    row_lo, row_hi = row_bounds
     s_kn, s_kd, s_vn, s_vd = kv_strides
     _, _, q_len, _, kv_end = head
     HAS_SOFTCAP: tl.constexpr = FLAGS[5]
