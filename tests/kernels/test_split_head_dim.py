@@ -105,6 +105,13 @@ def test_the_autotune_key_and_the_shared_memory_pruning_see_the_pieces(monkeypat
     split = forward.early_config_prune(forward.configs, named, BLOCK_D=128, BLOCK_D2=64)
     assert split == forward.early_config_prune(forward.configs, named, BLOCK_D=192)
     assert set(padded) < set(split)
+    # TYPED_TRANSFORMER_KERNEL_CONFIGS=first pins the first config that fits the pieces: in fp32 at 80 (64 + 16)
+    # the forward's first, 128x64 x 3 stages; the padded 128-wide tile only gets the fourth, 128x32
+    monkeypatch.setenv(_tuning.CONFIGS_ENV, "first")
+    first = _tuning.build(_forward._fwd_kernel, "forward")
+    named = {"Q": torch.empty(1, dtype=torch.float32)}
+    assert first.early_config_prune(first.configs, named, BLOCK_D=64, BLOCK_D2=16) == [_tuning.FWD_CONFIGS[0]]
+    assert first.early_config_prune(first.configs, named, BLOCK_D=128, BLOCK_D2=0) == [_tuning.FWD_CONFIGS[3]]
 
 
 CASES = {  # name: (batch, heads, kv_heads, q_len, k_len, masks)
