@@ -2,18 +2,13 @@
 (kernels/_head_dim.py chooses, kernels/_pieces.py holds the tiles). Under ``_head_dim.forced("split")`` the forward
 (both load paths: tensor descriptors and pointers; the split-KV forward), dQ and dK/dV run the pieces; every check
 compares with a float64 reference (the FlashAttention rule of kernel_compare.py) and asserts, from the recorded
-launches, that the kernels really ran split. Also 48 = 32 + 16 and 72 = 64 + 16 (a second piece partly padding). Last:
-the committed sm_90 compile figures, and the launcher's default that follows them."""
-
-import importlib.util
-import itertools
-import json
-import pathlib
+launches, that the kernels really ran split. Also 48 = 32 + 16 and 72 = 64 + 16 (a second piece partly padding). The
+committed sm_90 compile figures and the launcher's default that follows them: test_split_head_dim_resources.py."""
 
 import pytest
 import torch
-from attention_reference import allowed_matrix, attention, max_err
-from kernel_compare import compare_on_views, rand
+from attention_reference import allowed_matrix, max_err
+from kernel_compare import assert_matches_dropout_reference, compare_on_views, rand
 from launch_capture import launched, launches
 from philox_model import P, model_keep
 from structure_reference import reference
@@ -217,12 +212,7 @@ def test_dropout_draws_the_same_mask(head_dim):
         grad_out = torch.randn_like(out)
         out.backward(grad_out)
     assert_tiles(seen, head_dim)
-    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    ref = attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0]
-    ref.backward(grad_out.double())
-    assert max_err(out, ref) < 1e-5
-    for mine, theirs in zip(leaves, ref_leaves, strict=True):
-        assert max_err(mine.grad, theirs.grad) < 1e-5
+    assert_matches_dropout_reference(out, leaves, grad_out, (q, k, v), allowed, keep)
 
 
 @pytest.mark.parametrize("head_dim", [80, 96])
@@ -266,58 +256,3 @@ def test_softcap_alibi_window_and_documents(dtype):
     for mine, theirs, exact in pairs:
         scale = max(1.0, exact.abs().max().item())
         assert max_err(mine, exact) <= 2 * max_err(theirs, exact) + tolerance * scale
-
-
-# --- the sm_90 compile check (benchmarks/kernel_split_head_dim.py) and the launcher's default
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TUNING_NAME = {"forward": "forward", "forward, pointers": "forward", "forward split-KV": "split", "dk/dv": "dkdv"}
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_power_of_two_head_dims_compile_to_the_code_of_before():
-    """The committed comparison with main before the split (6c07c8b): every kernel's default config at head_dim 64
-    and 128, switches off, causal and all on: the same registers, spilled bytes, shared memory and SASS count."""
-    script = _script("kernel_refactor_resources")
-    data = json.loads((ROOT / "benchmarks/results/kernel_split_head_dim_unchanged.json").read_text())
-    after = {script.key(row): row for row in data["rows"]}
-    before = {script.key(row): row for row in data["before"]}
-    assert set(after) == set(before) == set(itertools.product(script.KERNEL_NAMES, (64, 128), script.FLAG_SETS))
-    changed = {key: field for key in after for field in script.FIELDS if after[key][field] != before[key][field]}
-    assert changed == {}
-
-
-def test_the_compile_check_covers_every_config_and_the_launcher_follows_its_decision():
-    """Every config of every kernel at 80 and 96, padded and split; the shared-memory estimate (which prunes configs)
-    is never below the compiler's figure; the recorded decision is the script's rule applied to the rows; and
-    kernels/_head_dim.py splits by default exactly the kernels whose every compiled variant pays at 80 and 96."""
-    script = _script("kernel_split_head_dim")
-    data = json.loads((ROOT / "benchmarks/results/kernel_split_head_dim.json").read_text())
-    rows = data["rows"]
-    configs = {
-        name: [f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}x{c.num_warps}x{c.num_stages}" for c in configs]
-        for name, configs in _tuning.KERNEL_CONFIGS.items()
-    }
-    expected = {
-        (kernel, head_dim, config, tile)
-        for kernel in script.KERNEL_NAMES
-        for head_dim in script.HEAD_DIMS
-        for config in configs[TUNING_NAME.get(kernel, kernel)]
-        for tile in ("padded", "split")
-    }
-    assert {(r["kernel"], r["head_dim"], r["config"], r["tile"]) for r in rows} == expected
-    assert all(r["estimate_bytes"] >= r["shared_bytes"] for r in rows)
-    decision = {(d["kernel"], d["head_dim"]): (d["split_pays"], d["against"]) for d in data["decision"]}
-    assert decision == {key: (pays, reasons) for key, (pays, reasons) in script.decide(rows).items()}
-    pays = {TUNING_NAME.get(kernel, kernel) for kernel in script.KERNEL_NAMES}
-    for (kernel, _), (split_pays, _) in decision.items():
-        if not split_pays:
-            pays.discard(TUNING_NAME.get(kernel, kernel))
-    assert _head_dim.SPLIT_BY_DEFAULT == pays
-    assert _head_dim.SPLIT_HEAD_DIMS == set(script.HEAD_DIMS)
