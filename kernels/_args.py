@@ -123,8 +123,8 @@ def kernel_constexprs(
 ) -> dict:
     """The compile-time switches every attention kernel (forward, dK/dV, dQ) is launched with; ``blocks``: the
     interpreter's (("BLOCK_M", m), ("BLOCK_N", n)) (() for an autotuned kernel, which passes its config's);
-    ``extra``: more (name, value) pairs. Built once per combination (host time per call): the same dict is returned
-    every time, so callers must not modify it."""
+    ``extra``: more (name, value) pairs, among them the head-dim tile (kernels/_head_dim.py ``tile``). Built once
+    per combination (host time per call): the same dict is returned every time, so callers must not modify it."""
     key = (q.shape[-1], q.dtype, mask is None, key_mask is None, key_lengths is None, causal, dropout_p > 0.0)
     key = (*key, blocks, extra)
     found = _CONSTEXPRS.get(key)
@@ -138,7 +138,6 @@ def kernel_constexprs(
             CAUSAL=bool(causal),
             DROPOUT=dropout_p > 0.0,
             PRECISION=dot_precision(q.dtype),
-            BLOCK_D=block_d(head_dim),
             **dict(blocks),
             **dict(extra),
         )

@@ -5,10 +5,11 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _grid, _tuning
+from . import _grid, _head_dim, _tuning
 from ._args import (
     acc_dtype,
     autotuned,
+    block_d,
     device_guard,
     eager_launch,
     kernel_constexprs,
@@ -41,7 +42,8 @@ def _delta_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    bh, b, h, _, offs_m, offs_d, d_ok = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, HEAD_MAJOR)
+    bh, b, h, _, offs_m, cols = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, 0, HEAD_MAJOR)
+    offs_d, d_ok = cols[0]  # one padded head-dim tile: an elementwise kernel
     o = load_rows(head_ptr(O, b, h, s_ob, s_oh), offs_m, offs_d, s_om, s_od, q_len, d_ok)
     do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
     delta = tl.sum(o.to(DELTA.dtype.element_ty) * do.to(DELTA.dtype.element_ty), 1)
@@ -99,12 +101,16 @@ def backward(
     group = heads // kv_heads
     scalars = (*side_strides, s_sb, s_sh, heads, group, q_len, k_len, scale, dropout_p, *modifiers, *tuning)
     blocks = _tuning.interpret_block_items if INTERPRETED else ()
-    constexprs = kernel_constexprs(
-        q, mask, key_mask, key_lengths, causal, dropout_p, blocks, structure_flags(*structure)
+    flags = structure_flags(*structure)
+    dkdv_constexprs, dq_constexprs = (  # each with its head-dim tile: padded, or in power-of-two pieces
+        kernel_constexprs(
+            q, mask, key_mask, key_lengths, causal, dropout_p, blocks, (*flags, *_head_dim.tile(k, head_dim))
+        )
+        for k in ("dkdv", "dq")
     )
     shares = _tuning.group_splits(batch, kv_heads, group, k_len, device)
     klen_dtype = key_lengths.dtype if key_lengths is not None else None
-    key = ("backward", shares, *tuning, id(constexprs), group, klen_dtype, device)
+    key = ("backward", shares, *tuning, id(dkdv_constexprs), id(dq_constexprs), group, klen_dtype, device)
     if _tuning._tuned:  # some kernel may time configs at a new key (CUDA, not pinned): not while capturing
         _tuning.check_ready(("dkdv", "dq"), key, device)
     eager = kernel_wrapper is eager_launch
@@ -115,7 +121,7 @@ def backward(
         delta = torch.empty((batch, heads, q_len), device=device, dtype=acc)
         wrap(delta_kernel)[_grid.blocks_grid(q_len, 32, pairs)](
             out, do, delta, *out.stride(), *do.stride(), heads, q_len, HEAD_DIM=head_dim, BLOCK_M=32,
-            BLOCK_D=constexprs["BLOCK_D"],
+            BLOCK_D=block_d(head_dim),
         )  # fmt: skip
         if grad_lse is not None:  # d lse_i / d s_ij = p_ij, which folds into delta
             delta -= grad_lse  # in place: delta keeps its contiguous layout whatever grad_lse's strides are
@@ -127,15 +133,15 @@ def backward(
         args = (q, k, v, do, lse, delta, dk, dv, *sides, *strides_in, *dk.stride(), *dv.stride(), *scalars, shares)
         grid = lambda meta: _grid.blocks_grid(k_len, meta["BLOCK_N"], batch * kv_heads * shares)  # noqa: E731
         if eager:
-            launch(dkdv_kernel, grid, ("dkdv", *key), args, constexprs)
+            launch(dkdv_kernel, grid, ("dkdv", *key), args, dkdv_constexprs)
         else:
-            wrap(dkdv_kernel)[grid](*args, **constexprs)
+            wrap(dkdv_kernel)[grid](*args, **dkdv_constexprs)
         if shares > 1:
             dk, dv = (t.view(batch, kv_heads, shares, k_len, head_dim).sum(2).to(k.dtype) for t in (dk, dv))
         args = (q, k, v, do, lse, delta, dq, *sides, *strides_in, *dq.stride(), *scalars)
         grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa: E731
         if eager:
-            launch(dq_kernel, grid, ("dq", *key), args, constexprs)
+            launch(dq_kernel, grid, ("dq", *key), args, dq_constexprs)
         else:
-            wrap(dq_kernel)[grid](*args, **constexprs)
+            wrap(dq_kernel)[grid](*args, **dq_constexprs)
     return dq, dk, dv

@@ -30,7 +30,8 @@ def _combine_kernel(
 ):
     """FlashDecoding's reduction: out = sum over splits of exp(lse_s - lse) * out_s, lse = log sum exp(lse_s),
     per (batch, head, query block); a row no split saw a key of gets 0 and -inf."""
-    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, HEAD_MAJOR)
+    bh, b, h, pid_m, offs_m, cols = program_tile(q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, 0, HEAD_MAJOR)
+    offs_d, d_ok = cols[0]  # one padded head-dim tile: an elementwise reduction
     row_ok = offs_m < q_len
     lse_base = LW + bh.to(tl.int64) * n_splits * q_len + offs_m
     m = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)

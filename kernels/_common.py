@@ -1,5 +1,5 @@
 """Triton helpers shared by the forward and backward kernels: the scores of a tile and which are allowed, dropout,
-tile loads, the blocks each program visits.
+tile loads, the head-dim columns in power-of-two pieces, the blocks each program visits.
 
 The helpers take what the three kernels share as tuples (Triton passes tuples to jit functions; constexprs inside
 stay constexprs, so the compiled code is the same as with the values one by one):
@@ -54,18 +54,45 @@ def allowed_block(head, qi, kj, masks, row_lo, row_hi, FLAGS):
 
 
 @triton.jit
+def columns(HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr):
+    """The head-dim columns of a tile, one (offs_d, d_ok) pair per piece: column indices and which are real
+    (< HEAD_DIM). ``BLOCK_D2 == 0``: one piece of BLOCK_D columns, the power of two at or above HEAD_DIM (the padded
+    tile). Else two power-of-two pieces, [0, BLOCK_D) and [BLOCK_D, BLOCK_D + BLOCK_D2) (head_dim 80 = 64 + 16,
+    96 = 64 + 32: Triton's tensors have power-of-two shapes, and a 128-wide tile would spend 37.5 % / 25 % of every
+    product on zero padding). A tile of rows is then a tuple with one tensor per piece (kernels/_pieces.py); Triton
+    flattens tuples when it compiles, so the one-piece tile is the code of a plain tensor."""
+    offs_d = tl.arange(0, BLOCK_D)
+    if BLOCK_D2 == 0:
+        cols = ((offs_d, offs_d < HEAD_DIM),)
+    else:
+        offs_d2 = BLOCK_D + tl.arange(0, BLOCK_D2)
+        cols = ((offs_d, offs_d < HEAD_DIM), (offs_d2, offs_d2 < HEAD_DIM))
+    return cols
+
+
+@triton.jit
+def dot_rows(a, b, PRECISION: tl.constexpr):
+    """a @ b^T over the head dim of two tiles in head-dim pieces (q k^T, dO v^T and their key-major transposes):
+    one dot per piece, the second accumulating onto the first."""
+    s = tl.dot(a[0], tl.trans(b[0]), input_precision=PRECISION)
+    if len(a) == 2:
+        s = tl.dot(a[1], tl.trans(b[1]), s, input_precision=PRECISION)
+    return s
+
+
+@triton.jit
 def scores(rows, cols, qi, kj, head, scaling, FLAGS, PRECISION: tl.constexpr):
     """(s, dcap) of one tile, the one score computation of the forward, dQ and dK/dV kernels (allowed_block says
     which of them count). ``s``: with softcap or ALiBi the base-2 scores (kernels/_structure.py
     ``modified_scores``), else the raw dot products rows . cols (the caller folds log2(e) * scale into one
     multiply-add per score). ``dcap``: the softcap's derivative (1.0 without one). Query-major (forward, dQ):
     rows = q, cols = k, qi / kj shaped [BLOCK_M, 1] / [1, BLOCK_N]; key-major (dK/dV): rows = k, cols = q,
-    transposed."""
+    transposed. ``rows`` and ``cols`` are tiles in head-dim pieces (see :func:`columns`)."""
     _, _, q_len, k_len, _ = head
     _, sm_scale, softcap, slope = scaling
     HAS_SOFTCAP: tl.constexpr = FLAGS[5]
     HAS_ALIBI: tl.constexpr = FLAGS[6]
-    s = tl.dot(rows, tl.trans(cols), input_precision=PRECISION)
+    s = dot_rows(rows, cols, PRECISION)
     dcap = 1.0
     if HAS_SOFTCAP or HAS_ALIBI:
         s, dcap = modified_scores(s, sm_scale, softcap, slope, qi, kj, q_len, k_len, HAS_SOFTCAP, HAS_ALIBI)
@@ -132,11 +159,18 @@ BLOCKS_DESCENDING = tl.constexpr(2)
 
 @triton.jit
 def program_tile(
-    length, heads, splits, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ORDER: tl.constexpr
+    length,
+    heads,
+    splits,
+    HEAD_DIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_D2: tl.constexpr,
+    ORDER: tl.constexpr,
 ):
-    """This program's place on the 1-D grid of _grid.blocks_grid, as (bh, b, h, block, offs, offs_d, d_ok): the
+    """This program's place on the 1-D grid of _grid.blocks_grid, as (bh, b, h, block, offs, cols): the
     (batch x heads) index and its batch and head (of ``heads`` heads), the block index among the blocks of
-    ``length`` rows, the block's row indices, the head-dim columns and which of them are real (< HEAD_DIM).
+    ``length`` rows, the block's row indices, and the head-dim columns per piece (:func:`columns`).
 
     The ``splits`` programs of one block are adjacent (the split is ``program_id % splits``). ``ORDER`` orders the
     blocks: HEAD_MAJOR, the blocks of one (batch, head) adjacent; BLOCKS_ASCENDING / BLOCKS_DESCENDING, block-major
@@ -154,8 +188,8 @@ def program_tile(
         block = pid // pairs
         if ORDER == BLOCKS_DESCENDING:
             block = blocks - 1 - block
-    offs_d = tl.arange(0, BLOCK_D)
-    return bh, bh // heads, bh % heads, block, block * BLOCK + tl.arange(0, BLOCK), offs_d, offs_d < HEAD_DIM
+    cols = columns(HEAD_DIM, BLOCK_D, BLOCK_D2)
+    return bh, bh // heads, bh % heads, block, block * BLOCK + tl.arange(0, BLOCK), cols
 
 
 @triton.jit
@@ -177,32 +211,6 @@ def load_rows(base, offs, offs_d, s_row, s_d, n_rows, d_ok):
     """Tile [len(offs), BLOCK_D] of rows ``offs < n_rows``; padded rows and head-dim columns read as 0."""
     ok = (offs[:, None] < n_rows) & d_ok[None, :]
     return tl.load(base + tile_offsets(offs, offs_d, s_row, s_d), mask=ok, other=0.0)
-
-
-@triton.jit
-def rows_source(
-    BASE, n_rows, s_row, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr
-):
-    """Where tiles of rows of one (batch, head) slice are read from (or written to): with ``TMA`` a tensor descriptor
-    over its (n_rows, HEAD_DIM) rows (Hopper's tensor memory accelerator copies whole [BLOCK, BLOCK_D] tiles, rows and
-    columns outside it read as 0), else the slice's pointer itself (for load_rows). The launcher chooses ``TMA`` only
-    when the strides and the data allow it (kernels/_args.py ``tma_ok``)."""
-    if TMA:
-        return tl.make_tensor_descriptor(
-            BASE, shape=[tl.maximum(n_rows, 1), HEAD_DIM], strides=[s_row, 1], block_shape=[BLOCK, BLOCK_D]
-        )
-    else:
-        return BASE
-
-
-@triton.jit
-def load_tile(src, start, offs, offs_d, s_row, s_d, n_rows, d_ok, TMA: tl.constexpr):
-    """The [len(offs), BLOCK_D] tile of rows ``offs`` (= start + arange) from rows_source's ``src``: rows at or past
-    ``n_rows`` and head-dim columns past HEAD_DIM read as 0 on both paths."""
-    if TMA:
-        return src.load([start, 0])
-    else:
-        return load_rows(src, offs, offs_d, s_row, s_d, n_rows, d_ok)
 
 
 @triton.jit

@@ -6,17 +6,17 @@ import triton.language as tl
 
 from ._common import (
     BLOCKS_DESCENDING,
+    dot_rows,
     head_ptr,
     keep_block,
     key_blocks,
     key_end,
     load_row_stats,
-    load_rows,
     load_seed,
     probs,
     program_tile,
-    tile_offsets,
 )
+from ._pieces import add_dots, load_tile, store_tile, times, zeros
 from ._structure import load_slope, row_range
 
 
@@ -24,25 +24,26 @@ from ._structure import load_slope, row_range
 def _dq_step(
     dq, q, do, lse2, delta, k_base, v_base, start_n, block, kv_strides, FLAGS, PRECISION, BLOCK_M, BLOCK_N, MASKED
 ):
-    """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N]); ``block``, ``kv_strides`` and
-    the constexprs as kernels/_online_softmax.py ``softmax_step``'s."""
-    offs_m, offs_d, d_ok, bh, head, scaling, masks, (row_lo, row_hi), rng = block
+    """Add one key block's contribution to dQ (query-major tiles [BLOCK_M, BLOCK_N]; dq, q and do in head-dim
+    pieces); ``block``, ``kv_strides`` and the constexprs as kernels/_online_softmax.py ``softmax_step``'s."""
+    offs_m, cols, bh, head, scaling, masks, row_bounds, rng = block  # no nested unpacking: triton 3.6 rejects it
+    row_lo, row_hi = row_bounds
     s_kn, s_kd, s_vn, s_vd = kv_strides
     _, _, q_len, _, kv_end = head
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = load_rows(k_base, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok)
-    v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)
+    k = load_tile(k_base, start_n, offs_n, cols, s_kn, s_kd, kv_end, False)
+    v = load_tile(v_base, start_n, offs_n, cols, s_vn, s_vd, kv_end, False)
     p, dcap = probs(
         q, k, lse2[:, None], offs_m[:, None], offs_n[None, :], head, scaling, masks, row_lo[:, None], row_hi[:, None],
         FLAGS, PRECISION, MASKED,
     )  # fmt: skip
-    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    dp = dot_rows(do, v, PRECISION)
     if FLAGS[7]:  # DROPOUT
         seed, offset, dropout_p, inv_keep = rng
         keep = keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N)
         dp = tl.where(keep, dp * inv_keep, 0.0)
     ds = p * (dp - delta[:, None]) * dcap  # dcap: the softcap's derivative (1.0 without one)
-    return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    return add_dots(dq, ds.to(k[0].dtype), k, PRECISION)
 
 
 @triton.jit
@@ -115,13 +116,14 @@ def _dq_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_D2: tl.constexpr,
 ):
-    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(
-        q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCKS_DESCENDING * CAUSAL
+    # tiles in head-dim pieces (BLOCK_D, and BLOCK_D2 > 0 for a split head dim: kernels/_pieces.py)
+    bh, b, h, pid_m, offs_m, cols = program_tile(
+        q_len, heads, 1, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCK_D2, BLOCKS_DESCENDING * CAUSAL
     )  # causal: longest first
-    m_ok = (offs_m[:, None] < q_len) & d_ok[None, :]
-    q = load_rows(head_ptr(Q, b, h, s_qb, s_qh), offs_m, offs_d, s_qm, s_qd, q_len, d_ok)
-    do = load_rows(head_ptr(DO, b, h, s_db, s_dh), offs_m, offs_d, s_dm, s_dd, q_len, d_ok)
+    q = load_tile(head_ptr(Q, b, h, s_qb, s_qh), pid_m * BLOCK_M, offs_m, cols, s_qm, s_qd, q_len, False)
+    do = load_tile(head_ptr(DO, b, h, s_db, s_dh), pid_m * BLOCK_M, offs_m, cols, s_dm, s_dd, q_len, False)
     lse2, delta = load_row_stats(LSE, DELTA, bh, offs_m, q_len)
     k_base = head_ptr(K, b, h // group, s_kb, s_kh)  # grouped-query attention: group query heads per kv head
     v_base = head_ptr(V, b, h // group, s_vb, s_vh)
@@ -138,8 +140,7 @@ def _dq_kernel(
     masks = (MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn)
     block = (
         offs_m,
-        offs_d,
-        d_ok,
+        cols,
         bh,
         head,
         scaling,
@@ -149,7 +150,7 @@ def _dq_kernel(
     )
 
     # Interior key blocks [lo, full_end) with no per-element mask, as in the forward kernel.
-    dq = tl.zeros([BLOCK_M, BLOCK_D], DELTA.dtype.element_ty)
+    dq = zeros(cols, BLOCK_M, DELTA.dtype.element_ty)
     for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
         if phase == 0:
             start, end = lo, full_end
@@ -161,9 +162,6 @@ def _dq_kernel(
                 BLOCK_M, BLOCK_N, MASKED=phase == 1,
             )  # fmt: skip
 
-    dq = dq * sm_scale
-    tl.store(
-        head_ptr(DQ, b, h, s_dqb, s_dqh) + tile_offsets(offs_m, offs_d, s_dqm, s_dqd),
-        dq.to(DQ.dtype.element_ty),
-        mask=m_ok,
-    )
+    dq = times(dq, sm_scale)
+    dq_base = head_ptr(DQ, b, h, s_dqb, s_dqh)
+    store_tile(dq_base, pid_m * BLOCK_M, offs_m, cols, s_dqm, s_dqd, q_len, dq, DQ.dtype.element_ty, False)

@@ -4,7 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _grid, _tuning
+from . import _grid, _head_dim, _tuning
 from ._args import (
     acc_dtype,
     autotuned,
@@ -19,18 +19,9 @@ from ._args import (
     tma_ok,
 )
 from ._combine import _combine_kernel
-from ._common import (
-    BLOCKS_DESCENDING,
-    head_ptr,
-    key_blocks,
-    key_end,
-    load_seed,
-    load_tile,
-    program_tile,
-    rows_source,
-    tile_offsets,
-)
+from ._common import BLOCKS_DESCENDING, head_ptr, key_blocks, key_end, load_seed, program_tile
 from ._online_softmax import softmax_step
+from ._pieces import load_tile, over, rows_source, store_tile, times, zeros
 from ._structure import load_slope, row_range
 
 
@@ -103,21 +94,23 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_D2: tl.constexpr,
 ):
     """One program per (batch, head, query block), or with ``SPLIT`` per (batch, head, query block, key split):
     then it attends only keys [split * split_keys, (split + 1) * split_keys) and writes its normalized partial
-    output (float32, to O[b, h, split]) and logsumexp (LSE[(b, h), split]) for _combine_kernel (FlashDecoding)."""
+    output (float32, to O[b, h, split]) and logsumexp (LSE[(b, h), split]) for _combine_kernel (FlashDecoding).
+    Tiles are in head-dim pieces (BLOCK_D, and BLOCK_D2 > 0 for a split head dim: kernels/_pieces.py)."""
     split = tl.program_id(0) % n_splits  # (n_splits is 1 without SPLIT)
-    bh, b, h, pid_m, offs_m, offs_d, d_ok = program_tile(
-        q_len, heads, n_splits, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCKS_DESCENDING * CAUSAL
+    bh, b, h, pid_m, offs_m, cols = program_tile(
+        q_len, heads, n_splits, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCK_D2, BLOCKS_DESCENDING * CAUSAL
     )  # causal: longest first
     kv_end = key_end(KLEN, s_klb, b, k_len, HAS_KLEN)
     # TMA: tensor descriptors over this (batch, head)'s rows; else pointers (strides not 16-byte aligned, split-KV)
-    q_src = rows_source(head_ptr(Q, b, h, s_qb, s_qh), q_len, s_qm, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
-    q = load_tile(q_src, pid_m * BLOCK_M, offs_m, offs_d, s_qm, s_qd, q_len, d_ok, TMA)
+    q_src = rows_source(head_ptr(Q, b, h, s_qb, s_qh), q_len, s_qm, HEAD_DIM, BLOCK_M, cols, TMA)
+    q = load_tile(q_src, pid_m * BLOCK_M, offs_m, cols, s_qm, s_qd, q_len, TMA)
     # grouped-query attention: group query heads per kv head; keys past kv_end read as 0 on both paths
-    k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh), kv_end, s_kn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
-    v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end, s_vn, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    k_src = rows_source(head_ptr(K, b, h // group, s_kb, s_kh), kv_end, s_kn, HEAD_DIM, BLOCK_N, cols, TMA)
+    v_src = rows_source(head_ptr(V, b, h // group, s_vb, s_vh), kv_end, s_vn, HEAD_DIM, BLOCK_N, cols, TMA)
 
     head = (b, h, q_len, k_len, kv_end)
     spans = (DOCB, window_left, window_right)
@@ -132,11 +125,11 @@ def _fwd_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # work in base 2
     scaling = (qk_scale, sm_scale, softcap, load_slope(SLOPES, b, h, s_sb, s_sh, HAS_ALIBI))
     masks = (MASK, s_mb, s_mh, s_mm, s_mn, KMASK, s_kmb, s_kmn)
-    block = (offs_m, offs_d, d_ok, bh, head, scaling, masks, row_bounds, (seed, offset, dropout_p, 1.0))
+    block = (offs_m, cols, bh, head, scaling, masks, row_bounds, (seed, offset, dropout_p, 1.0))
 
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], LSE.dtype.element_ty)
+    acc = zeros(cols, BLOCK_M, LSE.dtype.element_ty)
     # Interior key blocks first, with no per-element mask; only the blocks from full_end to hi pay for masking.
     for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
         if phase == 0:
@@ -150,18 +143,13 @@ def _fwd_kernel(
             )  # fmt: skip
 
     empty = l_i == 0.0  # no allowed key: output 0, logsumexp -inf
-    acc = acc / tl.where(empty, 1.0, l_i)[:, None]
+    acc = over(acc, tl.where(empty, 1.0, l_i)[:, None])
     if DROPOUT:
-        acc = acc * (1.0 / (1.0 - dropout_p))
+        acc = times(acc, 1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     o_base = head_ptr(O, b, h, s_ob, s_oh) + split * s_os
-    if TMA:  # rows past q_len and columns past HEAD_DIM are not written
-        rows_source(o_base, q_len, s_om, HEAD_DIM, BLOCK_M, BLOCK_D, TMA).store(
-            [pid_m * BLOCK_M, 0], acc.to(O.dtype.element_ty)
-        )
-    else:
-        o_ptrs = o_base + tile_offsets(offs_m, offs_d, s_om, s_od)
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < q_len) & d_ok[None, :])
+    o_dst = rows_source(o_base, q_len, s_om, HEAD_DIM, BLOCK_M, cols, TMA)  # rows past q_len are not written
+    store_tile(o_dst, pid_m * BLOCK_M, offs_m, cols, s_om, s_od, q_len, acc, O.dtype.element_ty, TMA)
     tl.store(LSE + (bh.to(tl.int64) * n_splits + split) * q_len + offs_m, lse, mask=offs_m < q_len)
 
 
@@ -224,7 +212,8 @@ def forward(
     eager = kernel_wrapper is eager_launch
     # tensor descriptors (TMA) where the layouts allow them; pointers for the registered op and for split-KV
     tma = descriptors and splits == 1 and _tuning.tma_enabled(device) and tma_ok(q, k, v, out)
-    extra = (*_EXTRA[splits > 1, tma], *structure_flags(*structure))
+    tile = _head_dim.tile("split" if splits > 1 else "forward", head_dim)  # padded, or in power-of-two pieces
+    extra = (*_EXTRA[splits > 1, tma], *structure_flags(*structure), *tile)
     constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks, extra)
     tuning = _tuning.buckets(q_len, k_len, pairs)
     klen_dtype = key_lengths.dtype if key_lengths is not None else None

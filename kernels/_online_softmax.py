@@ -5,7 +5,8 @@ decorated)."""
 import triton
 import triton.language as tl
 
-from ._common import allowed_block, keep_block, load_tile, scores
+from ._common import allowed_block, keep_block, scores
+from ._pieces import add_dots, load_tile, times
 
 
 @triton.jit
@@ -14,18 +15,20 @@ def softmax_step(
 ):
     """One key block of the online softmax (FlashAttention-2, Algorithm 1): scores, running max and sum, and the
     rescaled accumulator. ``MASKED=False`` is for interior blocks, where every score is allowed: no per-element
-    compare or select, and the running max is always finite. ``block``: the query block's (offs_m, offs_d, d_ok, bh,
-    head, scaling, masks, (row_lo, row_hi), rng), the last five kernels/_common.py's tuples, (row_lo, row_hi) the
-    queries' row ranges by documents and windows; ``kv_strides``: (s_kn, s_kd, s_vn, s_vd); PRECISION, BLOCK_M,
-    BLOCK_N, MASKED and TMA: constexprs."""
-    offs_m, offs_d, d_ok, bh, head, scaling, masks, (row_lo, row_hi), rng = block
+    compare or select, and the running max is always finite. ``block``: the query block's (offs_m, cols, bh, head,
+    scaling, masks, (row_lo, row_hi), rng), ``cols`` the head-dim pieces (kernels/_pieces.py), the last five
+    kernels/_common.py's tuples, (row_lo, row_hi) the queries' row ranges by documents and windows; ``acc`` and ``q``
+    are tiles in those pieces; ``kv_strides``: (s_kn, s_kd, s_vn, s_vd); PRECISION, BLOCK_M, BLOCK_N, MASKED and
+    TMA: constexprs."""
+    offs_m, cols, bh, head, scaling, masks, row_bounds, rng = block  # no nested unpacking: triton 3.6 rejects it
+    row_lo, row_hi = row_bounds
     s_kn, s_kd, s_vn, s_vd = kv_strides
     _, _, q_len, _, kv_end = head
     HAS_SOFTCAP: tl.constexpr = FLAGS[5]
     HAS_ALIBI: tl.constexpr = FLAGS[6]
     DROPOUT: tl.constexpr = FLAGS[7]
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)
+    k = load_tile(k_src, start_n, offs_n, cols, s_kn, s_kd, kv_end, TMA)
     qk, _ = scores(q, k, offs_m[:, None], offs_n[None, :], head, scaling, FLAGS, PRECISION)
     if MASKED:
         allowed = allowed_block(head, offs_m[:, None], offs_n[None, :], masks, row_lo[:, None], row_hi[:, None], FLAGS)
@@ -52,6 +55,6 @@ def softmax_step(
     if DROPOUT:
         seed, offset, dropout_p, _ = rng
         p = tl.where(keep_block(seed, offset, bh, offs_m, start_n, q_len, dropout_p, BLOCK_M, BLOCK_N), p, 0.0)
-    v = load_tile(v_src, start_n, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok, TMA)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    v = load_tile(v_src, start_n, offs_n, cols, s_vn, s_vd, kv_end, TMA)
+    acc = add_dots(times(acc, alpha[:, None]), p.to(v[0].dtype), v, PRECISION)
     return acc, l_i, m_new

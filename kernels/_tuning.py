@@ -318,7 +318,8 @@ _ready: set = set()  # launch keys already seen outside capture (so tuned, or pi
 def _prune(name: str, keep, configs, named_args, **kwargs) -> list:
     """The autotuner's ``early_config_prune``: the configs that fit this launch's head_dim, dtype and dropout in shared
     memory (the first ``keep`` of them when pinned to the first that fits)."""
-    block_d, dropout, mask = kwargs["BLOCK_D"], kwargs.get("DROPOUT", False), kwargs.get("HAS_MASK", False)
+    block_d = kwargs["BLOCK_D"] + kwargs.get("BLOCK_D2", 0)  # the head-dim columns: one tile or two pieces
+    dropout, mask = kwargs.get("DROPOUT", False), kwargs.get("HAS_MASK", False)
     return fitting(name, configs, block_d, named_args["Q"].element_size(), dropout, mask)[:keep]
 
 
@@ -338,7 +339,8 @@ def build(jit_fn, name: str):
         _tuned.add(name)
     persist = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
     prune = {"early_config_prune": functools.partial(_prune, name, keep)}
-    key = TUNE_KEY + [name for name in ("TMA",) if name in jit_fn.arg_names]  # the forward: descriptors or pointers
+    # the forward: descriptors or pointers; every kernel: the head-dim tile (padded or in pieces, kernels/_head_dim.py)
+    key = TUNE_KEY + [name for name in ("TMA", "BLOCK_D2") if name in jit_fn.arg_names]
     return triton.autotune(configs=configs, key=key, prune_configs_by=prune, **persist)(jit_fn)
 
 

@@ -35,10 +35,10 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 
 try:
-    from transformer.kernels import _backward, _forward, _tuning  # noqa: E402
+    from transformer.kernels import _backward, _forward, _head_dim, _tuning  # noqa: E402
 except ImportError:  # a bare environment (e.g. another Triton version's): the kernels need only torch and triton
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from kernels import _backward, _forward, _tuning  # noqa: E402
+    from kernels import _backward, _forward, _head_dim, _tuning  # noqa: E402
 
 FLAGS = ("HAS_MASK", "HAS_KMASK", "HAS_KLEN", "CAUSAL", "DROPOUT")
 STRUCTURE_FLAGS = ("HAS_DOCS", "HAS_WINDOW", "HAS_SOFTCAP", "HAS_ALIBI")  # issue 29: all four off, or all on
@@ -176,16 +176,24 @@ def variants(every_flag_set: bool = False, quick: bool = False):
                     yield name, fn, dtype, head_dim, switches, config
 
 
-def compile_variant(fn, dtype: str, head_dim: int, flags: dict, config, target, integers=None):
+def head_dim_tile(head_dim: int, split: bool = False) -> dict:
+    """BLOCK_D and BLOCK_D2 of a launch: the padded power-of-two tile, or (``split``) its two power-of-two pieces
+    where kernels/_head_dim.py ``pieces`` has them (head_dim 80: 64 + 16)."""
+    pieces = _head_dim.pieces(head_dim) if split else None
+    first, second = pieces or (max(16, triton.next_power_of_2(head_dim)), 0)
+    return {"BLOCK_D": first, "BLOCK_D2": second}
+
+
+def compile_variant(fn, dtype: str, head_dim: int, flags: dict, config, target, integers=None, split: bool = False):
     """``triton.compile`` one kernel variant (dtype, head_dim, the mask/causal/dropout switches, an autotune
-    config) as a launch with these integer arguments would specialise it (default: the benchmark's shapes). The
-    STRUCTURE_FLAGS not in ``flags`` are off."""
+    config, the head-dim tile padded or ``split`` in pieces) as a launch with these integer arguments would
+    specialise it (default: the benchmark's shapes). The STRUCTURE_FLAGS not in ``flags`` are off."""
     constexprs = dict(
         dict.fromkeys(STRUCTURE_FLAGS, False),
         **flags,
         HEAD_DIM=head_dim,
         PRECISION="ieee" if dtype == "fp32" else "tf32",
-        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        **head_dim_tile(head_dim, split),
         **config.kwargs,
     )
     if integers is None:

@@ -8,8 +8,9 @@
 #
 # Stages (seconds): 0 environment (20), 1 wheels and the package (60), 2 correctness on pinned configs against
 # float64 with cuDNN's and FlashAttention-2's errors as yardstick (180), 3 the GPU-marked tests (90), 4 speed,
-# autotuned, beside cuDNN and FlashAttention-2, host time per call, head_dim 256 (170). 20+60+180+90+170 = 520 s
-# at most, within 8 minutes with 40 s of slack. A dry run takes about 6 minutes here (the interpreter).
+# autotuned, beside cuDNN and FlashAttention-2, host time per call, head_dim 256 (170), 5 head_dim 80/96: the padded
+# tile against the split into power-of-two pieces, errors and times on pinned configs (60). 20+60+180+90+170+60 =
+# 580 s at most. A dry run takes about 6 minutes here (the interpreter).
 set -u
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
@@ -34,11 +35,11 @@ stage() {  # stage NAME SECONDS COMMAND...: run it under timeout, record its exi
 if [ $DRY = 1 ]; then
   export TRITON_INTERPRET=1
   DRYFLAG=--dry-run
-  LIMITS=(60 180 300 120 300)
+  LIMITS=(60 180 300 120 300 180)
 else
   unset TRITON_INTERPRET
   DRYFLAG=
-  LIMITS=(20 60 180 90 170)
+  LIMITS=(20 60 180 90 170 60)
 fi
 
 # 0: what machine, driver and versions
@@ -77,6 +78,11 @@ fi
 
 # 4: speed, autotuned (per-config timings recorded), beside cuDNN and FlashAttention-2; host time; head_dim 256
 stage speed "${LIMITS[4]}" $PYTHON scripts/gpu_check/checks.py speed --out "$RESULTS" $DRYFLAG
+
+# 5: head_dim 80 and 96, padded 128-wide tile against two power-of-two pieces (issue 27): errors, then forward and
+# forward + backward times of both, on pinned configs (the same first config that fits, no autotuning)
+stage head_dim_split "${LIMITS[5]}" env TYPED_TRANSFORMER_KERNEL_CONFIGS=first \
+  $PYTHON scripts/gpu_check/split_head_dim.py --out "$RESULTS" $DRYFLAG
 
 FAILED=$(grep -c '"ok": false' "$RESULTS")
 TIMED_OUT=$(grep -c '"timed_out": true' "$RESULTS")

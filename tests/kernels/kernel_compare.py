@@ -3,6 +3,7 @@
 import torch
 from attention_reference import allowed_matrix, attention, max_err
 from launch_capture import launched, launches
+from philox_model import P
 
 from transformer.kernels import flash_attention_with_lse
 
@@ -93,6 +94,17 @@ def compare_on_views(
     assert (mine[0][empty] == 0).all()
     assert (launched(seen, "_dq_kernel")["DQ"][empty] == 0).all()
     return ref, mine, (seen, given)
+
+
+def assert_matches_dropout_reference(out, leaves, grad_out, exact, allowed, keep):
+    """After ``out.backward(grad_out)``: ``out`` and the gradients of ``leaves`` equal float64 attention of ``exact``
+    (the float64 q, k, v) with dropout's keep mask ``keep`` (probability philox_model.P), to 1e-5."""
+    ref_leaves = [t.clone().requires_grad_() for t in exact]
+    ref = attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0]
+    ref.backward(grad_out.double())
+    assert max_err(out, ref) < 1e-5
+    for mine, theirs in zip(leaves, ref_leaves, strict=True):
+        assert max_err(mine.grad, theirs.grad) < 1e-5
 
 
 def run_and_compare(q, k, v, **masks):

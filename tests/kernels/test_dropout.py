@@ -9,6 +9,7 @@ independence across heads, batch rows, query rows and keys.
 import pytest
 import torch
 from attention_reference import allowed_matrix, attention, max_err
+from kernel_compare import assert_matches_dropout_reference
 from philox_model import P, model_bits, model_keep
 
 from transformer.kernels import flash_attention, flash_attention_with_lse
@@ -181,12 +182,7 @@ def test_forward_and_backward_use_the_philox_mask(masks, device):
     out = flash_attention(*leaves, dropout_p=P, seed=5, **masks)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
-    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    ref = attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0]
-    ref.backward(grad_out.double())
-    assert max_err(out, ref) < 1e-5
-    for mine, theirs in zip(leaves, ref_leaves, strict=True):
-        assert max_err(mine.grad, theirs.grad) < 1e-5
+    assert_matches_dropout_reference(out, leaves, grad_out, (q, k, v), allowed, keep)
     assert max_err(out, attention(q, k, v, allowed)[0]) > 0.1  # dropout did change the output
 
 

@@ -4,8 +4,8 @@ and lse), so the same checks as every other forward apply: out, lse, dq, dk, dv 
 
 import pytest
 import torch
-from attention_reference import allowed_matrix, attention, max_err
-from kernel_compare import compare_on_views, rand
+from attention_reference import allowed_matrix, max_err
+from kernel_compare import assert_matches_dropout_reference, compare_on_views, rand
 from launch_capture import launched, launches
 from philox_model import P, model_keep
 
@@ -94,12 +94,7 @@ def test_split_dropout_uses_the_same_mask(device):
         out = flash_attention(*leaves, dropout_p=P, seed=9)
     assert launched(seen, "_fwd_kernel")["n_splits"] == 3
     out.backward(grad.float())
-    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    ref = attention(*ref_leaves, allowed, keep=keep, dropout_p=P)[0]
-    ref.backward(grad)
-    assert max_err(out, ref) < 1e-5
-    for mine, theirs in zip(leaves, ref_leaves, strict=True):
-        assert max_err(mine.grad, theirs.grad) < 1e-5
+    assert_matches_dropout_reference(out, leaves, grad, (q, k, v), allowed, keep)
     with _tuning.force_kv_splits(1):
         assert max_err(out, flash_attention(*leaves, dropout_p=P, seed=9)) < 1e-6
 

@@ -122,7 +122,8 @@ def test_the_registered_op_and_split_kv_read_through_pointers():
 
 def test_the_forwards_autotune_key_tells_descriptors_from_pointers(monkeypatch):
     """Off the interpreter the forward is an autotuner whose key holds TMA (a config tuned for one path is not reused
-    for the other); the backward kernels, which have no such switch, keep TUNE_KEY."""
+    for the other); the backward kernels, which have no such switch, keep TUNE_KEY (every kernel adds BLOCK_D2, the
+    head-dim tile: tests/kernels/test_split_head_dim.py)."""
     import triton
 
     from transformer.kernels import _backward, _forward
@@ -131,7 +132,7 @@ def test_the_forwards_autotune_key_tells_descriptors_from_pointers(monkeypatch):
     forward = _tuning.build(_forward._fwd_kernel, "forward")
     dq = _tuning.build(_backward._dq_kernel, "dq")
     assert isinstance(forward, triton.runtime.autotuner.Autotuner)
-    assert forward.keys == _tuning.TUNE_KEY + ["TMA"] and dq.keys == _tuning.TUNE_KEY
+    assert forward.keys == _tuning.TUNE_KEY + ["TMA", "BLOCK_D2"] and dq.keys == _tuning.TUNE_KEY + ["BLOCK_D2"]
 
 
 def test_on_cuda_descriptors_need_sm90_and_set_an_allocator(monkeypatch):

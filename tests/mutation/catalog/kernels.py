@@ -21,8 +21,8 @@ MUTANTS = [
     K(
         "kernel-no-online-rescale",
         "kernels/_online_softmax.py",
-        "acc = acc * alpha[:, None] + tl.dot",
-        "acc = acc + tl.dot",
+        "acc = add_dots(times(acc, alpha[:, None]),",
+        "acc = add_dots(acc,",
         "online softmax forgets to rescale the accumulator when the row max grows",
     ),
     K(
@@ -32,8 +32,8 @@ MUTANTS = [
         ")",
         "logsumexp stored in base 2 instead of natural log",
     ),
-    K("kernel-dk-unscaled", "kernels/_dkdv.py", "dk = dk * sm_scale", "dk = dk", "dK misses the softmax scale"),
-    K("kernel-dq-unscaled", "kernels/_dq.py", "dq = dq * sm_scale", "dq = dq", "dQ misses the softmax scale"),
+    K("kernel-dk-unscaled", "kernels/_dkdv.py", "dk = times(dk, sm_scale)", "dk = dk", "dK misses the softmax scale"),
+    K("kernel-dq-unscaled", "kernels/_dq.py", "dq = times(dq, sm_scale)", "dq = dq", "dQ misses the softmax scale"),
     K(
         "kernel-dv-ignores-dropout",
         "kernels/_dkdv.py",
@@ -58,8 +58,8 @@ MUTANTS = [
     K(
         "kernel-empty-row-nan",
         "kernels/_forward.py",
-        "acc = acc / tl.where(empty, 1.0, l_i)[:, None]",
-        "acc = acc / l_i[:, None]",
+        "acc = over(acc, tl.where(empty, 1.0, l_i)[:, None])",
+        "acc = over(acc, l_i[:, None])",
         "a row with no allowed key divides 0 by 0",
     ),
     K(
@@ -126,15 +126,15 @@ MUTANTS += [
     K(
         "kernel-fwd-k-head-dim-stride-ignored",
         "kernels/_online_softmax.py",
-        "k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, s_kd, kv_end, d_ok, TMA)",
-        "k = load_tile(k_src, start_n, offs_n, offs_d, s_kn, 1, kv_end, d_ok, TMA)",
+        "k = load_tile(k_src, start_n, offs_n, cols, s_kn, s_kd, kv_end, TMA)",
+        "k = load_tile(k_src, start_n, offs_n, cols, s_kn, 1, kv_end, TMA)",
         "forward: k's head_dim stride taken as 1",
     ),
     K(
         "kernel-dq-v-read-with-k-row-stride",
         "kernels/_dq.py",
-        "v = load_rows(v_base, offs_n, offs_d, s_vn, s_vd, kv_end, d_ok)",
-        "v = load_rows(v_base, offs_n, offs_d, s_kn, s_vd, kv_end, d_ok)",
+        "v = load_tile(v_base, start_n, offs_n, cols, s_vn, s_vd, kv_end, False)",
+        "v = load_tile(v_base, start_n, offs_n, cols, s_kn, s_vd, kv_end, False)",
         "dQ kernel: v's rows stepped with k's row stride (s_kn for s_vn)",
     ),
     K(
