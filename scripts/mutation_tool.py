@@ -123,6 +123,13 @@ DESELECT = "not triton and not torch_compile"
 SLOW = {"checkpoint": "test_exact_resume_2k_steps_equal_1k_plus_resume_plus_1k"}
 
 
+# mutmut forks each mutant's worker from its main process by default; the trainer's and the command line's selections
+# leave threads behind there (a forked child that trains then waits forever on a lock it inherited held): their
+# workers are forked from a clean server process instead (mutmut's "forkserver", made for torch test setups).
+ISOLATION = {"training_trainer": "forkserver", "cli": "forkserver"}
+HUNG = {-24, 24, 36, 152, 255, -9, -11, 2}  # timeouts, kills and interruptions: --retry-hung runs them again
+
+
 def deselect(module: str) -> str:
     """The -k expression of ``module``'s run."""
     return DESELECT + (f" and not {SLOW[module]}" if module in SLOW else "")
@@ -201,7 +208,7 @@ def write_config(scratch: Path, module: str) -> None:
                 f"only_mutate = {json.dumps(list(files))}",
                 f"pytest_add_cli_args_test_selection = {json.dumps(list(tests))}",
                 f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-k', deselect(module)])}",
-                'process_isolation = "fork"',
+                f'process_isolation = "{ISOLATION.get(module, "fork")}"',
                 "use_git_change_detection = false",
             ]
         )
@@ -298,6 +305,11 @@ def main() -> None:
         help="with --recheck: run these test files (repeat) instead of tests/test_tool_survivors_<module>.py, e.g. "
         "the module's wider tests left out of the first run for time",
     )
+    parser.add_argument(
+        "--retry-hung",
+        action="store_true",
+        help="run again the mutants whose worker timed out, was killed or interrupted (a continued run)",
+    )
     parser.add_argument("--only", action="append", default=[], help="with --recheck: mutant names matching (glob)")
     parser.add_argument("--recheck-all", action="store_true", help="with --recheck: every survivor not equivalent")
     parser.add_argument(
@@ -367,6 +379,14 @@ def main() -> None:
             rows.append((module, summarise(previous["mutants"]), time.monotonic() - start, True))
             continue
         names: list[str] = []
+        if args.retry_hung:  # forget the verdicts of mutants whose worker timed out, was killed or interrupted
+            for path in MODULES[module][0]:
+                meta = scratch / "mutants" / (path + ".meta")
+                if meta.exists():
+                    data = json.loads(meta.read_text())
+                    codes = data["exit_code_by_key"]
+                    codes.update({k: None for k, v in codes.items() if v in HUNG})
+                    meta.write_text(json.dumps(data))
         load_before = os.getloadavg()
         seconds, finished, tail = run_mutmut(scratch, args.max_children, args.minutes, names)
         load_after = os.getloadavg()
@@ -374,14 +394,12 @@ def main() -> None:
         if not any(entry["status"] != "not checked" for entry in mutants.values()):
             print(f"{module}: mutmut checked no mutant (its record is left as it was); its log ends:\n{tail[-1500:]}")
             continue
-        if args.fresh:  # new mutants: only reasons carry over, by the change they make
-            carried = carry_equivalents(previous["mutants"], mutants)
-        else:  # the same mutants, more of them run: keep the triage written by hand
-            carried = 0
+        carried = carry_equivalents(previous["mutants"], mutants)  # reasons follow the change they were given for
+        if not args.fresh:  # the same mutants, more of them run: a test found for one still kills it
             for name, entry in mutants.items():
-                for key in ("equivalent", "test", "wider_test"):
-                    if key in previous["mutants"].get(name, {}):
-                        entry[key] = previous["mutants"][name][key]
+                old = previous["mutants"].get(name, {})
+                if old.get("diff") == entry.get("diff"):
+                    entry.update({key: old[key] for key in ("test", "wider_test") if key in old})
         commit = git_commit()
         run = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -392,6 +410,7 @@ def main() -> None:
             "budget_minutes": args.minutes,
             "deselected": deselect(module),
             "recheck": args.recheck,
+            "retry_hung": args.retry_hung,
             "load_before": load_before,
             "load_after": load_after,
             "log_tail": tail[-600:],
