@@ -14,7 +14,9 @@ def encode_state(obj: Any, tensors: dict[str, torch.Tensor], path: str = "") -> 
     """``obj`` (tensors and JSON values in dicts, lists and tuples: a training state) as a JSON value in which each
     tensor is ``{"__tensor__": key}``, the tensor itself put in ``tensors[key]`` (for ``safetensors``); tuples and
     dicts with non-string keys are tagged (``__tuple__``, ``__items__``) so that :func:`decode_state` gives them
-    back. ``path`` prefixes the keys. Anything else raises ``TypeError`` naming where it is.
+    back. ``path`` prefixes the keys; a key already in ``tensors`` (two paths that read the same, such as keys
+    ``"a.b"`` and ``"a"`` -> ``"b"``) gets a ``#N`` suffix, never overwriting a tensor. Anything else raises
+    ``TypeError`` naming where it is.
 
     Every tensor put in ``tensors`` owns its memory, as ``safetensors`` requires: a non-contiguous tensor, a view
     into a larger tensor, or a tensor whose memory another entry shares (the same tensor twice, a slice of another)
@@ -43,6 +45,9 @@ def _whole(tensor: torch.Tensor) -> bool:
 def _encode(obj: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
     if isinstance(obj, torch.Tensor):
         key = path or "root"
+        taken, n = key, 1
+        while key in tensors:  # another tensor's path reads the same ("a.b" and "a" -> "b"; 1 and "1"): never overwrite
+            key, n = f"{taken}#{n}", n + 1
         tensors[key] = obj.detach().cpu()
         return {"__tensor__": key}
     if isinstance(obj, dict):
