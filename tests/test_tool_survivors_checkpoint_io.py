@@ -242,7 +242,8 @@ def test_a_save_succeeds_when_an_old_copy_cannot_be_removed(tmp_path, tiny):
 def test_a_disk_turned_read_only_mid_save_is_one_sentence_though_its_temporary_copy_stays(tmp_path, tiny, monkeypatch):
     """save_checkpoint: a read-only disk is one sentence (OutputWriteError: the path, the cause); here the disk
     turns read-only after the weights are written (a real remount, timed by the hash of the first file), so the
-    temporary directory cannot be removed either: that is not allowed to replace the sentence."""
+    temporary directory cannot be removed either: that is not allowed to replace the sentence, and the sentence
+    names the copy left behind instead of saying that nothing was (kept_message)."""
     from real_faults import make_read_only, make_writable, small_disk
 
     from transformer.checkpoint import save as save_module
@@ -264,6 +265,10 @@ def test_a_disk_turned_read_only_mid_save_is_one_sentence_though_its_temporary_c
             make_writable(disk)
         assert str(error.value).startswith(f"cannot write the checkpoint to {target}: Read-only file system (EROFS)")
         assert not target.exists()
+        (left,) = [name for name in os.listdir(disk) if name.startswith("ck")]
+        assert str(error.value).endswith(
+            f"there was no checkpoint there before, and the unfinished {disk / left} could not be removed"
+        ), str(error.value)
 
 
 def test_a_writer_naming_no_errno_on_a_full_disk_is_read_from_the_disk_with_the_need(tmp_path, tiny, monkeypatch):

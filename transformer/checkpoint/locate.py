@@ -74,10 +74,13 @@ def checkpoint_step(path: str) -> int | None:
         return None
 
 
-def kept_message(path: str) -> str:
-    """What a failed save to ``path`` leaves: the previous checkpoint (intact, with its step), or nothing."""
+def kept_message(path: str, left_behind: str | None = None) -> str:
+    """What a failed save to ``path`` leaves: the previous checkpoint (intact, with its step), or nothing; and
+    ``left_behind``, the unfinished copy that could not be removed (a disk turned read-only), if there is one."""
     found = find_checkpoint(path)
+    unfinished = f"the unfinished {left_behind} could not be removed" if left_behind else ""
     if found is None:
-        return "there was no checkpoint there before, and nothing was left behind"
+        return f"there was no checkpoint there before, and {unfinished or 'nothing was left behind'}"
     step = checkpoint_step(found)
-    return f"the previous checkpoint in {found}{'' if step is None else f' (step {step})'} is intact"
+    kept = f"the previous checkpoint in {found}{'' if step is None else f' (step {step})'} is intact"
+    return f"{kept}; {unfinished}" if unfinished else kept

@@ -114,9 +114,11 @@ def save_checkpoint(
     except BaseException as error:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        left = tmp if tmp is not None and os.path.exists(tmp) else None  # a disk turned read-only keeps it
         needed = tensor_bytes(model.state_dict()) + tensor_bytes(trainer_state)
         if is_write_failure(error, path, needed):
-            raise write_failure(error, "the checkpoint", path, needed=needed, kept=kept_message(path)) from None
+            kept = kept_message(path, left)
+            raise write_failure(error, "the checkpoint", path, needed=needed, kept=kept) from None
         raise
     swap_into_place(tmp, path)
     return path
