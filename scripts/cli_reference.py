@@ -50,6 +50,17 @@ def _flags(action: argparse.Action) -> str:
     return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
 
 
+def _required(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """What argparse refuses to run without: a required option, or one option of a required exclusive group."""
+    if action.option_strings and action.required:
+        return "**required**; "
+    for group in parser._mutually_exclusive_groups:
+        if group.required and action in group._group_actions:
+            names = " or ".join(f"`{a.option_strings[0]}`" for a in group._group_actions)
+            return f"**required**: {names}; "
+    return ""
+
+
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
@@ -66,7 +77,7 @@ def _section(name: str, parser: argparse.ArgumentParser) -> str:
         if group.description:
             lines += [_cell(group.description), ""]
         lines += ["| argument | what it does |", "|---|---|"]
-        lines += [f"| {_flags(a)} | {_cell(_help(parser, a))} |" for a in actions]
+        lines += [f"| {_flags(a)} | {_required(parser, a)}{_cell(_help(parser, a))} |" for a in actions]
         lines.append("")
     if parser.epilog:
         lines += [_cell(parser.epilog), ""]
