@@ -71,6 +71,22 @@ def test_tile_modes_and_the_environment_variable(monkeypatch):
         _head_dim.tile("delta", 80)
 
 
+def test_a_forced_mode_ends_with_its_block_even_when_the_block_raises():
+    """forced: "inside this block every launch uses ``mode``": outside it (after an error in it too) the mode
+    before it is back, for an outer forced block as for none."""
+    before = _head_dim.tile("forward", 80)
+    for mode in ("padded", "split"):
+        with pytest.raises(RuntimeError, match="inside"):
+            with _head_dim.forced(mode):
+                raise RuntimeError("inside")
+        assert _head_dim.tile("forward", 80) == before, mode
+    with _head_dim.forced("padded"):
+        with pytest.raises(RuntimeError):
+            with _head_dim.forced("split"):
+                raise RuntimeError("inside")
+        assert _head_dim.tile("forward", 80) == (("BLOCK_D", 128), ("BLOCK_D2", 0))
+
+
 @pytest.mark.parametrize("mode", ["padded", "split"])
 def test_the_launches_carry_the_tile(mode):
     """Recorded launches (not run): the three kernels get BLOCK_D / BLOCK_D2 of the mode."""
