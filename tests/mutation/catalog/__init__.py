@@ -1,6 +1,7 @@
 """The mutant catalog: one module per area, each with a ``MUTANTS`` list (see tests/mutation/README.md)."""
 
 from . import (  # blind reviews (docs/guarantees.md)
+    blind27k,
     blind31a,
     blind31b,
     blind31c,
@@ -87,6 +88,7 @@ ALL: list[Mutant] = [
     *blind31b.MUTANTS,
     *blind31c.MUTANTS,
     *blind31d.MUTANTS,
+    *blind27k.MUTANTS,
 ]
 
 __all__ = ["ALL", "KERNEL_TESTS", "K", "M", "Mutant"]

@@ -360,8 +360,8 @@ MUTANTS += [
     S(
         "checkpoint-write-failure-traceback",
         "transformer/checkpoint/save.py",
-        "        if is_write_failure(error, path, needed):\n            raise",
-        "        if False:\n            raise",
+        "        if is_write_failure(error, path, needed):\n            kept",
+        "        if False:\n            kept",
         "a full disk during a save is a raw OSError traceback",
     ),
     S(
