@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutation_tool_scratch import copy_repository, undecorate  # noqa: E402 (scripts/ on the path)
 from mutation_tool_triage import (  # noqa: E402 (scripts/ on the path)
     REPO,
     RESULTS,
@@ -127,7 +128,10 @@ SLOW = {"checkpoint": "test_exact_resume_2k_steps_equal_1k_plus_resume_plus_1k"}
 # leave threads behind there (a forked child that trains then waits forever on a lock it inherited held): their
 # workers are forked from a clean server process instead (mutmut's "forkserver", made for torch test setups).
 ISOLATION = {"training_trainer": "forkserver", "cli": "forkserver"}
-HUNG = {-24, 24, 36, 152, 255, -9, -11, 2}  # timeouts, kills and interruptions: --retry-hung runs them again
+# timeouts, kills and interruptions (not None: never run): --retry-hung runs them again
+HUNG = {
+    code for code, status in STATUS.items() if code is not None and status in ("timeout", "segfault", "not checked")
+}
 
 
 def deselect(module: str) -> str:
@@ -135,14 +139,6 @@ def deselect(module: str) -> str:
     return DESELECT + (f" and not {SLOW[module]}" if module in SLOW else "")
 
 
-UNDECORATED = ("property", "checked")  # decorators moved after the def in the scratch copy (see undecorate)
-# mutmut's trampoline is defined in mutmut's module: ``checked`` resolves string annotations in ``fn.__globals__``
-# (as jaxtyping does), where they would resolve to Any and check nothing. The trampoline is rebuilt with the
-# module's globals (its code only reads its closure) before ``checked`` wraps it.
-REHOME = (
-    '__import__("functools").update_wrapper(__import__("types").FunctionType({f}.__code__, globals(), '
-    "{f}.__name__, {f}.__defaults__, {f}.__closure__), {f})"
-)
 MUTMUT = [sys.executable, "-c", "import sys; sys.argv[0] = 'mutmut'; from mutmut.__main__ import cli; cli()"]
 
 
@@ -151,49 +147,6 @@ def own_tests(module: str) -> tuple[str, ...]:
     files, tests = MODULES[module]
     extra = REPO / "tests" / f"test_tool_survivors_{module}.py"
     return tests + ((str(extra.relative_to(REPO)),) if extra.exists() else ())
-
-
-def copy_repository(scratch: Path, keep: tuple[str, ...]) -> None:
-    """Copy tracked and untracked-not-ignored files (no mutants/, no caches) into ``scratch``, but ``keep``."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True, text=True
-    ).stdout.split("\n")
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file() and name not in keep:
-            target = scratch / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-
-
-def undecorate(path: Path) -> int:
-    """Rewrite ``@property``/``@checked`` on a plain def as an assignment after it, so mutmut mutates the function.
-
-    mutmut 3 skips every decorated function (bar staticmethod/classmethod). ``def f(...): ...`` followed by
-    ``f = checked(f)`` is the same object as the decorated form; mutmut then wraps ``f`` in its trampoline (which
-    keeps ``__wrapped__``, ``__annotations__`` and the signature through ``functools.wraps``) and the decorator
-    wraps the trampoline (given the module's globals: see REHOME). Only the scratch copy is rewritten. Returns how
-    many definitions were rewritten.
-    """
-    import ast
-
-    lines = path.read_text().split("\n")
-    found = [
-        node
-        for node in ast.walk(ast.parse("\n".join(lines)))
-        if isinstance(node, ast.FunctionDef)
-        and len(node.decorator_list) == 1
-        and isinstance(node.decorator_list[0], ast.Name)
-        and node.decorator_list[0].id in UNDECORATED
-    ]
-    for node in sorted(found, key=lambda n: -n.lineno):  # bottom up, so earlier line numbers stay valid
-        decorator = node.decorator_list[0]
-        indent = lines[node.lineno - 1][: node.col_offset]
-        target = REHOME.format(f=node.name) if decorator.id == "checked" else node.name
-        lines.insert(node.end_lineno, f"{indent}{node.name} = {decorator.id}({target})")
-        del lines[decorator.lineno - 1]
-    path.write_text("\n".join(lines))
-    return len(found)
 
 
 def write_config(scratch: Path, module: str) -> None:
@@ -263,6 +216,18 @@ def read_results(scratch: Path, module: str) -> dict[str, dict]:
     return mutants
 
 
+def forget_hung(scratch: Path, module: str) -> None:
+    """Forget mutmut's verdicts on the mutants whose worker timed out, was killed or interrupted: a continued run
+    checks them again."""
+    for path in MODULES[module][0]:
+        meta = scratch / "mutants" / (path + ".meta")
+        if meta.exists():
+            data = json.loads(meta.read_text())
+            codes = data["exit_code_by_key"]
+            codes.update({k: None for k, v in codes.items() if v in HUNG})
+            meta.write_text(json.dumps(data))
+
+
 def git_commit() -> str:
     return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
@@ -328,9 +293,10 @@ def main() -> None:
         if args.fresh and scratch.exists():
             shutil.rmtree(scratch)
         scratch.mkdir(parents=True, exist_ok=True)
-        fresh_copy = not (scratch / "mutants").exists()
-        copy_repository(scratch, keep=() if fresh_copy else MODULES[module][0])
-        if fresh_copy:  # mutmut generates mutants once, from the rewritten sources
+        # mutmut generates mutants once, from the rewritten sources; a recheck mutates today's sources again
+        sources = args.recheck or not (scratch / "mutants").exists()
+        copy_repository(scratch, keep=() if sources else MODULES[module][0])
+        if sources:
             for name in MODULES[module][0]:
                 undecorate(scratch / name)
         write_config(scratch, module)
@@ -349,10 +315,6 @@ def main() -> None:
                 and (not args.only or any(fnmatch.fnmatch(n, pattern) for pattern in args.only))
             ]
             start = time.monotonic()
-            copy_repository(scratch, keep=())  # today's sources, mutated again: see regenerate
-            for name in MODULES[module][0]:
-                undecorate(scratch / name)
-            write_config(scratch, module)
             now = regenerate(scratch, MODULES[module][0], {n: previous["mutants"][n]["diff"] for n in survivors})
             for name in [n for n in survivors if now[n] is None]:
                 print(f"{name}: no single mutant of the current source makes its change; left as it was")
@@ -379,14 +341,8 @@ def main() -> None:
             rows.append((module, summarise(previous["mutants"]), time.monotonic() - start, True))
             continue
         names: list[str] = []
-        if args.retry_hung:  # forget the verdicts of mutants whose worker timed out, was killed or interrupted
-            for path in MODULES[module][0]:
-                meta = scratch / "mutants" / (path + ".meta")
-                if meta.exists():
-                    data = json.loads(meta.read_text())
-                    codes = data["exit_code_by_key"]
-                    codes.update({k: None for k, v in codes.items() if v in HUNG})
-                    meta.write_text(json.dumps(data))
+        if args.retry_hung:
+            forget_hung(scratch, module)
         load_before = os.getloadavg()
         seconds, finished, tail = run_mutmut(scratch, args.max_children, args.minutes, names)
         load_after = os.getloadavg()
