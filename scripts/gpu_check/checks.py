@@ -174,13 +174,29 @@ def check_dropout(dtype, repeats):
     same = torch.equal(first, kernels.flash_attention(q, q, v, dropout_p=p, seed=11))
     other = not torch.equal(first, kernels.flash_attention(q, q, v, dropout_p=p, seed=12))
     binary = bool(((kept == 0) | (kept == 1)).all())
+    slices = kept.flatten(0, 1)  # (batch * heads, n, n): every (batch, head) must draw its own mask
+    distinct = all(not torch.equal(slices[a], slices[b]) for a in range(len(slices)) for b in range(a))
+
+    def corr(x, y):
+        x, y = x.flatten().double() - x.double().mean(), y.flatten().double() - y.double().mean()
+        return (x @ y / (x.norm() * y.norm())).item()
+
+    correlations = {  # about 1/sqrt(2*4*64*64) = 0.006 apart from 0 by chance; 0.04 is over six of those
+        "next_key": corr(kept[..., :-1], kept[..., 1:]),
+        "next_query": corr(kept[..., :-1, :], kept[..., 1:, :]),
+        "next_head": corr(kept[:, :-1], kept[:, 1:]),
+        "next_batch": corr(kept[:-1], kept[1:]),
+    }
+    independent = distinct and all(abs(c) < 0.04 for c in correlations.values())
     record(
         "dropout_mask",
-        ok=same and other and binary and abs(rate - (1 - p)) < 0.02,
+        ok=same and other and binary and abs(rate - (1 - p)) < 0.02 and independent,
         keep_rate=rate,
         expected=1 - p,
         same_seed_same_mask=same,
         other_seed_other_mask=other,
+        distinct_per_batch_and_head=distinct,
+        correlations=correlations,
     )
     x = [torch.randn(2, 4, 48 if DRY else 1024, 64, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3)]
     grad = torch.randn_like(x[0])
@@ -262,6 +278,23 @@ def check_gqa(dtype, q_len):
     return record("gqa", ok=ok, ours=mine, sdpa=yard, heads=8, kv_heads=2, q_len=q_len)
 
 
+def check_grid_limits(dtype):
+    """Past CUDA's 65535 on grid axes 1 and 2: 2048 x 32 = 65536 (batch, head) pairs (large-batch decoding, q_len 1,
+    and a 16-row forward and backward) must run and match SDPA (every kernel runs on a 1-D grid, kernels/_grid.py)."""
+    batch, heads = (4, 2) if DRY else (2048, 32)
+    rows = {}
+    for q_len in (1, 16):
+        q = torch.randn(batch, heads, q_len, 64, device=DEVICE, dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(batch, heads, 64, 64, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(2))
+        out = kernels.flash_attention(q, k, v)
+        grads = torch.autograd.grad(out.float().sum(), (q, k, v))
+        ref = F.scaled_dot_product_attention(q, k, v)
+        ref_grads = torch.autograd.grad(ref.float().sum(), (q, k, v))
+        rows[q_len] = [err(out, ref)] + [err(a, b) for a, b in zip(grads, ref_grads, strict=True)]
+    ok = all(e < 5e-2 for errors in rows.values() for e in errors)
+    return record("grid_limits", ok=ok, pairs=batch * heads, max_abs_vs_sdpa=rows, order="out, dq, dk, dv")
+
+
 def check_other_device():
     if DRY or torch.cuda.device_count() < 2:
         return record("second_device", skipped="needs two GPUs")
@@ -280,10 +313,11 @@ def correctness(args):
     steps = [
         lambda: check_fully_masked_rows(dtypes[0]),
         lambda: check_split_kv(dtypes[0], 300 if DRY else 8192),
-        lambda: check_dropout(dtypes[0], 2 if DRY else 20),
+        lambda: check_dropout(dtypes[0], 2 if DRY else 50),
         check_capture,
         lambda: check_gqa(dtypes[0], 40 if DRY else 1024),
         check_other_device,
+        lambda: check_grid_limits(dtypes[0]),
         lambda: __import__("descriptors").check_descriptors(sys.modules[__name__], dtypes[0]),
     ]
     for dtype in dtypes:  # bf16 everywhere; fp16 (the second dtype) at the first length and two head_dims
