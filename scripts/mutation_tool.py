@@ -302,6 +302,7 @@ def main() -> None:
         write_config(scratch, module)
         if (scratch / "mutants" / "tests").exists():  # mutmut copies tests/ once: refresh it for new tests
             shutil.copytree(scratch / "tests", scratch / "mutants" / "tests", dirs_exist_ok=True)
+            shutil.copytree(scratch / "kernels", scratch / "mutants" / "transformer" / "kernels", dirs_exist_ok=True)
         record_path = RESULTS / f"{module}.json"
         previous = json.loads(record_path.read_text()) if record_path.exists() else {"mutants": {}, "runs": []}
         if args.recheck:  # no mutmut run: the survivors against the test written for them

@@ -20,16 +20,18 @@ REHOME = (
 
 
 def copy_repository(scratch: Path, keep: tuple[str, ...]) -> None:
-    """Copy tracked and untracked-not-ignored files (no mutants/, no caches) into ``scratch``, but ``keep``."""
+    """Copy tracked and untracked-not-ignored files (no mutants/, no caches) into ``scratch``, but ``keep``.
+    ``kernels/`` is copied to ``transformer/kernels/`` too, as the installed package lays it out (pyproject's
+    package-dir): mutmut runs the tests on its copy of ``transformer/``, where ``transformer.kernels`` must import."""
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True, text=True
     ).stdout.split("\n")
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file() and name not in keep:
-            target = scratch / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+            for target in [scratch / name] + ([scratch / "transformer" / name] if name.startswith("kernels/") else []):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
 
 
 def undecorate(path: Path) -> int:

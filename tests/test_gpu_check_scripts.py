@@ -1,0 +1,95 @@
+"""The one-go GPU run's own promises, checked on the CPU (scripts/gpu_check.sh, scripts/gpu_check/sweep.py):
+the randomized sweep draws the cases its docstring names within its memory bound, and its error rule passes the
+kernel and fails a kernel that is slightly wrong; the script's stage limits add up to what docs/kernels.md says."""
+
+import importlib.util
+import random
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("gpu_check_sweep", ROOT / "scripts" / "gpu_check" / "sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_drawn_shapes_stay_within_the_memory_bound_and_keep_documents_and_groups_valid(sweep):
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(3000):
+        flags = sweep.draw_flags(rng, dry=False)
+        shape = sweep.draw_shape(rng, dry=False, documents=flags["documents"])
+        b, h, kvh, q_len, k_len = (shape[x] for x in ("batch", "heads", "kv_heads", "q_len", "k_len"))
+        assert b * h * q_len * k_len <= sweep.MAX_SCORES
+        assert 1 <= q_len <= 8192 and 1 <= k_len <= 8192
+        assert h % kvh == 0
+        if flags["documents"]:
+            assert q_len <= k_len
+        seen.update({("dtype", flags["dtype"]), ("mask", flags["mask"]), ("head_dim", flags["head_dim"])})
+        seen.update({("layout", flags["layout"]), ("gqa", h > kvh), ("unequal", q_len != k_len)})
+        seen.update({("documents", flags["documents"]), ("window", flags["window_left"] is not None)})
+        seen.update({("softcap", flags["softcap"] is not None), ("alibi", flags["alibi"]), ("long", k_len > 4096)})
+    wanted = {("dtype", d) for d in ("bfloat16", "float16", "float32")} | {("mask", m) for m in sweep.MASKS}
+    wanted |= {("head_dim", d) for d in (16, 40, 80, 96, 256)} | {("layout", "bshd_view"), ("gqa", True)}
+    wanted |= {("unequal", True), ("documents", True), ("window", True), ("softcap", True), ("alibi", True)}
+    wanted |= {("long", True)}
+    assert wanted <= seen
+
+
+CASE = {"batch": 2, "heads": 4, "kv_heads": 2, "q_len": 37, "k_len": 53, "head_dim": 32, "dtype": "float32",
+        "mask": "dense_b1qk", "layout": "bshd_view", "documents": True, "window_left": 7, "window_right": 0,
+        "softcap": 20.0, "alibi": True}  # fmt: skip
+
+
+def test_the_rule_passes_the_kernel_on_a_case_with_every_structure(sweep):
+    row = sweep.check_case(CASE, seed=3, device="cpu", dry=True)
+    assert row["ok"], row
+    assert all(e < 1e-5 for e in row["ours"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("wrong", ["scale", "drops_softcap", "dq_only"])
+def test_the_rule_fails_a_kernel_slightly_wrong(sweep, monkeypatch, dtype, wrong):
+    real = sweep.kernels.flash_attention
+
+    def kernel(q, k, v, **kw):
+        if wrong == "scale":  # a scale off by 1 %
+            return real(q, k, v, scale=1.01 / q.shape[-1] ** 0.5, **kw)
+        return real(q, k, v, **{**kw, "softcap": None})
+
+    if wrong == "dq_only":  # the right forward, a gradient of q 1 % off
+
+        class Skewed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.view_as(x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 1.01
+
+        monkeypatch.setattr(sweep.kernels, "flash_attention", lambda q, k, v, **kw: real(Skewed.apply(q), k, v, **kw))
+    else:
+        monkeypatch.setattr(sweep.kernels, "flash_attention", kernel)
+    row = sweep.check_case({**CASE, "dtype": dtype}, seed=3, device="cpu", dry=True)
+    assert not row["ok"], row
+
+
+def test_the_stage_limits_add_up_to_what_the_docs_say():
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    limits = [int(x) for x in re.search(r"unset TRITON_INTERPRET\n.*\n  LIMITS=\(([\d ]+)\)", script).group(1).split()]
+    environment, install, correctness, tests, sweep_, speed, split, model_speed = limits
+    parallel = max(correctness, tests, sweep_, correctness)  # the model's checks run under correctness's limit
+    total = environment + install + parallel + speed + split + model_speed
+    docs = (ROOT / "docs" / "kernels.md").read_text()
+    assert f"{total} s at most" in script
+    assert f"add up to {total} s" in docs
+    assert re.search(r"--seconds \$\(\(LIMITS\[4\] - (\d+)\)\)", script), "the sweep stops drawing before its limit"
