@@ -16,9 +16,13 @@
 # tokens/s against torch.nn.Transformer (model.py --parts speed, 150: its warm-up autotunes the three attention keys).
 # 15+30+150+130+50+150 = 525 s at most; a stage cut short keeps every result it appended before.
 # A dry run takes about 3 minutes here (the interpreter, 2 cores).
+#
+# To rerun a part on a machine still warm (each stage's name as in the JSON lines; the environment and install
+# stages always run): ONLY="speed model_speed" bash scripts/gpu_check.sh
 set -u
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
+ONLY=${ONLY:-}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/gpu_check_out}
@@ -31,6 +35,7 @@ note() { echo "{\"check\": \"stage\", \"time\": \"$(date -u +%H:%M:%S)\", $1}" |
 stage() {  # stage NAME SECONDS COMMAND...: run it under timeout (output to $STAGE_LOG), record its exit status
   local name=$1 limit=$2
   shift 2
+  case " environment install $ONLY " in *" $name "*) ;; *) [ -n "$ONLY" ] && return 0 ;; esac
   local start=$SECONDS
   timeout --kill-after=5 "$limit" "$@" >>"${STAGE_LOG:-$LOG}" 2>&1
   local rc=$?

@@ -1,10 +1,15 @@
 """The one-go GPU run's own promises, checked on the CPU (scripts/gpu_check.sh, scripts/gpu_check/sweep.py):
 the randomized sweep draws the cases its docstring names within its memory bound, and its error rule passes the
-kernel and fails a kernel that is slightly wrong; the script's stage limits add up to what docs/kernels.md says."""
+kernel and fails a kernel that is slightly wrong; the script's stage limits add up to what docs/kernels.md says,
+and ONLY= runs only the stages it names (besides the environment and the install)."""
 
 import importlib.util
+import json
+import os
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +98,12 @@ def test_the_stage_limits_add_up_to_what_the_docs_say():
     assert f"{total} s at most" in script
     assert f"add up to {total} s" in docs
     assert re.search(r"--seconds \$\(\(LIMITS\[4\] - (\d+)\)\)", script), "the sweep stops drawing before its limit"
+
+
+def test_only_runs_the_named_stages_besides_the_environment_and_the_install(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "SITE": str(tmp_path / "site"), "PYTHON": sys.executable}
+    env["ONLY"] = "no_such_stage"
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run"], env=env, check=True, timeout=300)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "gpu_check.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in rows if r["check"] == "stage"] == ["environment", "install", "summary"]
+    assert rows[1]["rc"] == 0  # the package importable from the symlink tree
