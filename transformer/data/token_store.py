@@ -77,15 +77,15 @@ class TokenStoreWriter:
             raise self._failed(error) from None
 
     def _failed(self, error: BaseException) -> BaseException:
-        """Remove everything written (once); the error to raise (one sentence when the disk refused the write)."""
+        """Remove everything written (once); the error to raise (one sentence when the disk refused the write, naming
+        the temporary directory if it could not be removed: a disk turned read-only keeps it)."""
+        tmp = self.tmp
         self.discard()
         if is_write_failure(error):
-            return write_failure(
-                error,
-                "the token store",
-                self.path,
-                kept="nothing was left behind (its temporary directory was removed)",
-            )
+            kept = "nothing was left behind (its temporary directory was removed)"
+            if tmp is not None and os.path.exists(tmp):
+                kept = f"its unfinished temporary directory {tmp} could not be removed (delete it by hand)"
+            return write_failure(error, "the token store", self.path, kept=kept)
         return error
 
     def discard(self) -> None:

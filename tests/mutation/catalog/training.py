@@ -367,8 +367,8 @@ MUTANTS += [
     S(
         "token-store-write-failure-traceback",
         "transformer/data/token_store.py",
-        "        if is_write_failure(error):\n            return write_failure(",
-        "        if False:\n            return write_failure(",
+        "        if is_write_failure(error):\n            kept = ",
+        "        if False:\n            kept = ",
         "a full disk while tokenizing is a raw OSError traceback",
     ),
     S(
