@@ -66,8 +66,10 @@ install() {
     echo "no .whl/ here: beartype must already be importable"
   fi
   rm -rf "$SITE/transformer"
-  cp -rs "$ROOT/transformer" "$SITE/transformer" && rm -rf "$SITE/transformer/kernels" &&
-    ln -s "$ROOT/kernels" "$SITE/transformer/kernels" || return 1
+  cp -rs "$ROOT/transformer" "$SITE/transformer" || return 1
+  if [ -d "$ROOT/kernels" ]; then  # a checkout (an installed layout has transformer/kernels already)
+    rm -rf "$SITE/transformer/kernels" && ln -s "$ROOT/kernels" "$SITE/transformer/kernels" || return 1
+  fi
   PYTHONPATH=$SITE $PYTHON -c "import beartype, transformer.kernels as k; print('beartype', beartype.__version__, k.__file__)"
 }
 export -f install

@@ -74,7 +74,8 @@ def _copy_tree(workdir: Path) -> None:
         "scripts",
         "docs",
         "notebooks",
-    ):  # what the docs, README and install tests read (and mutants of scripts/)
+        "benchmarks",
+    ):  # what the docs, README, install and benchmark tests read (and mutants of scripts/)
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, workdir / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md", "mkdocs.yml"):

@@ -6,6 +6,7 @@ from . import (  # blind reviews (docs/guarantees.md)
     blind31b,
     blind31c,
     blind31d,
+    blind32g,
     blind_backends29,
     blind_check30,
     blind_contracts,
@@ -88,6 +89,7 @@ ALL: list[Mutant] = [
     *blind31b.MUTANTS,
     *blind31c.MUTANTS,
     *blind31d.MUTANTS,
+    *blind32g.MUTANTS,
     *blind27k.MUTANTS,
 ]
 
