@@ -37,7 +37,7 @@ class TorchTransformer(nn.Module):
         self.generator = nn.Linear(d_model, vocab)
 
     def forward(self, src, tgt, src_pad, tgt_pad):
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), dtype=torch.bool)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device, dtype=torch.bool)
         out = self.core(
             self.src_embed(src),
             self.tgt_embed(tgt),

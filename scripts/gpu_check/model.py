@@ -30,7 +30,6 @@ import contextlib
 import copy
 import importlib
 import importlib.util
-import json
 import os
 import statistics
 import sys
@@ -47,22 +46,12 @@ except ImportError:  # the repository root on the path instead of an installed p
     sys.path.insert(0, str(ROOT))
     import transformer as T
 
-OUT = None
+# the result rows are checks.py's (one JSON line each, appended to checks.OUT); the script's folder is on sys.path
+import checks  # noqa: E402
+from checks import failed, record  # noqa: E402
+
 DRY = False
 DEVICE = "cuda"
-
-
-def record(check: str, **fields) -> dict:
-    row = {"check": check, "time": time.strftime("%H:%M:%S"), **fields}
-    line = json.dumps(row, default=str)
-    print(line, flush=True)
-    with open(OUT, "a") as handle:
-        handle.write(line + "\n")
-    return row
-
-
-def failed(check: str, error: BaseException, **fields) -> dict:
-    return record(check, ok=False, error=f"{type(error).__name__}: {str(error)[:400]}", **fields)
 
 
 def sync():
@@ -101,21 +90,6 @@ def _backends_benchmark():
 def part_speed():
     bench = _backends_benchmark()
 
-    class TorchReference(bench.TorchTransformer):
-        def forward(self, src, tgt, src_pad, tgt_pad):  # the causal mask on the inputs' device
-            n = tgt.size(1)
-            causal = torch.nn.Transformer.generate_square_subsequent_mask(n, device=tgt.device, dtype=torch.bool)
-            out = self.core(
-                self.src_embed(src),
-                self.tgt_embed(tgt),
-                tgt_mask=causal,
-                src_key_padding_mask=src_pad,
-                tgt_key_padding_mask=tgt_pad,
-                memory_key_padding_mask=src_pad,
-                tgt_is_causal=True,
-            )
-            return self.generator(out).log_softmax(-1)
-
     if DRY:
         sizes = dict(d_model=32, heads=2, layers=1, d_ff=64, batch=2, length=16, vocab=50)
         warm, rounds, per_round = 1, 1, 1
@@ -124,7 +98,7 @@ def part_speed():
         warm, rounds, per_round = 3, 2, 5
     batch = bench._data(sizes["vocab"], sizes["batch"], sizes["length"]).to(DEVICE)
     torch.manual_seed(0)
-    reference = TorchReference(sizes["vocab"], sizes["d_model"], sizes["heads"], sizes["layers"], sizes["d_ff"])
+    reference = bench.TorchTransformer(sizes["vocab"], sizes["d_model"], sizes["heads"], sizes["layers"], sizes["d_ff"])
     reference = reference.to(DEVICE).train()
     step = bench._step_torch(reference, torch.optim.AdamW(reference.parameters()), batch)
     steps = {"torch.nn.Transformer": (step, True)}
@@ -483,13 +457,13 @@ PARTS = {
 
 
 def main(argv=None) -> int:
-    global OUT, DRY, DEVICE
+    global DRY, DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="append one JSON line per result here")
     parser.add_argument("--dry-run", action="store_true", help="CPU, interpreter, tiny sizes")
     parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="which parts (all)")
     args = parser.parse_args(argv)
-    OUT, DRY = args.out, args.dry_run
+    checks.OUT, DRY = args.out, args.dry_run
     if DRY:
         if os.environ.get("TRITON_INTERPRET") != "1":
             parser.error("--dry-run needs TRITON_INTERPRET=1 in the environment (set before Python starts)")
