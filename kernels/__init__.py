@@ -7,8 +7,9 @@ Importing this package never touches a GPU driver; the kernels themselves are de
 launch, so ``TRITON_INTERPRET=1`` may be set any time before then. See docs/kernels.md.
 """
 
-import triton  # noqa: F401  (without Triton, fail here, before any op is registered with torch.library)
-
+# first: without Triton, or with a Triton older than the kernels support, fail here in one line, before any op is
+# registered with torch.library
+from ._triton_version import OLDEST_TRITON  # noqa: F401, I001  (the first import: see above)
 from ._api import flash_attention, flash_attention_with_lse, tune
 from ._validate import auto_reason, unsupported_reason
 

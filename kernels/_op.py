@@ -25,6 +25,18 @@ from ._args import acc_dtype, eager_launch  # eager_launch: the eager path's wra
 NAMESPACE = "typed_transformer"
 
 
+def _traceable(kernel):
+    """``wrap_triton(kernel)``, or ``kernel`` itself when ``TRITON_INTERPRET=1`` made it an ``InterpretedFunction``
+    (alone or under ``triton.autotune``): torch 2.13's ``wrap_triton`` hands those back as they are, torch 2.9's
+    raises "wrap_triton only works on functions annotated with triton.jit" instead."""
+    from triton.runtime.jit import JITFunction
+
+    inner = kernel
+    while not isinstance(inner, JITFunction) and hasattr(inner, "fn"):  # an Autotuner's or Heuristics' function
+        inner = inner.fn
+    return wrap_triton(kernel) if isinstance(inner, JITFunction) else kernel
+
+
 def _fwd(
     q: Tensor,
     k: Tensor,
@@ -47,7 +59,7 @@ def _fwd(
     windows and score modifiers (kernels/_structure.py)."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
-    wrapper = wrap_triton  # pointers, not tensor descriptors: torch.compile traces this body
+    wrapper = _traceable  # pointers, not tensor descriptors: torch.compile traces this body
     return _forward.forward(
         q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, doc_bounds, alibi_slopes, window_left,
         window_right, softcap, kernel_wrapper=wrapper, descriptors=False,
@@ -98,7 +110,7 @@ def _bwd(
         window_left,
         window_right,
         softcap,
-        kernel_wrapper=wrap_triton,
+        kernel_wrapper=_traceable,
     )
 
 

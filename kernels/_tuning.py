@@ -25,6 +25,10 @@ import triton.language as tl
 from . import _grid
 
 _HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")  # Triton >= 3.4
+# Triton 3.4 and 3.5's interpreter checks a descriptor's strides in elements, not bytes ("stride must be 16-byte
+# aligned" for a float32 row of 20): on the CPU the forward reads through pointers there (compiled, on a GPU, the
+# check is in bytes)
+_INTERPRETED_DESCRIPTORS = _HAS_DESCRIPTORS and tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 6)
 
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)
@@ -233,11 +237,11 @@ def tma_enabled(device) -> bool:
     """Whether the forward may read through tensor descriptors on ``device``: this Triton has
     ``tl.make_tensor_descriptor``, and on CUDA the GPU has a tensor memory accelerator (sm_90+), for which Triton's
     allocator is set (in-kernel descriptors need a global scratch buffer). Under the interpreter descriptors run on the
-    CPU, so both paths are tested there. :func:`tensor_descriptors` overrides it."""
+    CPU (Triton 3.6 and later), so both paths are tested there. :func:`tensor_descriptors` overrides it."""
     if _forced_tma:
         return _forced_tma[-1]
     if device.type != "cuda":
-        return _HAS_DESCRIPTORS
+        return _INTERPRETED_DESCRIPTORS
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _tma_capable:
         _tma_capable[index] = _HAS_DESCRIPTORS and torch.cuda.get_device_capability(index)[0] >= 9

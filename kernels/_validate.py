@@ -229,13 +229,25 @@ def _device_reason(device, dtype) -> str | None:
         return "q is on the CPU and TRITON_INTERPRET=1 is not set; the Triton kernel needs CUDA tensors"
     if dtype == torch.bfloat16:
         return "bfloat16 is not supported by the Triton CPU interpreter (triton#11584); use float16 or float32"
-    return _uncached_while_compiling(_old_interpreter_reason)()
+    return _old_interpreter_reason()
 
 
-@functools.lru_cache(maxsize=1)
+_OLD_INTERPRETER: list = []  # the reason below, once asked
+
+
 def _old_interpreter_reason() -> str | None:
     """Triton <= 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy >= 2.4 rejects.
-    (Installed versions do not change while running: asked once.)"""
+    (Installed versions do not change while running: asked once. While torch.compile traces, Dynamo calls it for
+    real and takes the answer as a constant: it cannot trace ``importlib.metadata`` before torch 2.13.)"""
+    if not _OLD_INTERPRETER:
+        _OLD_INTERPRETER.append(_ask_old_interpreter())
+    return _OLD_INTERPRETER[0]
+
+
+_old_interpreter_reason._dynamo_marked_constant = True  # type: ignore[attr-defined]  # = assume_constant_result
+
+
+def _ask_old_interpreter() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
     import triton

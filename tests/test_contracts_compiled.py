@@ -11,6 +11,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import transformer as T
 from transformer import TypeCheckError
+from transformer.common.versions import TORCH_VERSION
 from transformer.contracts import Bool, CompiledContractError, Float, Int, Shaped, Tensor, checked
 
 BAD_X = torch.randn(2, 5, 8)  # wrong d_model for a 16-wide layer norm
@@ -310,7 +311,14 @@ def test_a_checks_block_inside_a_compiled_function_governs_its_calls():
     strict = torch.compile(checked_inside, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(quiet(BROADCASTS), unchecked_inside(BROADCASTS))  # checks on outside, off inside
     with T.checks(False):
-        assert _error_lines(lambda: strict(BROADCASTS))[0] == _error_lines(lambda: checked_inside(BROADCASTS))[0]
+        eager = _error_lines(lambda: checked_inside(BROADCASTS))[0]
+        if TORCH_VERSION >= (2, 11):
+            assert _error_lines(lambda: strict(BROADCASTS))[0] == eager
+        else:  # torch 2.9 and 2.10 (docs/install.md, "Supported versions"): Dynamo's own error, ours as its cause
+            with pytest.raises(torch._dynamo.exc.Unsupported, match="GenericContextWrappingVariable") as info:
+                strict(BROADCASTS)
+            assert type(info.value.__cause__) is CompiledContractError
+            assert str(info.value.__cause__).splitlines()[0] == eager
 
 
 def test_inductor_compiled_contract_error_reads_as_eager():
@@ -405,4 +413,6 @@ def test_contract_tables_are_constants_to_dynamo():
 
     marked = torch.compiler.assume_constant_result(probe)
     markers = {name: value for name, value in vars(marked).items() if name.startswith("_dynamo")}
-    assert markers and all(getattr(traced._spec, name, None) == value for name, value in markers.items())
+    read_spec = traced.Contract(probe).read_spec
+    assert markers and all(getattr(read_spec, name, None) == value for name, value in markers.items())
+    assert read_spec() is read_spec() and read_spec.__code__.co_argcount == 0  # no argument: see _constant_reader

@@ -10,6 +10,7 @@ from .attention import MultiHeadedAttention, current_backend, scaled_dot_product
 from .cache import DecoderCache, KVCache, LayerCache
 from .checkpoint import Checkpoint, CheckpointError, ConfigMismatchError, load_checkpoint, save_checkpoint
 from .common import moved_modules
+from .common.versions import warn_if_unsupported as _warn_if_unsupported
 from .config import TransformerConfig
 from .contracts import (
     Bool,
@@ -124,3 +125,4 @@ __all__ = [
 ]
 
 moved_modules.install()  # the flat layout's module paths (transformer.sdpa, transformer.lm_config, ...) keep working
+_warn_if_unsupported()  # one line when the installed torch is older than the supported range

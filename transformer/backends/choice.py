@@ -66,10 +66,40 @@ def current_backend() -> str | None:
 
 
 def triton_missing_reason() -> str | None:
-    """Why the Triton backend cannot even be loaded here (Triton not installed), or None."""
+    """Why the Triton backend cannot even be loaded here (Triton not installed, or older than the kernels need), or
+    None."""
     if importlib.util.find_spec("triton") is None:
         return f"Triton is not installed; install it with: {TRITON_INSTALL_HINT}"
-    return None
+    return _old_triton_reason()
+
+
+_OLD_TRITON: list = []  # the reason below, once asked (installed versions do not change while running)
+
+
+def _old_triton_reason() -> str | None:
+    """Why the installed Triton is too old for the kernels (``transformer.kernels.OLDEST_TRITON``), or None. Read
+    from its metadata, without importing it; under torch.compile, Dynamo calls it for real and takes the answer as a
+    constant."""
+    if not _OLD_TRITON:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("triton")
+            old = tuple(int(part) for part in found.split(".")[:2] if part.isdigit()) < OLDEST_TRITON
+        except (PackageNotFoundError, ValueError):
+            found, old = None, False
+        _OLD_TRITON.append(
+            f"Triton {found} is older than {'.'.join(map(str, OLDEST_TRITON))}, the oldest the kernels support; "
+            f'install a newer one with: pip install "triton>={".".join(map(str, OLDEST_TRITON))}"'
+            if old
+            else None
+        )
+    return _OLD_TRITON[0]
+
+
+_old_triton_reason._dynamo_marked_constant = True  # type: ignore[attr-defined]  # = assume_constant_result
+#: = transformer.kernels.OLDEST_TRITON (importing the kernels imports triton: the reason above must not)
+OLDEST_TRITON = (3, 5)
 
 
 def triton_unsupported_reason(

@@ -19,6 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .versions import TORCH_VERSION
+
 #: an error from the operator's message and the sizes of the call being run (``message.format(*sizes)``, say)
 ErrorMaker = Callable[[str, list], Exception]
 
@@ -27,7 +29,36 @@ class RaisedWhileTracing(IndexError):
     """The base of an error a fake implementation raises on purpose while Dynamo traces. Dynamo passes an
     ``IndexError`` from a fake implementation to the caller unchanged (``torch/_dynamo/utils.py``, ``run_node``: the
     dimension errors of ``maybe_wrap_dim``; torch 2.13), where any other exception becomes its
-    ``TorchRuntimeError``, ``Unsupported`` or ``InternalTorchDynamoError``."""
+    ``TorchRuntimeError``, ``Unsupported`` or ``InternalTorchDynamoError``. Before torch 2.13 (from 2.9 on) only
+    Dynamo's own ``Unsupported`` passes unchanged: see :func:`_handed_on`."""
+
+    def __str__(self) -> str:
+        text = self.__dict__.get("_text")  # the message as raised (see _handed_on), else as the arguments say
+        return text if text is not None else super().__str__()
+
+
+#: whether Dynamo hands an ``IndexError`` from a fake implementation on unchanged (torch 2.13 and later)
+_INDEX_ERROR_PASSES = TORCH_VERSION >= (2, 13)
+
+
+def _handed_on(error: RaisedWhileTracing) -> RaisedWhileTracing:
+    """``error``, made so that Dynamo hands it to the caller unchanged. From torch 2.13 on it is as it is. Before,
+    ``run_node`` and ``get_fake_value`` re-raise only Dynamo's ``Unsupported`` as it is, so the error's class gets
+    ``Unsupported`` as one more base (once, the first time one is raised: Dynamo is imported by then, and the class
+    stays the one the caller catches, ``type(error) is CompiledContractError``), the instance gets the attributes
+    Dynamo reads from an ``Unsupported``, and its message is kept as raised: Dynamo appends its own trace ("from user
+    code: ...") to the arguments of an ``Unsupported`` it passes on, which ``__str__`` does not show."""
+    if _INDEX_ERROR_PASSES:
+        return error
+    from torch._dynamo.exc import Unsupported  # imported already: this runs while Dynamo traces
+
+    cls = type(error)
+    if not issubclass(cls, Unsupported):
+        cls.__bases__ = (*cls.__bases__, Unsupported)
+    text = str(error)
+    Unsupported.__init__(error, text)
+    error._text = text
+    return error
 
 
 class _QuietAboutOurs(logging.Filter):
@@ -60,6 +91,10 @@ def raising_operator(name: str, make_error: ErrorMaker, while_tracing: bool = Fa
     return getattr(torch.ops.typed_transformer, name).default
 
 
+#: the operators' schema, written out: torch before 2.7 cannot infer one from ``list[int]`` or ``Tensor | None``
+_SCHEMA = "(str message, SymInt[] sizes, SymInt[] shape, ScalarType dtype, Device device, Tensor? after) -> Tensor"
+
+
 def _define(name: str, make_error: ErrorMaker, while_tracing: bool) -> None:
     def raise_error(
         message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device, after: Tensor | None
@@ -70,12 +105,12 @@ def _define(name: str, make_error: ErrorMaker, while_tracing: bool) -> None:
         message: str, sizes: list[int], shape: list[int], dtype: torch.dtype, device: torch.device, after: Tensor | None
     ) -> Tensor:
         if while_tracing:
-            raise make_error(message, [_size(size) for size in sizes])
+            raise _handed_on(make_error(message, [_size(size) for size in sizes]))
         return torch.empty(shape, dtype=dtype, device=device)  # what the failing call promised: tracing goes on
 
     if while_tracing:
         logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietAboutOurs())
-    operator = torch.library.custom_op(f"typed_transformer::{name}", raise_error, mutates_args=())
+    operator = torch.library.custom_op(f"typed_transformer::{name}", raise_error, mutates_args=(), schema=_SCHEMA)
     operator.register_fake(placeholder)
     op = getattr(torch.ops.typed_transformer, name).default
     try:  # an effect: never removed as dead code, since the error is due even when nothing reads the placeholder

@@ -171,7 +171,7 @@ def validate_dtype_device(who: str, reference, reference_name: str, **tensors) -
     """
     if not checks_enabled():
         return
-    reference = reference if isinstance(reference, Tensor) else reference()
+    reference = reference() if callable(reference) else reference  # (Dynamo before 2.7: no isinstance of a closure)
     device, dtype = reference.device, reference.dtype
     for name, value in tensors.items():
         if value is None:

@@ -75,6 +75,7 @@ class Contract:
         "fields",
         "params",
         "qualname",
+        "read_spec",
         "result",
         "spec",
         "unsupported",
@@ -124,6 +125,7 @@ class Contract:
                 self.result = (hint, escape_braces(expected_text(text)), hint_fields(hint))
                 self.fields["return"] = self.result[2]
         self.spec = (self.qualname, self.params, self.checks, self.result)
+        self.read_spec = _constant_reader(self.spec)
         self.classes = tuple(self._classes)
         self.defaults = tuple(p.default for p in signature.parameters.values())
 
@@ -135,20 +137,26 @@ class Contract:
             return None
 
 
-def _spec(contract: Contract) -> tuple:
-    """The contract's tables. Read through ``assume_constant_result``, Dynamo takes them as constants, with no guard
-    on their contents (they never change): one identity guard per contract instead of one guard per entry."""
-    return contract.spec
+def _constant_reader(spec: tuple) -> Callable[[], tuple]:
+    """A function of no arguments that returns ``spec``, marked as ``torch.compiler.assume_constant_result`` marks
+    one: Dynamo calls it for real and takes the tables as constants, with no guard on their contents (they never
+    change), so each contract costs one guard instead of one guard per entry. It takes no argument because Dynamo
+    before torch 2.13 can pass an assume-constant function only constants (a ``Contract`` there fails with
+    ``AsPythonConstantNotImplementedError``)."""
 
+    def read_spec() -> tuple:
+        return spec
 
-# = torch.compiler.assume_constant_result(_spec), which sets just this attribute but imports Dynamo first (about a
-# second at import, in every process, compiling or not). tests/test_contracts.py checks the two agree.
-_spec._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    # = torch.compiler.assume_constant_result(read_spec), which sets just this attribute but imports Dynamo first
+    # (about a second at import, in every process, compiling or not). tests/test_contracts_compiled.py checks the two
+    # agree.
+    read_spec._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return read_spec
 
 
 def call_traced(contract: Contract, fn: Callable, args: tuple, kwargs: dict):
     """``fn(*args, **kwargs)`` under its contract, as Dynamo traces it (see the comment above)."""
-    qualname, params, checks, result = _spec(contract)
+    qualname, params, checks, result = contract.read_spec()
     _TRACE_CALLS.append(qualname)
     try:
         bound, given = bind_arguments(params, args, kwargs, contract)

@@ -111,7 +111,7 @@ def _outside(annotation: object) -> str:
 
 def _parsed(annotation: str | type) -> tuple:
     """(hint, expected text, the fields it reads, its axes as written), read once per annotation. Dynamo calls it
-    for real and takes the result as a constant (as for the contracts' tables, ``traced._spec``)."""
+    for real and takes the result as a constant (as for the contracts' tables, ``Contract.read_spec``)."""
     found = _PARSED.get(annotation)
     if found is None:
         found = _PARSED[annotation] = _parse(annotation)

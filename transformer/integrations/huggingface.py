@@ -58,9 +58,10 @@ NAME = "typed_transformer"
 #: The oldest transformers :func:`register` works with: its ``AttentionMaskInterface`` appeared in 4.53. Which models
 #: then run on it depends on the version (checked: 4.53.0, 4.56.2, 5.0.0, 5.23.0): Llama from 4.53; GPT-2 from 4.53,
 #: but with its own float masks (which the kernel does not take: torch's function runs) before 4.56; BERT from 5.0
-#: (before, its attention ignores AttentionInterface and raises KeyError). The ``hf`` extra asks for 5.0.
+#: (before, its attention ignores AttentionInterface and raises KeyError). The ``hf`` extra asks for 5.4, the oldest
+#: whose GPT-2 computes as our loaded one (docs/install.md, "Supported versions").
 MIN_TRANSFORMERS = "4.53.0"
-INSTALL_HINT = 'pip install "typed-transformer[hf]" (or pip install "transformers>=5.0")'
+INSTALL_HINT = 'pip install "typed-transformer[hf]" (or pip install "transformers>=5.4")'
 logger = logging.getLogger(__name__)
 _warned_output_attentions = False
 

@@ -114,12 +114,12 @@ MUTANTS = [
         "kernels/_validate.py",
         (
             (
-                "    return _uncached_while_compiling(_old_interpreter_reason)()\n",
                 "    return _old_interpreter_reason()\n",
+                "    return functools.lru_cache(maxsize=1)(_ask_old_interpreter)()\n",
             ),
         ),
         "Under the Triton CPU interpreter, torch.compile (fullgraph=True) tracing the triton backend calls the "
-        "lru_cache'd _old_interpreter_reason: Dynamo warns 'detected a call to a functools.lru_cache-wrapped "
+        "interpreter's reason through an lru_cache (as before 2026-12-01, when it was one): Dynamo warns 'detected a call to a functools.lru_cache-wrapped "
         "function at _validate.py', though the drop-in promises no warning from our code.",
     ),
 ]
