@@ -25,10 +25,17 @@ import triton.language as tl
 from . import _grid
 
 _HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")  # Triton >= 3.4
+
+
 # Triton 3.4 and 3.5's interpreter checks a descriptor's strides in elements, not bytes ("stride must be 16-byte
 # aligned" for a float32 row of 20): on the CPU the forward reads through pointers there (compiled, on a GPU, the
 # check is in bytes)
-_INTERPRETED_DESCRIPTORS = _HAS_DESCRIPTORS and tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 6)
+def interpreted_descriptors(triton_version: tuple[int, int]) -> bool:
+    """Whether the CPU interpreter of this Triton release reads tensor descriptors as the compiled kernels do."""
+    return _HAS_DESCRIPTORS and triton_version >= (3, 6)
+
+
+_INTERPRETED_DESCRIPTORS = interpreted_descriptors(tuple(int(p) for p in triton.__version__.split(".")[:2]))
 
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)

@@ -11,7 +11,9 @@ no constraints), and must then:
   decode compiled (``torch.compile(fullgraph=True)``), valid and wrong;
 * pass the test subset (``SUBSET``, below: which tests and why they suffice);
 * run the main job: README's ``typed-transformer train copy`` with the exact-match line and no warning
-  (``scripts/readme_setup.py``'s check).
+  (``scripts/readme_setup.py``'s check);
+* at the ``gpu`` point (the GPU machine's set), dry-run the one-call GPU script on the CPU
+  (``scripts/gpu_check.sh --dry-run``: no failed check, no stage cut short).
 
 Each point's results go to ``benchmarks/results/compat/POINT.json`` (versions as installed, date, machine, every
 test file's counts, each check); ``table`` writes them into docs/install.md's "Supported versions" table.
@@ -56,8 +58,8 @@ POINTS: dict[str, dict] = {
             "torch==2.9.1",
             "triton==3.5.1",
             "transformers==5.4.0",
-            "jaxtyping==0.2.36",
-            "beartype==0.19.0",
+            "jaxtyping==0.2.37",
+            "beartype==0.23.0",
             "einops==0.8.0",
             "safetensors==0.4.3",
             "tqdm==4.60.0",
@@ -76,6 +78,7 @@ POINTS: dict[str, dict] = {
             "beartype==0.23.1",
             "numpy<2.4",
         ],
+        "gpu_dry_run": True,  # scripts/gpu_check.sh --dry-run here too, so its first GPU run is not its first run here
     },
     "pin": {
         "what": "README's pin (CI runs the whole suite there)",
@@ -167,14 +170,15 @@ def _key(point: dict) -> str:
 
 
 def _python_for(version: str) -> str:
-    found = shutil.which(f"python{version}")
-    if found is None:
-        pyenv = Path.home() / ".pyenv" / "versions"
-        candidates = sorted(pyenv.glob(f"{version}.*/bin/python{version}")) if pyenv.is_dir() else []
-        if not candidates:
-            raise SystemExit(f"no python{version} on this machine (PATH or ~/.pyenv/versions)")
-        found = str(candidates[-1])
-    return found
+    """An interpreter of Python ``version`` that runs (a pyenv shim on PATH may not: it names the interpreter only
+    when that version is selected)."""
+    pyenv = Path.home() / ".pyenv" / "versions"
+    candidates = [shutil.which(f"python{version}")]
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python{version}"))] if pyenv.is_dir() else []
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    raise SystemExit(f"no python{version} on this machine that runs (PATH or ~/.pyenv/versions)")
 
 
 def _env(venv: Path) -> dict[str, str]:
@@ -255,7 +259,8 @@ def _junit_counts(path: Path) -> dict[str, dict[str, int]]:
 
 def run_point(name: str, fresh: bool) -> dict:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    log = RESULTS / f"{name}.log"
+    VENVS.mkdir(parents=True, exist_ok=True)
+    log = VENVS / f"{name}.log"  # the whole output, beside the environment (not committed)
     log.write_text("")
     venv, build_info = build(name, fresh, log)
     env = _env(venv)
@@ -296,10 +301,34 @@ def run_point(name: str, fresh: bool) -> dict:
     code, output = _run([str(venv / "bin" / main_job[0]), *main_job[1:]], env, log, 1200)
     problem = check_main_job_output(output) if code == 0 else f"exit status {code}"
     result["checks"]["main job"] = {"ok": problem is None, "problem": problem, "command": " ".join(main_job)}
+    if POINTS[name].get("gpu_dry_run"):
+        result["checks"]["gpu_check dry run"] = gpu_dry_run(venv, env, log)
     result["ok"] = result["kept"] and all(check["ok"] for check in result["checks"].values())
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"{name}: {'ok' if result['ok'] else 'FAILED'} ({result['checks']['subset']['summary']})", flush=True)
     return result
+
+
+def gpu_dry_run(venv: Path, env: dict[str, str], log: Path) -> dict:
+    """``scripts/gpu_check.sh --dry-run`` with this point's Python: every stage, on the CPU (the interpreter, short
+    lengths); ok when its summary counts no failed check and no stage timed out."""
+    out = VENVS / "gpu_check_dry_run"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    start = time.monotonic()
+    dry_env = env | {"PYTHON": str(venv / "bin" / "python"), "OUT": str(out), "SITE": str(out / "site")}
+    code, _ = _run(["bash", "scripts/gpu_check.sh", "--dry-run"], dry_env, log, 1800)
+    lines = (out / "gpu_check.jsonl").read_text().splitlines() if (out / "gpu_check.jsonl").is_file() else []
+    summary = json.loads(lines[-1]) if lines else {}
+    failed = summary.get("failed_checks", -1)
+    timed_out = summary.get("timed_out_stages", -1)
+    return {
+        "ok": code == 0 and summary.get("stage") == "summary" and failed == 0 and timed_out == 0,
+        "seconds": round(time.monotonic() - start),
+        "failed_checks": failed,
+        "timed_out_stages": timed_out,
+        "sweep_cases": summary.get("sweep_cases"),
+    }
 
 
 TABLE_START, TABLE_END = "<!-- compat table: start -->", "<!-- compat table: end -->"
@@ -308,8 +337,8 @@ TABLE_START, TABLE_END = "<!-- compat table: start -->", "<!-- compat table: end
 def table() -> str:
     rows = [
         "| point | Python | torch | triton | transformers | jaxtyping | beartype | numpy | kept | tour | subset | "
-        "main job | date |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "main job | GPU script dry run | date |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in POINTS:
         path = RESULTS / f"{name}.json"
@@ -319,10 +348,12 @@ def table() -> str:
         v, checks = r["versions"], r["checks"]
         subset = re.sub(r" in [0-9.]+s.*", "", checks["subset"]["summary"].strip("= "))
         mark = {True: "yes", False: "**no**"}
+        dry_run = checks.get("gpu_check dry run")
+        dry = "" if dry_run is None else f"{mark[dry_run['ok']]} ({dry_run['failed_checks']} failed checks)"
         rows.append(
             f"| {name} ({r['what']}) | {v['python']} | {v.get('torch')} | {v.get('triton')} | {v.get('transformers')} "
             f"| {v.get('jaxtyping')} | {v.get('beartype')} | {v.get('numpy')} | {mark[r['kept']]} "
-            f"| {mark[checks['tour']['ok']]} | {subset} | {mark[checks['main job']['ok']]} | {r['date']} |"
+            f"| {mark[checks['tour']['ok']]} | {subset} | {mark[checks['main job']['ok']]} | {dry} | {r['date']} |"
         )
     return "\n".join(rows)
 

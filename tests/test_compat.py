@@ -86,13 +86,16 @@ def test_the_table_reads_every_results_file_and_marks_what_failed(tmp_path, monk
     }
     failing = json.loads(json.dumps(passing)) | {"point": "gpu", "kept": False}
     failing["checks"]["main job"]["ok"] = False
+    failing["checks"]["gpu_check dry run"] = {"ok": False, "failed_checks": 3}
     (tmp_path / "floor.json").write_text(json.dumps(passing))
     (tmp_path / "gpu.json").write_text(json.dumps(failing))
     rows = compat.table().splitlines()
     assert len(rows) == 4  # header, rule, the two points that have results, in the matrix's order
     assert rows[2].startswith("| floor (the oldest) | 3.11.7 | 2.9.1 | 3.5.1 | 5.4.0 |")
+    assert rows[2].endswith("| yes | 521 passed, 2 skipped, 14145 warnings | yes |  | 2026-12-01 |")
     assert "| 521 passed, 2 skipped, 14145 warnings |" in rows[2] and "**no**" not in rows[2]
-    assert rows[3].count("**no**") == 2  # not kept, and the main job failed
+    assert rows[3].count("**no**") == 3  # not kept, the main job and the GPU script's dry run failed
+    assert "| **no** (3 failed checks) |" in rows[3]
 
 
 def test_junit_counts_split_by_test_file(tmp_path):
@@ -143,23 +146,34 @@ def test_a_triton_older_than_the_kernels_need_is_refused_in_one_line(monkeypatch
     assert choice._old_triton_reason._dynamo_marked_constant is True  # Dynamo calls it for real (no argument)
 
 
-def test_the_kernels_import_refuses_an_old_triton_in_one_line():
-    """``import transformer.kernels`` beside a triton older than 3.5: ImportError naming both versions."""
+@pytest.mark.parametrize("found", ["3.2.0", "3.4.1", "3.5.0", "3.5.1", "3.10.0"])
+def test_the_kernels_import_refuses_an_old_triton_in_one_line(found):
+    """``import transformer.kernels`` beside a triton older than 3.5: ImportError naming both versions; 3.5 (what
+    torch 2.9 pins) and newer import."""
+    import transformer.kernels
+
+    source = Path(transformer.kernels.__file__).parent / "_triton_version.py"  # kernels/, or inside the package
     code = (
         "import sys, types\n"
-        "sys.modules['triton'] = types.SimpleNamespace(__version__='3.2.0')\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        f"sys.modules['triton'] = types.SimpleNamespace(__version__={found!r})\n"
         "import importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('k', {str(ROOT / 'kernels' / '_triton_version.py')!r},"
+        f"spec = importlib.util.spec_from_file_location('k', {str(source)!r},"
         " submodule_search_locations=[])\n"
         "module = importlib.util.module_from_spec(spec)\n"
-        "try:\n    spec.loader.exec_module(module)\nexcept ImportError as e:\n    print(e)\n"
+        "try:\n    spec.loader.exec_module(module)\n    print('imported')\nexcept ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip()
+    old = found.startswith(("3.2.", "3.4."))
     assert out == (
-        "transformer.kernels needs triton >= 3.5, found triton 3.2.0; install a newer one with: "
+        f"transformer.kernels needs triton >= 3.5, found triton {found}; install a newer one with: "
         'pip install "triton>=3.5"'
+        if old
+        else "imported"
     )
+
+
+def _a_kernel(x):  # a Python function with a source file, as JITFunction requires
+    pass
 
 
 def test_an_interpreted_kernel_is_launched_as_it_is_and_a_jit_one_through_wrap_triton(monkeypatch):
@@ -176,7 +190,7 @@ def test_an_interpreted_kernel_is_launched_as_it_is_and_a_jit_one_through_wrap_t
     class Interpreted:  # what TRITON_INTERPRET=1 makes of a @triton.jit function
         pass
 
-    jit = JITFunction.__new__(JITFunction)
+    jit = JITFunction(_a_kernel)  # what @triton.jit makes without the interpreter (it has .fn too)
     autotuned = type("Autotuner", (), {"fn": jit})()
     interpreted = Interpreted()
     autotuned_interpreted = type("Autotuner", (), {"fn": interpreted})()
@@ -232,5 +246,29 @@ def test_the_descriptor_path_under_the_interpreter_follows_the_triton_version():
 
     from transformer.kernels import _tuning
 
-    newer = tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 6)
-    assert _tuning.tma_enabled(torch.device("cpu")) is (_tuning._HAS_DESCRIPTORS and newer)
+    assert _tuning._HAS_DESCRIPTORS  # every supported triton has tl.make_tensor_descriptor (3.4 and later)
+    assert [_tuning.interpreted_descriptors(v) for v in [(3, 4), (3, 5), (3, 6), (3, 9), (4, 0)]] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    installed = tuple(int(p) for p in triton.__version__.split(".")[:2])
+    assert _tuning.tma_enabled(torch.device("cpu")) is _tuning.interpreted_descriptors(installed)
+
+
+def test_the_interpreter_numpy_reason_is_asked_once_whatever_the_answer(monkeypatch):
+    """Installed versions do not change while running: the interpreter's NumPy check reads the metadata once, when it
+    finds no problem as when it finds one (it runs on every CPU launch's support check), and Dynamo takes its
+    answer as a constant."""
+    pytest.importorskip("triton")
+    from transformer.kernels import _validate
+
+    for answer in (None, "the Triton 3.6.0 interpreter fails with NumPy 2.4.6 (...)"):
+        asked = []
+        monkeypatch.setattr(_validate, "_OLD_INTERPRETER", [])
+        monkeypatch.setattr(_validate, "_ask_old_interpreter", lambda answer=answer: asked.append(1) or answer)
+        assert [_validate._old_interpreter_reason() for _ in range(3)] == [answer] * 3
+        assert asked == [1]
+    assert _validate._old_interpreter_reason._dynamo_marked_constant is True
