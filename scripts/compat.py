@@ -39,6 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -188,11 +189,11 @@ def _env(venv: Path) -> dict[str, str]:
     return env
 
 
-def _run(command: list[str], env: dict[str, str], log: Path, timeout: float) -> tuple[int, str]:
+def _run(command: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path = ROOT) -> tuple[int, str]:
     print("$", " ".join(command), flush=True)
     try:
         proc = subprocess.run(
-            command, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
+            command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
         )
         code, output = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as expired:
@@ -298,7 +299,8 @@ def run_point(name: str, fresh: bool) -> dict:
     from readme_setup import check_main_job_output, setup_commands
 
     main_job = setup_commands((ROOT / "README.md").read_text())["main"].split("&&")[-1].split()
-    code, output = _run([str(venv / "bin" / main_job[0]), *main_job[1:]], env, log, 1200)
+    with tempfile.TemporaryDirectory(prefix="compat-main-job-") as fresh:  # a newcomer's folder: no runs/ there yet
+        code, output = _run([str(venv / "bin" / main_job[0]), *main_job[1:]], env, log, 1200, Path(fresh))
     problem = check_main_job_output(output) if code == 0 else f"exit status {code}"
     result["checks"]["main job"] = {"ok": problem is None, "problem": problem, "command": " ".join(main_job)}
     if POINTS[name].get("gpu_dry_run"):
