@@ -268,7 +268,9 @@ def test_the_interpreter_numpy_reason_is_asked_once_whatever_the_answer(monkeypa
     for answer in (None, "the Triton 3.6.0 interpreter fails with NumPy 2.4.6 (...)"):
         asked = []
         monkeypatch.setattr(_validate, "_OLD_INTERPRETER", [])
-        monkeypatch.setattr(_validate, "_ask_old_interpreter", lambda answer=answer: asked.append(1) or answer)
+        monkeypatch.setattr(
+            _validate, "_ask_old_interpreter", lambda answer=answer, asked=asked: asked.append(1) or answer
+        )
         assert [_validate._old_interpreter_reason() for _ in range(3)] == [answer] * 3
         assert asked == [1]
     assert _validate._old_interpreter_reason._dynamo_marked_constant is True
