@@ -1,4 +1,5 @@
-"""Names of torch dtypes as jaxtyping reads and writes them: one table for every message that names a dtype."""
+"""Names of torch dtypes as jaxtyping reads and writes them: one table for every message that names a dtype; and
+the dtype decoding takes its decisions in (:func:`decision_dtype`)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,15 @@ def shape_text(t: torch.Tensor) -> str:
     package never computes in)."""
     name = DTYPE_SHORT_NAMES[t.dtype] if t.dtype in _SHORT_IN_SHAPES else str(t.dtype).removeprefix("torch.")
     return f"{name}[{','.join(map(str, t.shape))}]"
+
+
+#: the dtypes a model computes in but decoding never decides in: their log-softmax rounds near-equal candidates
+#: to ties (bfloat16 keeps 8 bits), so decisions are taken in float32, as transformers' ``generate`` takes them
+LOW_PRECISION_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def decision_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype next-token decisions (greedy, sampling, beam scores) are computed in for logits of ``dtype``:
+    float32 for float16 and bfloat16 (transformers' ``generate`` casts the logits to float32 before choosing), the
+    dtype itself otherwise (float32 and float64 decide as they compute)."""
+    return torch.float32 if dtype in LOW_PRECISION_FLOATS else dtype
