@@ -223,10 +223,14 @@ class TransformerLM(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, dtype: torch.dtype | None = None, device: str | torch.device | None = None
+        cls,
+        path: str | os.PathLike,
+        dtype: torch.dtype | str | None = None,
+        device: str | torch.device | None = None,
     ) -> TransformerLM:
         """The model of a Hugging Face checkpoint folder (GPT-2, Llama, Qwen2/3, Mistral, StarCoder2, Phi-3), in eval
-        mode: :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
+        mode, in ``dtype`` (a torch dtype, a name as transformers spells it, ``"bfloat16"``, or ``"auto"``/None: the
+        checkpoint's): :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
         from .pretrained import load_pretrained
 
         return load_pretrained(path, dtype=dtype, device=device)
