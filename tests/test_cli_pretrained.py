@@ -268,3 +268,47 @@ def test_the_fine_tuning_tokenizer_adds_what_the_folders_post_processor_adds(tmp
     assert ids[0] == bos and ids == tokenizer.encode(LINES[0]).ids == PretrainedTokenizer.from_folder(folder).encode(
         LINES[0]
     )
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "auto"])
+def test_generate_dtype_loads_the_folder_in_that_dtype(folder, name, capsys):
+    """``--dtype`` names the dtype as ``from_pretrained(dtype=...)`` takes it: what is printed is what the model
+    loaded in that dtype generates (the folder is float32: bfloat16 and float16 change the weights)."""
+    prompt = "def add ( a , b )"
+    tokenizer = PretrainedTokenizer.from_folder(folder)
+    model = TransformerLM.from_pretrained(folder, dtype=name)
+    assert model.weights_dtype() == {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name, torch.float32)
+    ids = tokenizer.encode(prompt)
+    new = generate(model, torch.tensor([ids]), 8, **tokenizer.generation_arguments())[0, len(ids) :].tolist()
+    ends = [new.index(i) for i in tokenizer.eos_ids if i in new]
+    assert main(["generate", "--model", str(folder), "--dtype", name, "--max-new-tokens", "8", prompt]) == 0
+    assert capsys.readouterr().out == f"{prompt} {tokenizer.decode(new[: min(ends)] if ends else new)}\n"
+
+
+def test_a_dtype_name_transformers_refuses_exits_2_naming_the_flag_the_value_and_the_names(folder, corpus, capsys):
+    for argv in (
+        ["generate", "--model", str(folder), "--dtype", "bf16", "the"],
+        ["train", "lm", "--init", str(folder), "--text", corpus, "--dtype", "bf16"],
+    ):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and "argument --dtype: invalid choice: 'bf16'" in err
+        accepted = err.split("choose from", 1)[1]  # quoted or not, by the Python version's argparse
+        assert all(name in accepted for name in ("auto", "float32", "float16", "bfloat16", "float64", "half"))
+
+
+def test_dtype_is_refused_where_no_pretrained_folder_is_loaded(corpus, tmp_path, capsys):
+    assert main(["generate", "--checkpoint", str(tmp_path / "x"), "--dtype", "bfloat16", "the"]) == 2
+    assert "--dtype bfloat16 is for --model" in capsys.readouterr().err
+    argv = ["train", "lm", "--text", corpus, "--steps", "1", "--dtype", "float16", "--out", str(tmp_path / "a")]
+    assert main([*argv, *TRAIN]) == 2
+    assert "--dtype float16 is for --init" in capsys.readouterr().err
+
+
+def test_train_lm_init_trains_in_the_dtype_asked_and_float32_by_default(folder, corpus, tmp_path, capsys):
+    base = ["train", "lm", "--init", str(folder), "--text", corpus, "--steps", "1", *TRAIN]
+    assert main([*base, "--dtype", "bfloat16", "--out", str(tmp_path / "bf16")]) == 0
+    assert {t.dtype for t in load_file(tmp_path / "bf16" / "model.safetensors").values()} == {torch.bfloat16}
+    assert main([*base, "--out", str(tmp_path / "default")]) == 0
+    assert {t.dtype for t in load_file(tmp_path / "default" / "model.safetensors").values()} == {torch.float32}

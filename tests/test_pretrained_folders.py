@@ -132,8 +132,9 @@ def test_dtype_is_the_checkpoints_unless_asked(tmp_path):
     assert {p.dtype for p in as64.parameters()} == {torch.float64}
     model.to(torch.bfloat16).save_pretrained(folder)
     assert {p.dtype for p in load_pretrained(folder).parameters()} == {torch.bfloat16}
-    for wrong in (torch.int64, "float32", torch.float8_e4m3fn):
-        with pytest.raises(ValueError, match=r"dtype must be None or one of \['torch.bfloat16'.*got dtype="):
+    assert {p.dtype for p in load_pretrained(folder, dtype="float32").parameters()} == {torch.float32}  # a name
+    for wrong in (torch.int64, "fp32", torch.float8_e4m3fn):  # tests/test_pretrained_dtype_names.py: every name
+        with pytest.raises(ValueError, match=r"argument 'dtype' must be None, one of the names 'auto'.*got dtype="):
             load_pretrained(folder, dtype=wrong)
 
 

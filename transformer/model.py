@@ -10,6 +10,7 @@ from torch import nn
 
 from .attention import MultiHeadedAttention
 from .cache import DecoderCache
+from .common.dtypes import decision_dtype
 from .config import TransformerConfig
 from .contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_nonempty
 from .decoder import Decoder, DecoderLayer
@@ -35,6 +36,22 @@ class Generator(nn.Module):
     def forward(self, x: Float[Tensor, "*batch {self.d_model}"]) -> Float[Tensor, "*batch {self.vocab}"]:
         validate_dtype_device("Generator.forward", lambda: self.proj.weight, "the module's parameters", x=x)
         return F.log_softmax(self.proj(x), dim=-1)
+
+    @checked
+    def decision_log_probs(self, x: Float[Tensor, "*batch {self.d_model}"]) -> Float[Tensor, "*batch {self.vocab}"]:
+        """The log-probabilities decoding chooses the next token by: the logits in the weights' dtype, their
+        log-softmax in float32 when that is float16 or bfloat16 (as transformers' ``generate`` casts the logits to
+        float32 before choosing; in bfloat16 near-equal candidates would round to a tie that the lower id wins),
+        else :meth:`forward`'s very values (float32, float64)."""
+        validate_dtype_device("Generator.decision_log_probs", lambda: self.proj.weight, "the module's parameters", x=x)
+        logits = self.proj(x)
+        return F.log_softmax(logits.to(decision_dtype(logits.dtype)), dim=-1)
+
+
+def decision_log_probs(generator: nn.Module, x: Tensor) -> Tensor:
+    """``generator``'s :meth:`Generator.decision_log_probs` of ``x``; a generator of another class (a tutorial's own
+    module) is called as it is."""
+    return generator.decision_log_probs(x) if isinstance(generator, Generator) else generator(x)
 
 
 class EncoderDecoder(nn.Module):
@@ -138,7 +155,8 @@ class EncoderDecoder(nn.Module):
 
         Without a cache the whole prefix is decoded again under a causal mask (as the tutorial does). With a
         cache holding ``steps - 1`` positions only the last token runs through the decoder, and the cache grows
-        by one position; both give the same result.
+        by one position; both give the same result. A float16 or bfloat16 model's log-probabilities are float32
+        (:meth:`Generator.decision_log_probs`).
         """
         if cache is None:
             out = self.decode(memory, src_mask, ys, subsequent_mask(ys.size(1), device=ys.device))
@@ -148,7 +166,7 @@ class EncoderDecoder(nn.Module):
                     f"DecoderCache holds {cache.length} positions but ys has {ys.size(1)}; expected {ys.size(1) - 1}"
                 )
             out = self.decode(memory, src_mask, ys[:, -1:], None, cache=cache)
-        return self.generator(out[:, -1])
+        return decision_log_probs(self.generator, out[:, -1])
 
     def next_tokens(
         self, memory: Tensor, src_mask: Tensor | AttentionMask | None, *, use_cache: bool = True

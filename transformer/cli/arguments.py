@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..attention import BACKENDS
+from ..common.dtypes import DTYPE_ARGUMENT_NAMES
 from ..data.corpora import TOO_LONG_POLICIES
 from ..data.text_files import ENCODING_ERRORS, PAIR_FORMATS
 from ..data.tokenizers import TOKENIZER_KINDS
@@ -275,6 +276,13 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
         "tokenizer.json) on the text: its architecture and tokenizer, so no model or tokenizer option; the peak "
         f"learning rate defaults to {FINE_TUNE_PEAK_LR:g} (docs/data.md)",
     )
+    m.add_argument(
+        "--dtype",
+        choices=DTYPE_ARGUMENT_NAMES,
+        default=None,
+        help="--init: the dtype the pretrained weights are loaded and trained in, as transformers names it; auto: "
+        "the folder's (config.json's dtype) (default: float32: training in bfloat16 loses the small updates)",
+    )
 
 
 def add_translate_flags(p: argparse.ArgumentParser) -> None:
@@ -337,6 +345,13 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a Hugging Face checkpoint folder (config.json, model.safetensors, tokenizer.json; "
         "generation_config.json's eos_token_id ends a continuation), e.g. a snapshot in ~/.cache/huggingface/hub",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPE_ARGUMENT_NAMES,
+        default=None,
+        help="--model: the dtype the weights are loaded in, as transformers names it; auto: the folder's "
+        "(config.json's dtype) (default: auto); float16 and bfloat16 choose tokens in float32 (docs/lm.md)",
     )
     p.add_argument("--max-new-tokens", type=positive_int, default=100, help="tokens to add (default 100)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")

@@ -4,7 +4,7 @@ search) and ``consolidate`` (gather a sharded checkpoint into one that ``decode`
 
     typed-transformer decode --checkpoint DIR "1 2 3 4 5 6 7 8 9 10"
     typed-transformer generate --checkpoint DIR [--sample --temperature T --top-k K --top-p P --seed S] "prompt"
-    typed-transformer generate --model HF_FOLDER [the same options] "prompt"
+    typed-transformer generate --model HF_FOLDER [--dtype bfloat16] [the same options] "prompt"
     typed-transformer consolidate SHARDED_DIR OUT_DIR
 """
 
@@ -107,8 +107,14 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         if not os.path.isdir(args.model):
             raise UsageError(f"--model {args.model}: no such directory (a Hugging Face checkpoint folder)")
         tokenizer = PretrainedTokenizer.from_folder(args.model)  # cheap: a bad folder is named before any weight
-        model, metadata = TransformerLM.from_pretrained(args.model, device=device), {}
+        model = TransformerLM.from_pretrained(args.model, dtype=args.dtype, device=device)
+        metadata = {}
     else:
+        if getattr(args, "dtype", None) is not None:
+            raise UsageError(
+                f"--dtype {args.dtype} is for --model (a Hugging Face folder): a --checkpoint model runs in the "
+                "dtype it was trained in"
+            )
         ckpt, tokenizer = _load_task_checkpoint(args.checkpoint, device, "lm", "generate")
         model, metadata = ckpt.model, ckpt.metadata
     model.eval()

@@ -103,6 +103,10 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
     try:
         if getattr(args, "init", None) is not None:
             _refuse_with_init(args)
+        elif getattr(args, "dtype", None) is not None:
+            raise UsageError(
+                f"--dtype {args.dtype} is for --init (a pretrained model's folder): a new model trains in float32"
+            )
         run.check_same_init()
         given = pretrained_text_tokenizer(args.init) if getattr(args, "init", None) else _given_tokenizer(args)
         tokenizer = _resume_tokenizer(out, given) if run.resumes else given
@@ -192,7 +196,8 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
         trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
         what = f"{args.formulation or 'paper'} formulation"
     else:
-        model = load_pretrained_lm(init, run.device, block)
+        dtype = torch.float32 if args.dtype is None else args.dtype
+        model = load_pretrained_lm(init, run.device, block, dtype)
         config = model.config
         warmup = d["warmup"] if args.warmup is None else args.warmup
         fine_tune = {**d, "factor": noam_factor(FINE_TUNE_PEAK_LR, config.d_model, warmup)}

@@ -31,7 +31,7 @@ from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device
 from ..embeddings import EmbeddingStack
 from ..layers import PositionwiseFeedForward, clones
 from ..masks import AttentionMask, subsequent_mask
-from ..model import Generator
+from ..model import Generator, decision_log_probs
 from .attention import CausalSelfAttention, PerHeadValueAttention
 from .config import LMConfig
 from .gated_feed_forward import GatedFeedForward
@@ -223,10 +223,14 @@ class TransformerLM(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, dtype: torch.dtype | None = None, device: str | torch.device | None = None
+        cls,
+        path: str | os.PathLike,
+        dtype: torch.dtype | str | None = None,
+        device: str | torch.device | None = None,
     ) -> TransformerLM:
         """The model of a Hugging Face checkpoint folder (GPT-2, Llama, Qwen2/3, Mistral, StarCoder2, Phi-3), in eval
-        mode: :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
+        mode, in ``dtype`` (a torch dtype, a name as transformers spells it, ``"bfloat16"``, or ``"auto"``/None: the
+        checkpoint's): :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
         from .pretrained import load_pretrained
 
         return load_pretrained(path, dtype=dtype, device=device)
@@ -253,7 +257,9 @@ class TransformerLM(nn.Module):
         """Log-probabilities of the token after ``ys``. Without a cache the whole prefix runs again; with one,
         an empty cache takes the whole prefix (the prompt) and a cache holding ``steps - 1`` positions only the
         last token. Both give the same result. ``prompt_mask`` (True = a real token) marks the pads of a
-        left-padded prompt, the first ``prompt`` columns of ``ys``."""
+        left-padded prompt, the first ``prompt`` columns of ``ys``. A float16 or bfloat16 model's log-probabilities
+        are float32 (:meth:`Generator.decision_log_probs`: its logits cast before the log-softmax, as transformers'
+        ``generate`` decides), so every search decides in float32."""
         mask = None
         if prompt_mask is not None and (cache is None or cache.length == 0):
             grown = prompt_mask.new_ones(ys.size(0), ys.size(1) - prompt_mask.size(1))
@@ -269,7 +275,7 @@ class TransformerLM(nn.Module):
                     f"prompt) or {ys.size(1) - 1}"
                 )
             out = self(ys[:, -1:], cache=cache)
-        return self.generator(out[:, -1])
+        return decision_log_probs(self.generator, out[:, -1])
 
     def next_tokens(self, *, use_cache: bool = True, prompt_mask: Tensor | None = None) -> LMNextTokens:
         """The step function of decoding: see :class:`LMNextTokens`."""

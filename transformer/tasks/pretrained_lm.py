@@ -6,7 +6,8 @@ tokenizer of a Hugging Face checkpoint folder (:mod:`transformer.lm.pretrained`)
   :class:`~transformer.data.tokenizers.PretrainedTextTokenizer` (its end-of-sequence ids separate documents in the
   training stream and end generation), saved in every checkpoint like a trained tokenizer.
 * :func:`load_pretrained_lm`: the folder's model in float32 (training in the checkpoint's bfloat16 loses the
-  small updates), refused when its context is shorter than the training windows.
+  small updates) unless another dtype is asked (``--dtype``), refused when its context is shorter than the training
+  windows.
 * :data:`FINE_TUNE_PEAK_LR`: the default peak learning rate of a continued model (the Noam default's 2e-3 for a
   model of width 1024 would wreck pretrained weights in a few steps).
 
@@ -63,9 +64,13 @@ def pretrained_text_tokenizer(folder: str | Path) -> PretrainedTextTokenizer:
     )
 
 
-def load_pretrained_lm(folder: str | Path, device: str | torch.device, block: int) -> TransformerLM:
-    """The model of ``folder`` in float32 on ``device``, whose context holds windows of ``block`` tokens."""
-    model = load_pretrained(folder, dtype=torch.float32, device=device)
+def load_pretrained_lm(
+    folder: str | Path, device: str | torch.device, block: int, dtype: torch.dtype | str | None = torch.float32
+) -> TransformerLM:
+    """The model of ``folder`` in ``dtype`` (float32 unless asked: a name or ``"auto"`` as
+    :func:`~transformer.lm.pretrained.load_pretrained` takes it) on ``device``, whose context holds windows of
+    ``block`` tokens."""
+    model = load_pretrained(folder, dtype=dtype, device=device)
     if block > model.config.max_len:
         raise ValueError(
             f"--block-len {block} is longer than the pretrained model's context, max_len={model.config.max_len} "

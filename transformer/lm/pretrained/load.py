@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...common.dtypes import dtype_argument
 from ..model import TransformerLM, build_lm
 from .architectures import Architecture
 from .config_fields import ConfigFields
@@ -80,13 +81,9 @@ def parameters_on_meta() -> Iterator[None]:
 def _dtype(
     dtype: torch.dtype | None, config: ConfigFields, tensors: SafetensorsFolder, maps: list[TensorMap]
 ) -> torch.dtype:
-    """``dtype``, else ``config.json``'s ``dtype`` (``torch_dtype`` in older files), else the tensors' own."""
+    """``dtype``, else (None: ``"auto"``) ``config.json``'s ``dtype`` (``torch_dtype`` in older files), else the
+    tensors' own (as transformers' ``"auto"`` reads the weights when the config has none), else float32."""
     if dtype is not None:
-        if dtype not in SAFETENSORS_DTYPES.values():
-            raise ValueError(
-                f"from_pretrained: dtype must be None or one of {sorted(str(d) for d in SAFETENSORS_DTYPES.values())}, "
-                f"got dtype={dtype!r}"
-            )
         return dtype
     for field in ("dtype", "torch_dtype"):  # transformers 5 writes dtype, 4 wrote torch_dtype
         name = config.values.get(field)
@@ -149,13 +146,17 @@ def _read_into(m: TensorMap, params: dict[str, nn.Parameter], tensors: Safetenso
 
 
 def load_pretrained(
-    path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device | None = None
+    path: str | Path, dtype: torch.dtype | str | None = None, device: str | torch.device | None = None
 ) -> TransformerLM:
     """The :class:`TransformerLM` of a Hugging Face checkpoint folder (``config.json`` plus ``model.safetensors`` or
-    a sharded ``model.safetensors.index.json``), in ``dtype`` (None: the checkpoint's, as ``config.json``'s
-    ``dtype`` says) on ``device`` (None: the CPU), in eval mode as transformers returns it. Anything it cannot
-    load exactly raises :class:`~transformer.lm.pretrained.errors.PretrainedFormatError` naming the file and the
-    field or tensor."""
+    a sharded ``model.safetensors.index.json``), in ``dtype`` on ``device`` (None: the CPU), in eval mode as
+    transformers returns it. ``dtype``: a torch dtype (float32, float16, bfloat16, float64), a name of one as
+    transformers spells it (``"bfloat16"``, ``"float16"``, ``"half"``, ``"float32"``, ``"float"``, ``"float64"``,
+    ``"double"``), or ``"auto"`` and None: the checkpoint's, as ``config.json``'s ``dtype`` says (else the tensors'
+    own); anything else raises ValueError naming the argument and the accepted names. Anything it cannot load
+    exactly raises :class:`~transformer.lm.pretrained.errors.PretrainedFormatError` naming the file and the field
+    or tensor."""
+    dtype = dtype_argument("from_pretrained", "dtype", dtype)
     folder = Path(path)
     if not folder.is_dir():
         raise PretrainedFormatError(f"{folder}: not a directory (from_pretrained reads a checkpoint folder)")
