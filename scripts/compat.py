@@ -124,8 +124,13 @@ SUBSET = {
         "tests/test_backends.py",
         "tests/test_gqa.py",
     ],
-    # the Triton kernel under the installed triton's interpreter, forward and backward, every mask and layout
-    "kernel": ["tests/kernels/test_flash_attention.py", "tests/kernels/test_api.py"],
+    # the Triton kernel under the installed triton's interpreter, forward and backward, every mask and layout; and
+    # compiled by the installed triton for sm_90 (its wheel ships ptxas: what a GPU's first launch compiles)
+    "kernel": [
+        "tests/kernels/test_flash_attention.py",
+        "tests/kernels/test_api.py",
+        "tests/kernels/test_compile_for_gpu.py::test_kernels_compile_for_sm90",
+    ],
     # the language model, its blocks, Hugging Face folders loaded against the installed transformers, its attention
     # interface, and the drop-in with torch's SDPA registry (a feature of newer torch: refused in one line before)
     "language model and loading": [
