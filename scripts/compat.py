@@ -13,7 +13,7 @@ no constraints), and must then:
 * run the main job: README's ``typed-transformer train copy`` with the exact-match line and no warning
   (``scripts/readme_setup.py``'s check);
 * at the ``gpu`` point (the GPU machine's set), dry-run the one-call GPU script on the CPU
-  (``scripts/gpu_check.sh --dry-run``: no failed check, no stage cut short).
+  (``scripts/gpu_check.sh --dry-run``: no failed check, no stage but the time-bounded sweep cut short).
 
 Each point's results go to ``benchmarks/results/compat/POINT.json`` (versions as installed, date, machine, every
 test file's counts, each check); ``table`` writes them into docs/install.md's "Supported versions" table.
@@ -318,7 +318,8 @@ def run_point(name: str, fresh: bool) -> dict:
 
 def gpu_dry_run(venv: Path, env: dict[str, str], log: Path) -> dict:
     """``scripts/gpu_check.sh --dry-run`` with this point's Python: every stage, on the CPU (the interpreter, short
-    lengths); ok when its summary counts no failed check and no stage timed out."""
+    lengths); ok when its summary counts no failed check and no stage but the sweep (which draws cases until its time
+    is up) was cut short."""
     out = VENVS / "gpu_check_dry_run"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -326,14 +327,21 @@ def gpu_dry_run(venv: Path, env: dict[str, str], log: Path) -> dict:
     dry_env = env | {"PYTHON": str(venv / "bin" / "python"), "OUT": str(out), "SITE": str(out / "site")}
     code, _ = _run(["bash", "scripts/gpu_check.sh", "--dry-run"], dry_env, log, 1800)
     lines = (out / "gpu_check.jsonl").read_text().splitlines() if (out / "gpu_check.jsonl").is_file() else []
-    summary = json.loads(lines[-1]) if lines else {}
+    verdict = dry_run_verdict(code, [json.loads(line) for line in lines])
+    return verdict | {"seconds": round(time.monotonic() - start)}
+
+
+def dry_run_verdict(code: int, rows: list[dict]) -> dict:
+    """The dry run's result from its exit status and its ``gpu_check.jsonl`` rows. The sweep draws cases until its
+    time is up: cut short at its limit (6 workers on 2 cores, beside the other stages), it keeps every case it
+    checked; any other stage cut short would leave checks unrun, and fails the run."""
+    summary = rows[-1] if rows else {}
     failed = summary.get("failed_checks", -1)
-    timed_out = summary.get("timed_out_stages", -1)
+    cut_short = [row["stage"] for row in rows if row.get("check") == "stage" and row.get("timed_out") is True]
     return {
-        "ok": code == 0 and summary.get("stage") == "summary" and failed == 0 and timed_out == 0,
-        "seconds": round(time.monotonic() - start),
+        "ok": code == 0 and summary.get("stage") == "summary" and failed == 0 and set(cut_short) <= {"sweep"},
+        "stages_cut_short": cut_short,
         "failed_checks": failed,
-        "timed_out_stages": timed_out,
         "sweep_cases": summary.get("sweep_cases"),
     }
 

@@ -276,3 +276,26 @@ def test_the_interpreter_numpy_reason_is_asked_once_whatever_the_answer(monkeypa
         assert [_validate._old_interpreter_reason() for _ in range(3)] == [answer] * 3
         assert asked == [1]
     assert _validate._old_interpreter_reason._dynamo_marked_constant is True
+
+
+def test_the_gpu_script_dry_run_fails_on_a_failed_check_or_a_stage_cut_short_but_the_sweep():
+    compat = _compat()
+
+    def stage(name, timed_out=False):
+        return {"check": "stage", "stage": name, "rc": 124 if timed_out else 0, "timed_out": timed_out}
+
+    def summary(failed=0):
+        return {"check": "stage", "stage": "summary", "failed_checks": failed, "sweep_cases": 62, "timed_out_stages": 0}
+
+    good = [stage("environment"), stage("install"), stage("sweep", timed_out=True), summary()]
+    assert compat.dry_run_verdict(0, good) == {
+        "ok": True,
+        "stages_cut_short": ["sweep"],
+        "failed_checks": 0,
+        "sweep_cases": 62,
+    }
+    assert not compat.dry_run_verdict(0, [stage("tests", timed_out=True), summary()])["ok"]
+    assert not compat.dry_run_verdict(0, [stage("sweep"), summary(failed=1)])["ok"]
+    assert not compat.dry_run_verdict(1, good)["ok"]
+    assert not compat.dry_run_verdict(0, good[:-1])["ok"]  # no summary: the script stopped before its end
+    assert not compat.dry_run_verdict(0, [])["ok"]
