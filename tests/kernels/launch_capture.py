@@ -1,6 +1,6 @@
 """Record the kernels' launches (and optionally skip running them), through the wrappers that kernels/_op.py hands
-the launchers (torch.library.wrap_triton for the registered op, eager_launch for the eager path): what is recorded
-is exactly what each kernel receives."""
+the launchers (``_traceable``, torch.library.wrap_triton or the interpreted kernel itself, for the registered op;
+eager_launch for the eager path): what is recorded is exactly what each kernel receives."""
 
 import contextlib
 
@@ -45,7 +45,7 @@ def launches(run: bool = True):
         return Launch()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_op, "wrap_triton", recording(_op.wrap_triton))
+        patch.setattr(_op, "_traceable", recording(_op._traceable))
         patch.setattr(_op, "eager_launch", recording(_op.eager_launch))
         yield seen
 
