@@ -97,8 +97,10 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
         seed=3,
         end_symbol=tok.eos_id,
         end_symbols=[],
-        stop_sequences=[tok.encode("ab"), tok.encode("(")],
+        stop_strings=["ab", "("],
     )
+    given = [call.pop("tokenizer") for call in calls]  # the checkpoint's tokenizer, which the stop strings read
+    assert [t.to_json() for t in given] == [tok.to_json()] * 2
     assert calls == [dict(expected, prompt=[tok.encode(text)]) for text in ("def", "class")]
 
 
@@ -121,7 +123,8 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
             seed=0,
             end_symbol=tok.eos_id,
             end_symbols=[],
-            stop_sequences=[],
+            stop_strings=[],
+            tokenizer=None,
         )
     ]
     calls.clear()

@@ -365,7 +365,8 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="TEXT",
-        help="end a continuation once it has produced TEXT (repeatable)",
+        help="end a continuation at the token whose text completes TEXT, as transformers' stop_strings: inside a "
+        "token or across tokens, a leading space or none (the token is kept; repeatable)",
     )
     p.add_argument(
         "prompt",

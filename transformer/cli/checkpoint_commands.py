@@ -17,6 +17,7 @@ import torch
 
 from ..checkpoint import Checkpoint, load_checkpoint, read_config
 from ..data.tokenizers import TokenizerMismatchError
+from ..decoding import StopStrings, token_bytes
 from ..distributed import consolidate_checkpoint
 from ..lm.generation import beam_generate, generate
 from ..lm.model import TransformerLM
@@ -103,6 +104,8 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         raise UsageError(f"{sampling[0]} is a sampling option: add --sample")
     if args.sample and args.beam_size > 1:
         raise UsageError("--sample and --beam-size > 1 exclude each other")
+    if args.stop and args.beam_size > 1:
+        raise UsageError("--stop ends greedy and --sample continuations; beam search (--beam-size > 1) takes none")
     if getattr(args, "model", None) is not None:
         if not os.path.isdir(args.model):
             raise UsageError(f"--model {args.model}: no such directory (a Hugging Face checkpoint folder)")
@@ -119,7 +122,7 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
         model, metadata = ckpt.model, ckpt.metadata
     model.eval()
     ends = list(tokenizer.eos_ids)
-    stops = [tokenizer.encode(text) for text in args.stop]
+    stops = StopStrings(args.stop, token_bytes(tokenizer)) if args.stop else None
     for prompt_text in args.prompt:
         ids = tokenizer.encode(prompt_text) or _document_start(args, metadata, ends)
         prompt = torch.tensor([ids], device=device)
@@ -139,12 +142,15 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
                     seed=0 if args.seed is None else args.seed,
                     end_symbol=end,
                     end_symbols=ends[1:],
-                    stop_sequences=stops,
+                    stop_strings=list(args.stop),
+                    tokenizer=tokenizer if args.stop else None,
                 )
         except ValueError as error:
             raise UsageError(str(error)) from None
         new = out[0, len(ids) :].tolist()
         cut = [new.index(i) for i in ends if i in new]
+        if stops is not None:  # the padding after a stop string is no text
+            cut += [t + 1 for t in range(len(new)) if stops.row_stops(ids + new[: t + 1])][:1]
         print(prompt_text + _continuation(tokenizer, ids, new[: min(cut)] if cut else new))
     return 0
 

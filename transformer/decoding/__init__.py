@@ -14,6 +14,8 @@ tokens ``ys`` (batch, t), and ``steps.reorder(index)`` keeps the batch rows ``in
 * :mod:`~transformer.decoding.sampling`: :func:`sampler` (temperature, top-k, top-p), :func:`seeded_generator`,
   :func:`sample_decode`.
 * :mod:`~transformer.decoding.beam`: :func:`beam_search_steps`, :func:`beam_search`.
+* :mod:`~transformer.decoding.stop_strings`: :class:`StopStrings` (a row ends once its text holds a string, as
+  transformers' ``stop_strings``) and :func:`token_bytes`, each token's bytes.
 
 Every search grows ``ys`` one token per step from ``start_symbol``. The result has exactly ``max_len``
 columns (start symbol included, as in the Annotated Transformer): with an ``end_symbol``, positions after a
@@ -56,8 +58,11 @@ from .requests import (
 )
 from .sampling import TOP_P_SLACK, sample_decode, sampler, seeded_generator
 from .steps import STEP_CHECKS, CheckedSteps, StepFunction, validate_step_checks
+from .stop_strings import StopStrings, token_bytes
 
 __all__ = [
+    "StopStrings",
+    "token_bytes",
     "StepFunction",
     "greedy_decode",
     "greedy_step",

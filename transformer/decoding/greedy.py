@@ -75,25 +75,31 @@ def search(
     pad_symbol: int,
     pick: Callable[[Tensor], Tensor],
     also_end: tuple[int, ...] = (),
+    stopped: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Grow ``ys`` (batch, t) to ``max_len`` columns, appending ``pick(log_probs)`` each step.
 
-    After a row emits ``end_symbol`` (or a token of ``also_end``, used only with an ``end_symbol``), its later
+    After a row emits ``end_symbol`` (or a token of ``also_end``, used only with an ``end_symbol``), or once
+    ``stopped(ys)`` (batch,) bool says it has ended with the token just appended (stop strings), its later
     positions hold ``pad_symbol``; once every row has ended the rest is padding and no step runs.
     """
     batch = ys.size(0)
     finished = torch.zeros(batch, dtype=torch.bool, device=ys.device)
+    ends = end_symbol is not None or stopped is not None
     while ys.size(1) < max_len:
-        if end_symbol is not None and bool(finished.all()):
+        if ends and bool(finished.all()):
             rest = torch.full((batch, max_len - ys.size(1)), pad_symbol, dtype=ys.dtype, device=ys.device)
             ys = torch.cat([ys, rest], dim=1)
             break
         ys = append_token(ys, pick(steps(ys)))
-        if end_symbol is not None:
+        if ends:
             ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])
+        if end_symbol is not None:
             finished |= ys[:, -1] == end_symbol
             for token in also_end:
                 finished |= ys[:, -1] == token
+        if stopped is not None:
+            finished |= stopped(ys)
     if ys.size(1) != max_len:  # the exact-length promise, also when checks are off
         raise ValueError(f"decoding produced {ys.size(1)} tokens instead of max_len={max_len}")
     return ys

@@ -1,5 +1,5 @@
 """Generation with the language model: greedy, sampling (temperature, top-k, top-p, from a seed) and beam search,
-continuing a prompt, with an end token, stop sequences and an enforced maximum length.
+continuing a prompt, with an end token, stop sequences, stop strings and an enforced maximum length.
 
 Search is :mod:`transformer.decoding`'s (``search``, ``sampler``, ``beam_search_steps``) over the model's step
 function (:meth:`TransformerLM.next_tokens`, with the modules' key/value cache). What this module adds is the
@@ -24,10 +24,12 @@ from torch import nn
 from ..contracts import Bool, Int, Tensor, checked
 from ..decoding import (
     CheckedSteps,
+    StopStrings,
     beam_search_steps,
     sampler,
     search,
     seeded_generator,
+    token_bytes,
     validate_beam,
     validate_end_symbols,
     validate_generation,
@@ -61,6 +63,40 @@ class StopSequences:
 
     def reorder(self, index: Tensor) -> None:
         self.steps.reorder(index)
+
+
+def prompt_mask_from(who: str, prompt: Tensor, prompt_mask: Tensor | None, attention_mask: object) -> Tensor | None:
+    """The prompt mask of a call given Hugging Face's ``attention_mask`` (batch, steps) of 1 = a real token and
+    0 = a pad, int or bool, as transformers' ``generate`` takes it: its bool form, after a ValueError naming the
+    argument, the expected and the actual for a wrong shape, values other than 0/1, right padding, or both masks."""
+    if attention_mask is None:
+        return prompt_mask
+    if prompt_mask is not None:
+        raise ValueError(f"{who}: pass attention_mask (1/0, as transformers) or prompt_mask (True/False), not both")
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(
+            f"{who}: attention_mask must be a torch.Tensor of 0/1 (batch, steps), got {type(attention_mask).__name__}"
+        )
+    if tuple(attention_mask.shape) != tuple(prompt.shape):
+        raise ValueError(
+            f"{who}: attention_mask must have the prompt's shape (batch, steps) = {tuple(prompt.shape)}, got "
+            f"{tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+        raise ValueError(f"{who}: attention_mask must be an integer or bool tensor of 0/1, got {attention_mask.dtype}")
+    values = sorted(set(attention_mask.unique().tolist()) - {0, 1})
+    if values:
+        raise ValueError(f"{who}: attention_mask must hold only 0 (a pad) and 1 (a real token), got {values[:5]}")
+    mask = attention_mask.bool().to(prompt.device)
+    right = mask[:, :-1] & ~mask[:, 1:]  # a real token followed by a pad
+    if bool(right.any()):
+        row, col = (int(i) for i in right.nonzero()[0])
+        raise ValueError(
+            f"{who}: attention_mask must pad on the left (0s before 1s in every row: generation continues each row's "
+            f"last position; tokenizer.padding_side = 'left', as transformers asks), got a 1 followed by a 0 in row "
+            f"{row} at column {col}"
+        )
+    return mask
 
 
 def _next_tokens(model: nn.Module, use_cache: bool, prompt_mask: Tensor | None, who: str, length: int | None):
@@ -97,6 +133,9 @@ def generate(
     use_cache: bool = True,
     checks: str = "first",
     prompt_mask: Bool[Tensor, "batch steps"] | None = None,
+    attention_mask: Tensor | None = None,
+    stop_strings: Sequence[str] = (),
+    tokenizer: object = None,
 ) -> Int[Tensor, "batch {max_new_tokens}+steps"]:
     """Continue ``prompt`` (batch, steps) by ``max_new_tokens`` tokens: greedy (``sample=False``), or drawn from
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
@@ -112,8 +151,17 @@ def generate(
 
     ``prompt_mask`` (batch, steps) bool, True = a real token (Hugging Face's ``attention_mask``), generates from
     left-padded prompts: the pads are never attended and each row's positions count from its first real token.
+    ``attention_mask`` is the same mask as transformers takes it, int or bool, 1 = a real token and 0 = a pad
+    (left padding only; refused with ``prompt_mask``).
+
+    ``stop_strings`` (texts, with the ``tokenizer`` the prompt was encoded with: ours or a ``tokenizers`` /
+    transformers fast tokenizer) end a row as transformers' ``generate(stop_strings=..., tokenizer=...)`` does: at
+    the first token whose text completes one of them (inside a token, across tokens, from the prompt on; see
+    :mod:`transformer.decoding.stop_strings`). The row keeps that token; its later positions hold ``pad_symbol``.
     """
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
+    stopped = _stop_strings("generate", stop_strings, tokenizer)
+    prompt_mask = prompt_mask_from("generate", prompt, prompt_mask, attention_mask)
     validate_sampling("generate", temperature, top_k, top_p)
     also_end = validate_end_symbols("generate", end_symbols, end_symbol, model.config.vocab)
     steps = CheckedSteps(
@@ -140,7 +188,24 @@ def generate(
     with torch.no_grad():
         if request.stops:
             steps = StopSequences(steps, request.stops, request.end, prompt.size(1))
-        return search(steps, prompt, request.max_len, request.end, request.pad, pick, also_end)
+        return search(steps, prompt, request.max_len, request.end, request.pad, pick, also_end, stopped)
+
+
+def _stop_strings(who: str, stop_strings: object, tokenizer: object) -> StopStrings | None:
+    """The stop-string test of a call, or None without stop strings; a ValueError naming what is wrong."""
+    if isinstance(stop_strings, str):
+        stop_strings = [stop_strings]  # transformers takes one string as a list of one
+    stop_strings = list(stop_strings)
+    for i, text in enumerate(stop_strings):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{who}: stop_strings[{i}] must be a non-empty str, got {text!r}")
+    if not stop_strings:
+        return None
+    if tokenizer is None:
+        raise ValueError(
+            f"{who}: stop_strings need the tokenizer the prompt was encoded with (tokenizer=...), as transformers'"
+        )
+    return StopStrings(stop_strings, token_bytes(tokenizer))
 
 
 @checked
@@ -156,11 +221,13 @@ def beam_generate(
     use_cache: bool = True,
     checks: str = "first",
     prompt_mask: Bool[Tensor, "1 steps"] | None = None,
+    attention_mask: Tensor | None = None,
 ) -> tuple[Int[Tensor, "1 {max_new_tokens}+steps"], float]:
     """Beam search continuing one prompt (:func:`transformer.decoding.beam_search_steps`, GNMT length penalty over
     the generated tokens): the best continuation, padded like :func:`generate`, and its normalised score.
-    ``checks`` and ``prompt_mask`` (a left-padded prompt's real tokens) as :func:`generate`."""
+    ``checks``, ``prompt_mask`` and ``attention_mask`` (a left-padded prompt's real tokens) as :func:`generate`."""
     request = validate_generation(model, "beam_generate", prompt, max_new_tokens, end_symbol, pad_symbol, ())
+    prompt_mask = prompt_mask_from("beam_generate", prompt, prompt_mask, attention_mask)
     validate_beam("beam_generate", beam_size, length_penalty)
     steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "beam_generate", None), checks, "beam_generate")
     with torch.no_grad():
