@@ -43,9 +43,11 @@ class Generator(nn.Module):
         log-softmax in float32 when that is float16 or bfloat16 (as transformers' ``generate`` casts the logits to
         float32 before choosing; in bfloat16 near-equal candidates would round to a tie that the lower id wins),
         else :meth:`forward`'s very values (float32, float64)."""
+        dtype = decision_dtype(self.proj.weight.dtype)
+        if dtype == self.proj.weight.dtype:  # float32, float64: forward itself (its hooks see every step)
+            return self(x)
         validate_dtype_device("Generator.decision_log_probs", lambda: self.proj.weight, "the module's parameters", x=x)
-        logits = self.proj(x)
-        return F.log_softmax(logits.to(decision_dtype(logits.dtype)), dim=-1)
+        return F.log_softmax(self.proj(x).to(dtype), dim=-1)
 
 
 def decision_log_probs(generator: nn.Module, x: Tensor) -> Tensor:
