@@ -16,7 +16,7 @@ def major_minor(version: str) -> tuple[int, int]:
 #: (major, minor) of the installed torch
 TORCH_VERSION: tuple[int, int] = major_minor(torch.__version__)
 
-#: the oldest torch the package supports: the oldest whose Dynamo hands an error raised while it traces on to the
+#: the oldest torch the package supports: the oldest tried whose Dynamo hands an error raised while it traces on to the
 #: caller, which the compiled contracts need (docs/install.md, "Supported versions", says why and what was tested)
 OLDEST_TORCH: tuple[int, int] = (2, 9)
 
