@@ -4,8 +4,10 @@ import triton
 
 #: the oldest Triton the kernels are tested with (its interpreter and, on a GPU, its compiler): torch 2.9 pins it
 OLDEST_TRITON = (3, 5)
+#: (major, minor) of the installed Triton, parsed once: the kernels choose features by it
+TRITON_VERSION = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
 
-if tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit()) < OLDEST_TRITON:
+if TRITON_VERSION < OLDEST_TRITON:
     _oldest = ".".join(map(str, OLDEST_TRITON))
     raise ImportError(
         f"transformer.kernels needs triton >= {_oldest}, found triton {triton.__version__}; "

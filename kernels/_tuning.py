@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from . import _grid
+from ._triton_version import TRITON_VERSION
 
 _HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")  # Triton >= 3.4
 
@@ -35,7 +36,7 @@ def interpreted_descriptors(triton_version: tuple[int, int]) -> bool:
     return _HAS_DESCRIPTORS and triton_version >= (3, 6)
 
 
-_INTERPRETED_DESCRIPTORS = interpreted_descriptors(tuple(int(p) for p in triton.__version__.split(".")[:2]))
+_INTERPRETED_DESCRIPTORS = interpreted_descriptors(TRITON_VERSION)
 
 INTERPRET_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}  # the default interpreter block shape
 _interpret_blocks = dict(INTERPRET_BLOCKS)  # the current one (read at each launch)

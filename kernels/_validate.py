@@ -252,12 +252,13 @@ def _ask_old_interpreter() -> str | None:
 
     import triton
 
+    from ._triton_version import TRITON_VERSION
+
     try:
         numpy_version = tuple(int(part) for part in version("numpy").split(".")[:2])
     except (PackageNotFoundError, ValueError):
         return None
-    triton_version = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
-    if triton_version <= (3, 6) and numpy_version >= (2, 4):
+    if TRITON_VERSION <= (3, 6) and numpy_version >= (2, 4):
         return (
             f"the Triton {triton.__version__} interpreter fails with NumPy {version('numpy')} (dynamic loop "
             "bounds); use numpy<2.4 or triton>=3.9 to interpret"

@@ -210,19 +210,14 @@ def _run(command: list[str], env: dict[str, str], log: Path, timeout: float, cwd
 
 
 def installed(venv: Path) -> dict[str, str]:
-    """The watched distributions' versions in ``venv``."""
+    """The watched distributions' versions in ``venv``, and its Python's (one process)."""
     code = (
-        "import importlib.metadata as m, json, sys\nout = {}\nfor n in sys.argv[1:]:\n    try:\n"
-        "        out[n] = m.version(n)\n    except m.PackageNotFoundError:\n        pass\nprint(json.dumps(out))"
+        "import importlib.metadata as m, json, platform, sys\nout = {}\nfor n in sys.argv[1:]:\n    try:\n"
+        "        out[n] = m.version(n)\n    except m.PackageNotFoundError:\n        pass\n"
+        "out['python'] = platform.python_version()\nprint(json.dumps(out))"
     )
     proc = subprocess.run([str(venv / "bin" / "python"), "-c", code, *WATCHED], capture_output=True, text=True)
-    versions = json.loads(proc.stdout)
-    versions["python"] = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return versions
+    return json.loads(proc.stdout)
 
 
 def build(name: str, fresh: bool, log: Path) -> tuple[Path, dict]:
@@ -300,7 +295,8 @@ def run_point(name: str, fresh: bool) -> dict:
         "failed": failed,
         "files": counts,
     }
-    sys.path.insert(0, str(ROOT / "scripts"))
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
     from readme_setup import check_main_job_output, setup_commands
 
     main_job = setup_commands((ROOT / "README.md").read_text())["main"].split("&&")[-1].split()

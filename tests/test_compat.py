@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 import tomllib
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,10 +35,10 @@ def _floors() -> dict[str, str]:
     for extra in project["optional-dependencies"].values():
         requirements += extra
     floors = {}
-    for requirement in requirements:
-        match = re.fullmatch(r"([A-Za-z0-9_.\-\[\]]+?)(\[.*\])?>=([0-9.]+)(,.*)?", requirement.replace(" ", ""))
-        if match:
-            floors[match.group(1).lower()] = match.group(3)
+    for requirement in map(Requirement, requirements):
+        for specifier in requirement.specifier:
+            if specifier.operator == ">=":
+                floors[requirement.name.lower()] = specifier.version
     return floors
 
 

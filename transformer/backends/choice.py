@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..common.switches import ContextSetting
-from ..common.versions import TORCH_VERSION
+from ..common.versions import TORCH_VERSION, major_minor
 from ..config import AttentionBackend
 from ..masks import AttentionMask
 from .dispatch import Refusal, kernel_masks, refuse, score_modifiers
@@ -85,7 +85,7 @@ def _old_triton_reason() -> str | None:
 
         try:
             found = version("triton")
-            old = tuple(int(part) for part in found.split(".")[:2] if part.isdigit()) < OLDEST_TRITON
+            old = major_minor(found) < OLDEST_TRITON
         except (PackageNotFoundError, ValueError):
             found, old = None, False
         _OLD_TRITON.append(

@@ -58,7 +58,7 @@ MUTANTS = [
     Mutant(
         "blind-c40-kernels-refuse-triton-3.5",
         "kernels/_triton_version.py",
-        (("if part.isdigit()) < OLDEST_TRITON:\n", "if part.isdigit()) <= OLDEST_TRITON:\n"),),
+        (("if TRITON_VERSION < OLDEST_TRITON:\n", "if TRITON_VERSION <= OLDEST_TRITON:\n"),),
         "Off by one in the import check: import transformer.kernels raises ImportError ('needs triton >= 3.5, "
         "found triton 3.5.1') on triton 3.5, the supported floor that torch 2.9 pins.",
     ),
