@@ -9,7 +9,7 @@ behaviour the fuzzer found wrong (issue 41).
 
 import os
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import contracts_fuzz
 import numpy as np
@@ -119,7 +119,7 @@ def numpy_array(x: Float[np.ndarray, "n"], y: Float[Tensor, "n"]):  # noqa: F821
     return y
 
 
-def generic(xs: Sequence[int], y: Float[Tensor, "n"]):  # noqa: F821
+def generic(xs: Mapping[str, int], y: Float[Tensor, "n"]):  # noqa: F821
     return y
 
 
@@ -131,7 +131,7 @@ def treepath(y: Float[Tensor, "?n"]):  # noqa: F821
     ("fn", "valid", "wrong"),
     [
         (numpy_array, (np.zeros(2, np.float32), torch.zeros(2)), ("a string", torch.zeros(2))),
-        (generic, ([1, 2], torch.zeros(2)), ("a string", torch.zeros(2))),
+        (generic, ({"a": 1}, torch.zeros(2)), ("a string", torch.zeros(2))),
         (treepath, (torch.zeros(2),), (torch.zeros(2),)),
     ],
 )
