@@ -41,10 +41,10 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     start = time.perf_counter()
-    eager = contracts_fuzz.run_eager(args.seed, args.eager_calls, keep=30)
+    eager = contracts_fuzz.run_eager(args.seed, args.eager_calls, keep=10)
     eager_s = time.perf_counter() - start
     start = time.perf_counter()
-    compiled = contracts_fuzz.run_compiled(args.seed, args.compiled_signatures, args.calls_per_signature, keep=30)
+    compiled = contracts_fuzz.run_compiled(args.seed, args.compiled_signatures, args.calls_per_signature, keep=10)
     compiled_s = time.perf_counter() - start
     result = {
         "command": "python scripts/contracts_fuzz.py " + " ".join(argv if argv is not None else sys.argv[1:]),

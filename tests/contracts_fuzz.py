@@ -112,7 +112,7 @@ class Tally:
         self.disagreements[kind] += 1
         for feature in signature.features | call.features:
             self.by_feature[feature] += 1
-        if len(self.examples) < keep:
+        if sum(example["class"] == kind for example in self.examples) < keep:  # (``keep`` of each class)
             self.examples.append(
                 {
                     "class": kind,

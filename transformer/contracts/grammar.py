@@ -2,10 +2,11 @@
 
 An annotation is resolved once, as jaxtyping resolves it when it decorates (:func:`resolved_signature`). The
 dimensions of an array annotation are parsed by :func:`parse_dims` (``name``, ``#name``, ``*name``, ``*#name``,
-``...``, ``_``, fixed sizes, symbolic expressions such as ``steps+1``, ``{self.x}`` fields), its dtypes matched by
-:func:`array_dtypes`. The eager checker (``transformer.contracts.fast``) compiles these into Python source; the traced
-checker (``transformer.contracts.traced``) walks :func:`parse_hint`'s tuples while Dynamo traces. Both join the sizes
-of a ``*name`` seen twice by :func:`join_variadic`. Anything else raises :class:`UnsupportedAnnotation`.
+``...``, ``_``, fixed sizes, symbolic expressions such as ``steps+1`` or ``min(a,b)``, ``{self.x}`` fields), its
+dtypes matched by :func:`array_dtypes`. The eager checker (``transformer.contracts.fast``) compiles these into Python
+source; the traced checker (``transformer.contracts.traced``) walks :func:`parse_hint`'s tuples while Dynamo traces.
+Both join the sizes of a ``*name`` seen twice by :func:`join_variadic`. Anything else raises
+:class:`UnsupportedAnnotation` (the traced checker then checks the call eagerly, outside the graph).
 """
 
 from __future__ import annotations
