@@ -108,7 +108,7 @@ def checked(fn: F) -> F:
             enabled = _TRACE_STACK[-1]
         if enabled:
             if torch.compiler.is_compiling():
-                return call_traced(contract, fn, args, kwargs)
+                return call_traced(contract, fn, args, kwargs, wrapper)
             frame = [contract, args, kwargs, None, None]  # what a check(...) inside fn binds with (transformer.check)
             frames = EAGER.frames
             frames.append(frame)

@@ -70,6 +70,8 @@ def _expression(src: CheckerSource, tree: tuple, alone: bool = False) -> str:
         # needs no sign test (a size is never negative)
         src.emit(f"if type({value}) is not int{'' if alone else f' or {value} < 0'}: raise _Miss")
         return value
+    if kind == "call":
+        return f"{tree[1]}({', '.join(_expression(src, argument) for argument in tree[2:])})"
     if kind in ("neg", "pos"):
         return f"({'-' if kind == 'neg' else '+'}{_expression(src, tree[1])})"
     if tree[1] not in _OPS:
@@ -80,7 +82,7 @@ def _expression(src: CheckerSource, tree: tuple, alone: bool = False) -> str:
 def _dims(src: CheckerSource, dims: tuple, sizes: list[str], fail: str) -> None:
     """jaxtyping's ``_check_dims`` for the axes ``dims`` whose sizes are the expressions ``sizes``."""
     for dim, size in zip(dims, sizes, strict=True):
-        kind, value, broadcastable = dim
+        kind, value, broadcastable = dim[:3]
         if kind == "anon":
             continue
         guard = None
@@ -155,7 +157,9 @@ def _array(src: CheckerSource, annotation: type, value: str, fail: str) -> None:
             _dims(src, dims, sizes, fail)
     else:
         i, after = variadic_index, rank - variadic_index - 1
-        if i or not top:  # (at the top, with no axis before the variadic one, too short a shape fails to index)
+        # (at the top, with no axis before the variadic one, too short a shape fails to index the axes after it,
+        # unless an axis after it is '_', which reads no size: '*batch _' must not pass a 0-d tensor)
+        if i or not top or any(d[0] == "anon" for d in dims[i + 1 :]):
             src.emit(f"if len({shape}) < {rank - 1}: {_fail(src, fail)}")
         _dims(src, dims[:i], [f"{shape}[{k}]" for k in range(i)], fail)
         _dims(src, dims[i + 1 :], [f"{shape}[{k - after}]" for k in range(after)], fail)

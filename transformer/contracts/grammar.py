@@ -2,15 +2,17 @@
 
 An annotation is resolved once, as jaxtyping resolves it when it decorates (:func:`resolved_signature`). The
 dimensions of an array annotation are parsed by :func:`parse_dims` (``name``, ``#name``, ``*name``, ``*#name``,
-``...``, ``_``, fixed sizes, symbolic expressions such as ``steps+1``, ``{self.x}`` fields), its dtypes matched by
-:func:`array_dtypes`. The eager checker (``transformer.contracts.fast``) compiles these into Python source; the traced
-checker (``transformer.contracts.traced``) walks :func:`parse_hint`'s tuples while Dynamo traces. Both join the sizes
-of a ``*name`` seen twice by :func:`join_variadic`. Anything else raises :class:`UnsupportedAnnotation`.
+``...``, ``_``, fixed sizes, symbolic expressions such as ``steps+1`` or ``min(a,b)``, ``{self.x}`` fields), its
+dtypes matched by :func:`array_dtypes`. The eager checker (``transformer.contracts.fast``) compiles these into Python
+source; the traced checker (``transformer.contracts.traced``) walks :func:`parse_hint`'s tuples while Dynamo traces.
+Both join the sizes of a ``*name`` seen twice by :func:`join_variadic`. Anything else raises
+:class:`UnsupportedAnnotation` (the traced checker then checks the call eagerly, outside the graph).
 """
 
 from __future__ import annotations
 
 import ast
+import collections.abc
 import inspect
 import re
 import types
@@ -23,6 +25,7 @@ from jaxtyping import AbstractArray
 from ..common.dtypes import DTYPE_NAMES, TORCH_DTYPES
 
 _EMPTY = inspect.Parameter.empty
+_CALLS = ("min", "max", "abs")
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
 
 
@@ -74,8 +77,18 @@ def parse_expression(text: str) -> tuple:
         raise UnsupportedAnnotation(f"the expression {text!r}") from error
 
     def convert(node: ast.AST) -> tuple:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):  # "2.0": jaxtyping compares 2 == 2.0
             return ("const", node.value)
+        if (  # min(a, b), max(n, 1), abs(d - 1): builtins, which jaxtyping's eval sees
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _CALLS
+            and node.args
+            and not node.keywords
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+            and (node.func.id != "abs" or len(node.args) == 1)
+        ):
+            return ("call", node.func.id, *(convert(a) for a in node.args))
         if isinstance(node, ast.Name):
             return fields.get(node.id, ("dim", node.id))
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
@@ -129,7 +142,7 @@ def parse_dims(dim_str: str) -> tuple[tuple, int]:
         else:
             if variadic or anonymous:
                 raise UnsupportedAnnotation(f"the axis {elem!r}")
-            dims.append(("symbolic", parse_expression(elem), broadcastable))
+            dims.append(("symbolic", parse_expression(elem), broadcastable, elem))  # (elem: for jaxtyping's message)
     return tuple(dims), variadic_index
 
 
@@ -155,7 +168,7 @@ def parse_hint(annotation: object, classes: list) -> tuple | None:
     if annotation is None or annotation is type(None):
         return ("none",)
     if isinstance(annotation, type) and issubclass(annotation, AbstractArray):
-        if annotation.array_type is not torch.Tensor:
+        if annotation.array_type is not torch.Tensor:  # (np.ndarray, ...): checked eagerly, see traced.py
             raise UnsupportedAnnotation(f"the array type {annotation.array_type!r}")
         dims, variadic_index = parse_dims(annotation.dim_str)
         return ("array", array_dtypes(annotation), dims, variadic_index)
@@ -177,10 +190,16 @@ def parse_hint(annotation: object, classes: list) -> tuple | None:
     if origin is dict and len(typing.get_args(annotation)) == 2:
         key, value = typing.get_args(annotation)
         return ("dict", parse_hint(key, classes) or ("any",), parse_hint(value, classes) or ("any",))
-    if isinstance(annotation, type) and origin is None:
+    if origin in (collections.abc.Sequence, collections.abc.Iterable) and len(typing.get_args(annotation)) == 1:
+        classes.append(origin)  # Sequence[int]: the class, then every item (beartype checks one, sampled)
+        return ("items_of", len(classes) - 1, parse_hint(typing.get_args(annotation)[0], classes) or ("any",))
+    if origin is collections.abc.Callable or annotation is collections.abc.Callable or annotation is typing.Callable:
+        return ("callable",)  # beartype checks callability only
+    if isinstance(annotation, type) and origin is None and not isinstance(annotation, typing._GenericAlias):
         classes.append(annotation)
         return ("class", len(classes) - 1)
-    return None  # Callable[...], generics, protocols: left to the eager checker
+    # generics (Sequence[int]), protocols: what the traced checker does not read is checked eagerly (traced.py)
+    raise UnsupportedAnnotation(f"the annotation {annotation!r}")
 
 
 def hint_fields(hint: tuple | None) -> tuple:
@@ -196,6 +215,9 @@ def hint_fields(hint: tuple | None) -> tuple:
         elif node[0] == "bin":
             tree(node[2])
             tree(node[3])
+        elif node[0] == "call":
+            for argument in node[2:]:
+                tree(argument)
 
     def walk(h: tuple | None) -> None:
         if h is None:
@@ -210,6 +232,8 @@ def hint_fields(hint: tuple | None) -> tuple:
         elif h[0] in ("tuple_of", "list", "dict"):
             for item in h[1:]:
                 walk(item)
+        elif h[0] == "items_of":
+            walk(h[2])
 
     walk(hint)
     return tuple(found)

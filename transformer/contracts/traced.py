@@ -12,14 +12,15 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+import numpy as np
 import torch
-from jaxtyping import TypeCheckError
+from jaxtyping import AnnotationError, TypeCheckError
 
 from ..common.graph_errors import RaisedWhileTracing, raising_operator
 from .frames import TRACED
 from .grammar import UnsupportedAnnotation, destring, hint_fields, parse_hint
 from .report import TENSOR_NAME, annotation_text, call_site_name, describe, escape_braces, expected_text
-from .traced_rules import bind_arguments, fits
+from .traced_rules import bind_arguments, field_value, fits, readable_field
 
 # jaxtyping cannot run while Dynamo traces (its checks misfire on fake tensors, pytorch#122093), and a Python
 # exception raised while tracing reaches the user as torch._dynamo.exc.Unsupported ("Observed exception") under
@@ -45,8 +46,19 @@ class CompiledContractError(TypeCheckError, RaisedWhileTracing):
     first line (and an ``IndexError``, the one kind of error Dynamo hands on unchanged from a fake implementation)."""
 
 
-def _violation_error(message: str, sizes: list) -> TypeCheckError:
+class CompiledAnnotationError(AnnotationError, RaisedWhileTracing):
+    """jaxtyping's ``AnnotationError`` (an annotation that cannot be checked, such as a symbolic size naming a
+    dimension no earlier argument bound), raised while torch.compile traces the call, with eager mode's first line."""
+
+
+#: at the start of an operator message: the error is an AnnotationError, not a contract violation
+ANNOTATION_ERROR = "\x01"
+
+
+def _violation_error(message: str, sizes: list) -> TypeCheckError | AnnotationError:
     """The contract error (``message`` with ``{}`` for each size), raised while the call is traced."""
+    if message.startswith(ANNOTATION_ERROR):
+        return CompiledAnnotationError(message[1:].format(*sizes) + _COMPILED_NOTE)
     text = message.format(*sizes)
     if TENSOR_NAME in text:  # a check(...) given no name: the source of its argument, read from the traced stack
         from torch._guards import TracingContext
@@ -69,6 +81,7 @@ class Contract:
 
     __slots__ = (
         "_classes",
+        "all_fields",
         "checks",
         "classes",
         "defaults",
@@ -95,7 +108,7 @@ class Contract:
             params.append(
                 (
                     p.name,
-                    position if positional else -1,
+                    position if positional or p.kind == p.VAR_POSITIONAL else -1,  # (*args: where they start)
                     p.kind == p.VAR_POSITIONAL,
                     p.kind == p.VAR_KEYWORD,
                     p.default is not _EMPTY,
@@ -105,6 +118,10 @@ class Contract:
             if annotation is not _EMPTY and not resolved:
                 annotation = destring(annotation, fn.__globals__)
             hint = self._hint(annotation, p.name)
+            if hint is not None and p.kind == p.VAR_POSITIONAL:  # beartype checks every item of *args
+                hint = ("tuple_of", hint)
+            elif hint is not None and p.kind == p.VAR_KEYWORD:  # and every value of **kwargs
+                hint = ("dict", ("any",), hint)
             if hint is not None:
                 checks.append(
                     (p.name, hint, escape_braces(expected_text(annotation_text(annotation))), hint_fields(hint))
@@ -124,7 +141,9 @@ class Contract:
                     text = text[8:-2]
                 self.result = (hint, escape_braces(expected_text(text)), hint_fields(hint))
                 self.fields["return"] = self.result[2]
-        self.spec = (self.qualname, self.params, self.checks, self.result)
+        #: every field the annotations read, (name, attributes): their values decide whether a call is traced
+        self.all_fields = tuple(dict.fromkeys(f for fields in self.fields.values() for f in fields))
+        self.spec = (self.qualname, self.params, self.checks, self.result, self.all_fields, bool(self.unsupported))
         self.read_spec = _constant_reader(self.spec)
         self.classes = tuple(self._classes)
         self.defaults = tuple(p.default for p in signature.parameters.values())
@@ -145,6 +164,8 @@ def _constant_reader(spec: tuple) -> Callable[[], tuple]:
     ``AsPythonConstantNotImplementedError``)."""
 
     def read_spec() -> tuple:
+        if not _FALLBACK:  # (Dynamo runs this for real, while it traces: Dynamo is imported by then)
+            eager_fallback()
         return spec
 
     # = torch.compiler.assume_constant_result(read_spec), which sets just this attribute but imports Dynamo first
@@ -154,17 +175,54 @@ def _constant_reader(spec: tuple) -> Callable[[], tuple]:
     return read_spec
 
 
-def call_traced(contract: Contract, fn: Callable, args: tuple, kwargs: dict):
-    """``fn(*args, **kwargs)`` under its contract, as Dynamo traces it (see the comment above)."""
-    qualname, params, checks, result = contract.read_spec()
+def checked_eagerly(eager: Callable, args: tuple, kwargs: dict):
+    """The eager checked call, ``eager(*args, **kwargs)``, run outside the graph: for a contract (or a call) the
+    traced checker cannot decide exactly as jaxtyping. ``torch.compiler.disable``d where it is first needed
+    (:func:`eager_fallback`): a graph break, or under ``fullgraph=True`` Dynamo's ``Unsupported`` with the reason."""
+    return eager(*args, **kwargs)
+
+
+_REASON = (
+    "typed-transformer: this contract holds an annotation (or this call a {self.x} field value) that its traced "
+    "checker does not read exactly as jaxtyping does, so the call is checked eagerly, by jaxtyping and beartype, "
+    "outside the graph (see 'Limits' under torch.compile in docs/contracts.md)"
+)
+_FALLBACK: list[Callable] = []
+
+
+def eager_fallback() -> Callable:
+    """:func:`checked_eagerly`, disabled for Dynamo: made once, by the first ``read_spec`` that Dynamo runs (for
+    real, not traced: so neither at import, where importing Dynamo would cost seconds, nor inside a trace)."""
+    if not _FALLBACK:
+        import torch._dynamo
+
+        _FALLBACK.append(torch._dynamo.disable(checked_eagerly, reason=_REASON))
+    return _FALLBACK[0]
+
+
+def call_traced(contract: Contract, fn: Callable, args: tuple, kwargs: dict, eager: Callable | None = None):
+    """``fn(*args, **kwargs)`` under its contract, as Dynamo traces it (see the comment above). ``eager``: the
+    checked function, called outside the graph where the traced checker cannot decide the call exactly."""
+    qualname, params, checks, result, all_fields, unsupported = contract.read_spec()
+    if eager is not None and unsupported:  # an annotation the traced checker cannot read: never dropped
+        return _FALLBACK[0](eager, args, kwargs)
+    bound, given = bind_arguments(params, args, kwargs, contract)
+    if eager is not None:
+        for value in given.values():  # a numpy array: Dynamo traces it as a tensor, which would pass for one
+            if isinstance(value, np.ndarray):
+                return _FALLBACK[0](eager, args, kwargs)
+        for name, attributes in all_fields:
+            if not readable_field(field_value(bound, name, attributes)):
+                return _FALLBACK[0](eager, args, kwargs)
     _TRACE_CALLS.append(qualname)
     try:
-        bound, given = bind_arguments(params, args, kwargs, contract)
         single: dict = {}
         variadic: dict = {}
         memo = [single, variadic]
         for name, hint, expected, fields in checks:
             if name in given and not fits(hint, given[name], memo, bound, contract):
+                if eager is not None and isinstance(given[name], torch.SymFloat):  # (not writable while traced)
+                    return _FALLBACK[0](eager, args, kwargs)
                 raise_in_traced_call(
                     describe("argument '" + name + "'", given[name], expected, single, variadic, fields, bound)
                 )

@@ -11,12 +11,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from jaxtyping import AnnotationError
 
 from .grammar import join_variadic
 
 if TYPE_CHECKING:
     from .traced import Contract
+
+
+_NO_FIELD = object()  # a field whose attribute is missing
+
+
+def raise_annotation_error(message: str) -> None:
+    """jaxtyping's ``AnnotationError(message)``, raised while the call is traced (as ``traced.raise_traced``)."""
+    from .traced import ANNOTATION_ERROR, raise_traced
+
+    raise_traced(ANNOTATION_ERROR + message.replace("{", "{{").replace("}", "}}"), [])
 
 
 def bind_arguments(params: tuple, args: tuple, kwargs: dict, contract: Contract) -> tuple[dict, dict]:
@@ -45,18 +54,24 @@ def evaluate(tree: tuple, single: dict, bound: dict):
         return tree[1]
     if kind == "dim":
         return single.get(tree[1])  # None: not bound (yet)
-    if kind == "arg":
-        value = bound[tree[1]]
-        for attribute in tree[2]:
-            value = getattr(value, attribute)
-        return value
+    if kind == "arg":  # (call_traced has made sure it is an int, or a string of one: field_value)
+        value = field_value(bound, tree[1], tree[2])
+        return int(value) if type(value) is str else value
     if kind == "neg" or kind == "pos":
         a = evaluate(tree[1], single, bound)
         return None if a is None else (-a if kind == "neg" else a)
+    if kind == "call":
+        values = [evaluate(argument, single, bound) for argument in tree[2:]]
+        if any(v is None for v in values):
+            return None
+        return abs(values[0]) if tree[1] == "abs" else (min(values) if tree[1] == "min" else max(values))
     a, b = evaluate(tree[2], single, bound), evaluate(tree[3], single, bound)
     if a is None or b is None:
         return None
     op = tree[1]
+    if op == "**" and tree[2][0] == "arg" and a < 0:
+        # jaxtyping writes the field's value into the text and evaluates that: {self.n}**2 with n = -3 is -3**2 = -9
+        return -((-a) ** b)
     if op == "+":
         return a + b
     if op == "-":
@@ -72,6 +87,30 @@ def evaluate(tree: tuple, single: dict, bound: dict):
     return a**b
 
 
+def field_value(bound: dict, name: str, attributes: tuple):
+    """The value of the field ``{name.attr...}``, or ``_NO_FIELD`` where an attribute is missing."""
+    value = bound[name] if name in bound else _NO_FIELD
+    for attribute in attributes:
+        if not hasattr(value, attribute):
+            return _NO_FIELD
+        value = getattr(value, attribute)
+    return value
+
+
+def readable_field(value) -> bool:
+    """Whether a field's value is one the traced checker evaluates exactly as jaxtyping evaluates its text: an int
+    (a symbolic size, under dynamic shapes), a bool, or a string that is an int literal. Anything else (a float, a
+    numpy integer, None, a missing attribute, ...) makes the call be checked eagerly (``traced.call_traced``)."""
+    if type(value) is int or type(value) is bool or isinstance(value, torch.SymInt):
+        return True
+    if type(value) is str:
+        digits = value.strip()
+        if digits[:1] in ("+", "-"):
+            digits = digits[1:]
+        return digits.isdigit() and digits.isascii()
+    return False
+
+
 def fits_dims(dims: tuple, sizes: tuple, single: dict, bound: dict) -> bool:
     """jaxtyping's ``_check_dims``: a new name binds its size (in place: a failed check leaves what it bound)."""
     for dim, size in zip(dims, sizes, strict=False):  # (as many sizes as dims: fits_shape cut them so)
@@ -85,8 +124,12 @@ def fits_dims(dims: tuple, sizes: tuple, single: dict, bound: dict) -> bool:
                 return False
         elif kind == "symbolic":
             value = evaluate(dim[1], single, bound)
-            if value is None:
-                raise AnnotationError(f"Cannot process symbolic axis {dim[1]!r}: some axis names are not bound yet")
+            if value is None:  # jaxtyping's AnnotationError (its text), raised while the call is traced
+                raise_annotation_error(
+                    "Cannot process symbolic axis '" + dim[3] + "' as some axis names have not been processed. "
+                    "Have you applied the `jaxtyped` decorator? In practice you should usually only use symbolic "
+                    "axes in annotations for return types, referring only to axes annotated for arguments."
+                )
             if value != size:
                 return False
         elif dim[1] in single:
@@ -149,6 +192,8 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
         return False
     if kind == "class":
         return isinstance(value, contract.classes[hint[1]])
+    if kind == "callable":
+        return callable(value)
     if kind == "union":
         for alternative in hint[1]:
             if fits(alternative, value, memo, bound, contract):
@@ -166,6 +211,13 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
             return False
         for item in value:
             if not fits(hint[1], item, memo, bound, contract):
+                return False
+        return True
+    if kind == "items_of":  # Sequence[X]: an instance of the class, every item an X
+        if not isinstance(value, contract.classes[hint[1]]):
+            return False
+        for item in value:
+            if not fits(hint[2], item, memo, bound, contract):
                 return False
         return True
     if kind == "dict":

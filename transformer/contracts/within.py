@@ -166,7 +166,7 @@ def _broken_axis(hint: tuple, tokens: tuple, x: torch.Tensor, single: dict, vari
     after = len(dims) - i - 1
     axes = list(range(len(dims))) if i < 0 else [*range(i), -1, *range(rank - after, rank)]
     for dim, token, axis in zip(dims, tokens, axes, strict=False):  # (one token per axis annotation)
-        kind, value, broadcastable = dim
+        kind, value, broadcastable = dim[:3]
         if axis < 0 or kind == "anon" or (broadcastable and x.shape[axis] == 1):
             continue
         size = x.shape[axis]
