@@ -18,6 +18,9 @@ from .grammar import join_variadic
 if TYPE_CHECKING:
     from .traced import Contract
 
+#: the Python number each symbolic size stands for (see ``fits``, "class")
+_SYMBOLIC = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
 
 def bind_arguments(params: tuple, args: tuple, kwargs: dict, contract: Contract) -> tuple[dict, dict]:
     """The call's arguments by name: all of them, defaults included (jaxtyping's ``bound.arguments``, which
@@ -148,7 +151,14 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
                 return True
         return False
     if kind == "class":
-        return isinstance(value, contract.classes[hint[1]])
+        cls = contract.classes[hint[1]]
+        if isinstance(value, cls):
+            return True
+        # a symbolic size (non-strict torch.export runs this on torch.SymInt / SymFloat / SymBool) stands for the
+        # Python number it traces: it fits a class its number would (int, float, bool, numbers.Integral, object),
+        # as a traced int does under torch.compile
+        symbolic = _SYMBOLIC.get(type(value))
+        return symbolic is not None and issubclass(symbolic, cls)
     if kind == "union":
         for alternative in hint[1]:
             if fits(alternative, value, memo, bound, contract):
