@@ -138,6 +138,8 @@ def prove(
             found.eager = rerun_eagerly(target, bound, named, alias, broken, fn)
         report.counterexample = found
         counterexamples.append(found)
+    if rerun and not failure and not counterexamples:
+        counterexamples += _low_ends(target, fn, bound, named, alias, ranges, examples, assumptions, calls, top)
     not_covered = [
         "tensor values (token ids, mask contents), and branches on them: only sizes are symbolic",
         "sizes outside the ranges, and axes no size name marks (they keep the example's size)",
@@ -203,6 +205,30 @@ def plan_export(target, example_args: tuple, example_kwargs: dict, sizes: dict, 
     kwargs = {n: bound[n] for n in given if n in keyword}
     dynamic_shapes = {n: dynamic.get(n) for n in given}
     return ExportPlan(fn, module, bound, named, alias, ranges, examples, assumptions, args, kwargs, dynamic_shapes)
+
+
+def _low_ends(target, fn, bound, named, alias, ranges, examples, assumptions, calls, top) -> list[Counterexample]:
+    """Counterexamples at the low ends of the ranges, found by running eagerly: torch traces some operations
+    size-obliviously (``squeeze()``, broadcasting: a symbolic size is taken not to be 1, with no guard), so the traced
+    program holds there while eager code takes another path. Tried: every name at its low end, and each alone."""
+    names = [n for n in examples if n in ranges]
+    tries = [dict(examples, **{n: ranges[n][0]}) for n in names]
+    tries.append(dict(examples, **{n: ranges[n][0] for n in names}))
+    found: list[Counterexample] = []
+    for sizes in tries:
+        if sizes == examples or not all(a.holds(sizes) for a in assumptions if set(a.names) <= set(sizes)):
+            continue
+        outcome = rerun_eagerly(target, bound, named, alias, sizes, fn)
+        if outcome.startswith("no error"):
+            continue
+        low = " or ".join(f"{n} != {sizes[n]}" for n in names if sizes[n] != examples[n])
+        report = calls.get(top) or calls.setdefault(top, CallReport(top, "", 1, ()))
+        found.append(Counterexample(top, "an eager run at the low ends of the ranges", low, sizes, "", ""))
+        found[-1].eager = outcome
+        if report.counterexample is None:
+            report.counterexample = found[-1]
+        break  # the first
+    return found
 
 
 def _ranges(sizes: dict, assumptions: list[Assumption]) -> tuple[dict, dict]:
