@@ -6,7 +6,7 @@ decided at export time, for every size in the ranges, so the program holds no ch
 relate (``src_mask``'s last axis is ``src``'s length) is kept as the program's input guards, which torch checks at
 each call and fails with ``AssertionError: Guard failed: src_mask.size()[2] == src.size()[1]``. :class:`Exported`
 runs the program and, when torch refuses the inputs, runs the model eagerly with checks on, so that the error is the
-contract's ``TypeCheckError`` (torch's error is its cause).
+contract's ``TypeCheckError`` (or the package's own error: a length over ``max_len``), with torch's as its cause.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ class Exported:
             try:
                 with checks(True), torch.no_grad():
                     self.target(*args, **kwargs)
-            except TypeCheckError as error:
+            except TypeCheckError as error:  # the contract's message (a fresh error: no eager traceback to read)
                 raise TypeCheckError(str(error)) from refused
+            except Exception as error:  # noqa: BLE001 - the package's own message for it (max_len, a token id)
+                raise error from refused
             raise
 
 
