@@ -116,6 +116,15 @@ def test_plain_torch_export_of_the_language_model_with_checks_on():
         torch.testing.assert_close(program.module()(x), model(x), rtol=0, atol=1e-6)
 
 
+def test_strict_export_through_dynamo_works_with_checks_on_too():
+    model = lm(positional_encoding="rotary")
+    exported = export(model, tokens(2, 16), sizes=SIZES, strict=True)
+    with torch.no_grad():
+        for batch, seq in ((1, 1), (3, 7)):
+            x = tokens(batch, seq)
+            torch.testing.assert_close(exported(x), model(x), rtol=0, atol=1e-6)
+
+
 def test_the_drop_in_attention_and_multi_head_attention_export():
     attention = T.MultiHeadedAttention(4, 32, 0.0).eval()
 

@@ -166,3 +166,16 @@ def test_the_prove_command_refuses_bad_input_with_status_2(tmp_path, monkeypatch
     assert main(["prove", "no_such_module_here:model"]) == 2
     assert main(["prove", "factory_bad:model", "--sizes", "width=1..8"]) == 2
     assert "no axis of the example inputs carries 'width'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["lm", "encoder-decoder"])
+def test_the_prove_command_proves_a_checkpoint_for_every_batch_and_length_up_to_max_len(kind, tmp_path, capsys):
+    if kind == "lm":
+        config = T.LMConfig(vocab=40, d_model=16, n_heads=2, n_layers=1, max_len=24, dropout=0.0)
+        model, header = T.build_lm(config), "prove TransformerLM.forward over batch=1..64, seq=1..24: PROVED"
+    else:
+        model = T.make_model(11, 13, N=1, d_model=16, d_ff=32, h=2, dropout=0.0, max_len=20)
+        header = "prove EncoderDecoder.forward over batch=1..64, src_len=1..20, tgt_len=1..20: PROVED"
+    T.save_checkpoint(tmp_path / "ckpt", model)
+    assert main(["prove", str(tmp_path / "ckpt")]) == 0
+    assert capsys.readouterr().out.startswith(header)

@@ -1,11 +1,12 @@
-"""``typed-transformer prove PACKAGE.MODULE:FACTORY``: prove a model's contracts for every size in ranges and print
-the report (:func:`transformer.proofs.prove`, docs/proved-shapes.md). Exit status 0 proved, 1 a counterexample (or a
-program that could not be traced), 2 bad input."""
+"""``typed-transformer prove PACKAGE.MODULE:FACTORY`` (or ``CHECKPOINT_DIR``): prove a model's contracts for every
+size in ranges and print the report (:func:`transformer.proofs.prove`, docs/proved-shapes.md). Exit status 0 proved,
+1 a counterexample (or a program that could not be traced), 2 bad input."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 
 from .errors import UsageError
 
@@ -27,7 +28,12 @@ def add_prove_parser(sub) -> argparse.ArgumentParser:
         "checked function), 'args' (example inputs), and optionally 'kwargs', 'sizes', 'assume' and 'axes' (as "
         "transformer.proofs.prove takes them).",
     )
-    p.add_argument("factory", metavar="PACKAGE.MODULE:FACTORY", help="where the factory is, e.g. mymodels:tiny_lm")
+    p.add_argument(
+        "factory",
+        metavar="PACKAGE.MODULE:FACTORY",
+        help="where the factory is, e.g. mymodels:tiny_lm; or a checkpoint directory written by `train` (its model, "
+        "every batch from 1 to 64 and every length from 1 to its max_len, at most 512)",
+    )
     p.add_argument(
         "--sizes",
         default=None,
@@ -57,12 +63,26 @@ def _factory(spec: str):
         raise UsageError(f"{module_name!r} has no {attribute!r}") from None
 
 
+def _checkpoint(path: str) -> dict:
+    from ..checkpoint import load_checkpoint
+    from ..proofs.examples import examples_for
+
+    model = load_checkpoint(path, load_trainer_state=False).model.eval()
+    try:
+        return examples_for(model)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def run_prove(args: argparse.Namespace) -> int:
     """Build the model with the factory, prove it over the ranges, print the report; the exit status."""
     from ..proofs import prove
     from ..proofs.sizes import parse_sizes
 
-    made = _factory(args.factory)()
+    if os.path.isdir(args.factory):
+        made = _checkpoint(args.factory)
+    else:
+        made = _factory(args.factory)()
     if not isinstance(made, dict) or "target" not in made or "args" not in made:
         raise UsageError(f"{args.factory} must return a dict with 'target' and 'args', got {type(made).__name__}")
     try:
