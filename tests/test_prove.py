@@ -179,3 +179,33 @@ def test_the_prove_command_proves_a_checkpoint_for_every_batch_and_length_up_to_
     T.save_checkpoint(tmp_path / "ckpt", model)
     assert main(["prove", str(tmp_path / "ckpt")]) == 0
     assert capsys.readouterr().out.startswith(header)
+
+
+class Branches(nn.Module):
+    """A Python branch on a size: short sequences take a path that keeps one position too few."""
+
+    @checked
+    def forward(self, x: Float[Tensor, "batch seq 8"]) -> Float[Tensor, "batch seq 8"]:
+        if x.shape[1] > 4:
+            return x * 2
+        return torch.cat([x[:, 1:], x[:, :1]], dim=1)[:, : x.shape[1] - 1]  # the bug, on the short path only
+
+
+def test_a_python_branch_on_a_size_is_a_failure_of_the_proof_with_the_source_line():
+    report = prove(Branches(), torch.randn(2, 6, 8), sizes={"batch": (1, 8), "seq": (1, 32)})
+    (found,) = report.counterexamples
+    assert (found.by, found.relation, found.sizes) == ("the model's code", "seq > 4", {"batch": 2, "seq": 1})
+    assert found.source == "if x.shape[1] > 4:"
+    assert found.eager.startswith("TypeCheckError: Branches.forward: the return value is f32[2,0,8], expected")
+
+
+class Selects(nn.Module):
+    @checked
+    def forward(self, x: Float[Tensor, "batch seq"]) -> Float[Tensor, " kept"]:
+        return x[x > 0]  # a data-dependent size
+
+
+def test_a_data_dependent_size_is_said_in_the_report():
+    report = prove(Selects(), torch.randn(2, 6), sizes={"batch": (1, 8), "seq": (1, 32)})
+    assert report.proved  # `kept` is whatever x > 0 selects: the contract holds for every size it can have
+    assert "not covered: data-dependent sizes (u0): a contract's name bound to one holds for any value" in str(report)

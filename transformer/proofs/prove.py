@@ -107,11 +107,12 @@ def prove(
     fn, module, named, alias, ranges = plan.fn, plan.module, plan.named, plan.alias, plan.ranges
     examples, bound, assumptions = plan.examples, plan.bound, plan.assumptions
     args, kwargs, dynamic_shapes = plan.args, plan.kwargs, plan.dynamic_shapes
-    failure = ""
+    failure, unbacked = "", []
     with checks(True), GuardRecorder() as recorder:
         export_started = time.perf_counter()
         try:
-            torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+            program = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+            unbacked = sorted(str(s) for s in program.range_constraints if str(s).startswith("u"))
         except TypeCheckError as error:  # a contract broken at the example sizes
             failure = "the example inputs break a contract: " + str(error).splitlines()[0]
         except Exception as error:  # noqa: BLE001 - a constraint violation is read from the guards below
@@ -144,6 +145,11 @@ def prove(
         "tensor values (token ids, mask contents), and branches on them: only sizes are symbolic",
         "sizes outside the ranges, and axes no size name marks (they keep the example's size)",
     ]
+    if unbacked:  # sizes read from tensor values (x[mask], nonzero): the contracts hold for whatever they are
+        not_covered.append(
+            f"data-dependent sizes ({', '.join(unbacked)}): a contract's name bound to one holds for any value; "
+            "what the values are is not proved"
+        )
     return ProofReport(
         getattr(fn, "__qualname__", str(fn)),
         {n: ranges[n] for n in ranges if n not in alias},
