@@ -5,6 +5,7 @@ error at those sizes; the fix is proved; the package's own models are proved ove
 import textwrap
 
 import pytest
+import sympy
 import torch
 from torch import nn
 
@@ -209,3 +210,20 @@ def test_a_data_dependent_size_is_said_in_the_report():
     report = prove(Selects(), torch.randn(2, 6), sizes={"batch": (1, 8), "seq": (1, 32)})
     assert report.proved  # `kept` is whatever x > 0 selects: the contract holds for every size it can have
     assert "not covered: data-dependent sizes (u0): a contract's name bound to one holds for any value" in str(report)
+
+
+def test_the_counterexample_search_reads_torch_s_integer_functions_and_respects_assumptions():
+    from torch.utils._sympy.functions import FloorDiv, Mod
+
+    from transformer.proofs.sizes import Assumption, counterexample
+
+    s0, s1 = sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("s1", integer=True, positive=True)
+    names, ranges = {"s0": "k_len", "s1": "block"}, {"k_len": (1, 100), "block": (1, 8)}
+    examples = {"k_len": 64, "block": 8}
+    divisible = sympy.Eq(Mod(s0, s1), 0)  # a key length a multiple of the block
+    assert counterexample(divisible, names, ranges, examples, []) == {"k_len": 1, "block": 2}
+    assumed = [Assumption("block == 1")]
+    assert counterexample(divisible, names, {"k_len": (1, 100), "block": (1, 1)}, examples, assumed) is None
+    halves = sympy.Eq(2 * FloorDiv(s0, 2), s0)  # an even key length
+    assert counterexample(halves, names, ranges, examples, [Assumption("k_len % 2 == 0")]) is None
+    assert counterexample(halves, names, ranges, examples, []) == {"k_len": 1, "block": 8}

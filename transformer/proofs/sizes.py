@@ -151,14 +151,33 @@ def counterexample(expr, names: dict, ranges: dict, examples: dict, assumptions:
     if total > _MOST_POINTS:
         points = itertools.islice(points, _MOST_POINTS)
     fixed = {symbols[n]: sympy.Integer(v) for n, v in examples.items() if n in symbols and n not in involved}
+    expr = expr.xreplace(fixed)
+    holds = _evaluator(expr, [symbols.get(n) for n in involved])
     for point in points:
         values = dict(zip(involved, point, strict=True))
         every = {**examples, **values}
         if not all(a.holds(every) for a in assumptions if set(a.names) <= set(every)):
             continue
-        substituted = expr.xreplace(
-            {**fixed, **{symbols[n]: sympy.Integer(v) for n, v in values.items() if n in symbols}}
-        )
-        if substituted == sympy.false:
+        if not holds(point):
             return every
     return None
+
+
+def _evaluator(expr, symbols: list):
+    """A function of one point (a size per symbol, None where the guard has none) saying whether ``expr`` holds:
+    compiled by sympy's ``lambdify`` to plain Python when it can (``//``, ``%``, max and min as Python's), else
+    substituted point by point."""
+    present = [(i, s) for i, s in enumerate(symbols) if s is not None]
+    python = {"FloorDiv": lambda a, b: a // b, "Mod": lambda a, b: a % b, "PythonMod": lambda a, b: a % b}
+    python.update({"CleanDiv": lambda a, b: a // b, "Max": max, "Min": min})
+    try:
+        compiled = sympy.lambdify([s for _, s in present], expr, modules=[python, "math"])
+        compiled(*(2 for _ in present))  # (a function torch's sympy defines that lambdify cannot write fails here)
+    except Exception:  # noqa: BLE001 - the slow path below decides every guard
+
+        def substituted(point):
+            value = expr.xreplace({s: sympy.Integer(point[i]) for i, s in present})
+            return value != sympy.false
+
+        return substituted
+    return lambda point: bool(compiled(*(point[i] for i, _ in present)))
