@@ -165,3 +165,23 @@ def test_the_drop_in_attention_exports_with_checks_on(structured):
     for shape in ((1, 1, 1), (3, 5, 7), (2, 32, 3)):
         x = inputs(*shape)
         torch.testing.assert_close(program.module()(*x), DropIn()(*x), rtol=0, atol=1e-6)
+
+
+def test_a_symbolic_size_fits_the_class_its_number_would_and_no_other():
+    """transformer.contracts.traced_rules.fits, "class": a SymInt stands for an int (so it fits int, int | None,
+    numbers.Integral, object), not for a bool or a float, as beartype would judge the int it traces."""
+    import numbers
+
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from transformer.contracts.traced import Contract
+    from transformer.contracts.traced_rules import fits
+
+    def f(a: int, b: int | None, c: numbers.Integral, d: object, e: bool, g: float, h: str):
+        pass
+
+    contract = Contract(f)
+    size = ShapeEnv().create_unbacked_symint()
+    assert isinstance(size, torch.SymInt)
+    verdicts = {name: fits(hint, size, [{}, {}], {}, contract) for name, hint, _, _ in contract.checks}
+    assert verdicts == {"a": True, "b": True, "c": True, "d": True, "e": False, "g": False, "h": False}
