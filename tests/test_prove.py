@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import transformer as T
-from transformer import Float, Tensor, checked
+from transformer import Float, Int, Tensor, checked
 from transformer.cli import main
 from transformer.proofs import prove
 
@@ -135,7 +135,7 @@ def test_the_encoder_decoder_and_multi_head_attention_are_proved(tiny_model):
 FACTORY = """
 import torch
 from torch import nn
-from transformer import Float, Tensor, checked
+from transformer import Float, Int, Tensor, checked
 
 class Pooled(nn.Module):
     @checked
@@ -227,3 +227,47 @@ def test_the_counterexample_search_reads_torch_s_integer_functions_and_respects_
     halves = sympy.Eq(2 * FloorDiv(s0, 2), s0)  # an even key length
     assert counterexample(halves, names, ranges, examples, [Assumption("k_len % 2 == 0")]) is None
     assert counterexample(halves, names, ranges, examples, []) == {"k_len": 1, "block": 8}
+
+
+class CachedStep(nn.Module):
+    """A prompt into an empty key/value cache, then one token: a query shorter than the keys."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    @checked
+    def forward(
+        self, prompt: Int[Tensor, "batch seq"], token: Int[Tensor, "batch 1"]
+    ) -> Float[Tensor, "batch 1 d_model"]:
+        cache = self.lm.new_cache()
+        self.lm(prompt, cache=cache)
+        return self.lm(token, cache=cache)
+
+
+def cached_lm(**fields):
+    config = dict(vocab=50, d_model=32, n_heads=4, n_layers=1, max_len=32, dropout=0.0)
+    return T.build_lm(T.LMConfig(**{**config, **fields})).eval()
+
+
+def test_a_step_with_a_key_value_cache_is_proved_for_every_prompt_length():
+    step = CachedStep(cached_lm(positional_encoding="rotary", n_kv_heads=2))
+    report = prove(
+        step, torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 1)), sizes={"batch": (1, 16), "seq": (1, 31)}
+    )
+    assert report.proved, str(report)
+    assert [c.times for c in report.calls if c.call == "CachedStep.forward > TransformerLM.forward"] == [2]
+
+
+def test_a_sliding_window_cache_specialises_on_the_prompt_length_and_the_report_says_where():
+    """What the proof finds today in the package: LMCache.trim branches on whether the prompt is longer than the
+    window (transformer/lm/positions.py, `if drop <= 0:`), so an exported step holds only for prompts longer than
+    window - 1. Eagerly both paths are right (the re-run says so): a specialisation, not a shape bug."""
+    step = CachedStep(cached_lm(positional_encoding="rotary", sliding_window=4))
+    report = prove(
+        step, torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 1)), sizes={"batch": (1, 16), "seq": (1, 31)}
+    )
+    (found,) = report.counterexamples
+    assert (found.by, found.relation, found.source) == ("the model's code", "seq > 3", "if drop <= 0:")
+    assert found.where.startswith("transformer/lm/positions.py:") and found.sizes["seq"] <= 3
+    assert found.eager.startswith("no error")

@@ -97,11 +97,14 @@ def candidates(low: int, high: int, example: int, seed: int) -> list[int]:
 
 
 def relation_text(expr, names: dict) -> str:
-    """A guard in the dimension names, as Python writes the comparison (``tgt_len == 1``, ``seq > 4``); an equation
+    """A guard in the dimension names, as Python writes the comparison (``tgt_len == 1``, ``seq > 4``); a comparison
     is divided by its factors that are sizes or positive numbers (``8*batch*k_len == 8*batch*q_len`` is written
-    ``k_len == q_len``: the sizes are named positive, as a proof's ranges start at 1)."""
+    ``k_len == q_len``: the sizes are named positive, as a proof's ranges start at 1), its terms moved to the side
+    where they are added (``seq - 3 > 0`` is ``seq > 3``)."""
     expr = expr.xreplace({s: sympy.Symbol(names.get(str(s), str(s)), positive=True) for s in expr.free_symbols})
-    if isinstance(expr, (sympy.Eq, sympy.Ne)):
+    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
+    op = next((text for cls, text in ops.items() if isinstance(expr, cls)), None)
+    if op is not None:  # lhs - rhs, over its positive factors (the sense of an inequality is kept), split by sign
         difference = sympy.factor(expr.lhs - expr.rhs)
         if isinstance(difference, sympy.Mul):
             kept = [f for f in difference.args if not (f.is_positive and (f.is_Number or f.is_Symbol))]
@@ -109,7 +112,6 @@ def relation_text(expr, names: dict) -> str:
         terms = sympy.Add.make_args(sympy.expand(difference))
         left = sympy.Add(*(t for t in terms if not t.could_extract_minus_sign()))
         right = -sympy.Add(*(t for t in terms if t.could_extract_minus_sign()))
-        op = "==" if isinstance(expr, sympy.Eq) else "!="
         return f"{sympy.sstr(left)} {op} {sympy.sstr(right)}"
     return _text(expr)
 
