@@ -39,7 +39,14 @@ model = tt.make_model(src_vocab=11, tgt_vocab=11, N=2, d_model=32, d_ff=64, h=2,
 src = torch.tensor([[1, 2, 3, 4, 5, 0, 0], [5, 4, 3, 2, 1, 7, 8]])  # batch 2, src_len 7
 tgt = torch.tensor([[1, 2, 3, 0], [1, 5, 4, 3]])  # batch 2, tgt_len 4
 src_mask, tgt_mask = tt.padding_mask(src, 0), tt.target_mask(tgt, 0)
-print("src_mask", tuple(src_mask.shape), "tgt_mask", tuple(tgt_mask.shape), "->", tuple(model(src, tgt, src_mask, tgt_mask).shape))
+print(
+    "src_mask",
+    tuple(src_mask.shape),
+    "tgt_mask",
+    tuple(tgt_mask.shape),
+    "->",
+    tuple(model(src, tgt, src_mask, tgt_mask).shape),
+)
 
 # %% [markdown]
 # ## A contract is a signature
@@ -85,9 +92,13 @@ mistakes = {
     "an input of the wrong width into a layer": lambda: model.encoder.layers[0](torch.randn(2, 7, 48), src_mask),
     "queries and keys of different d_k (Rocq invariant 1)": lambda: tt.attention(q8, k8[..., :4], v8),
     "keys and values of different lengths": lambda: tt.attention(q8, k8, v8[:, :5]),
-    "residual operands of different shapes (Rocq invariant 3)": lambda: tt.layers.residual(torch.randn(2, 7, 32), torch.randn(2, 7, 16)),
+    "residual operands of different shapes (Rocq invariant 3)": lambda: tt.layers.residual(
+        torch.randn(2, 7, 32), torch.randn(2, 7, 16)
+    ),
     "a sub-layer that changes the shape": lambda: tt.SublayerConnection(32, 0.0)(torch.randn(2, 7, 32), Squash()),
-    "a structured mask sized for another batch": lambda: model.encode(src, tt.AttentionMask(key_lengths=torch.tensor([7, 7, 7]))),
+    "a structured mask sized for another batch": lambda: model.encode(
+        src, tt.AttentionMask(key_lengths=torch.tensor([7, 7, 7]))
+    ),
     "token ids as floats": lambda: model.encode(src.float(), src_mask),
 }
 for what, call in mistakes.items():
@@ -112,9 +123,12 @@ except tt.TypeCheckError as error:
 # `checked` works on any function or method: annotate, decorate, and the shapes relate across arguments and the
 # return value. Here a mean over the real (non-padded) positions promises one d_model vector per row:
 
+
 # %%
 @checked
-def masked_mean(x: Float[Tensor, "batch seq d_model"], keep: tt.contracts.Bool[Tensor, "batch seq"]) -> Float[Tensor, "batch d_model"]:
+def masked_mean(
+    x: Float[Tensor, "batch seq d_model"], keep: tt.contracts.Bool[Tensor, "batch seq"]
+) -> Float[Tensor, "batch d_model"]:
     keep = keep.unsqueeze(-1).to(x.dtype)
     return (x * keep).sum(1) / keep.sum(1).clamp_min(1)
 
@@ -147,11 +161,15 @@ except tt.TypeCheckError as error:
 # %%
 too_long = torch.ones(1, 5001, dtype=torch.long)
 guards = {
-    "a head count that does not divide d_model (Rocq invariant 2)": lambda: tt.TransformerConfig(src_vocab=11, tgt_vocab=11, d_model=512, n_heads=7),
+    "a head count that does not divide d_model (Rocq invariant 2)": lambda: tt.TransformerConfig(
+        src_vocab=11, tgt_vocab=11, d_model=512, n_heads=7
+    ),
     "a token id outside the vocabulary": lambda: model.encode(torch.tensor([[1, 2, 42]]), None),
     "a sequence longer than max_len (Rocq invariant 6)": lambda: model.encode(too_long, None),
     "an empty source": lambda: model.encode(torch.ones(2, 0, dtype=torch.long), None),
-    "decoding past the positions the model can encode": lambda: tt.greedy_decode(model, src, src_mask, max_len=6000, start_symbol=1),
+    "decoding past the positions the model can encode": lambda: tt.greedy_decode(
+        model, src, src_mask, max_len=6000, start_symbol=1
+    ),
 }
 for what, call in guards.items():
     try:
@@ -185,8 +203,13 @@ print("checks enabled after the block:", tt.checks_enabled())
 
 # %%
 probe = "import transformer as tt; print('checks enabled with TYPED_TRANSFORMER_CHECKS=0:', tt.checks_enabled())"
-result = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "TYPED_TRANSFORMER_CHECKS": "0"},
-                        capture_output=True, text=True, check=True)
+result = subprocess.run(
+    [sys.executable, "-c", probe],
+    env={**os.environ, "TYPED_TRANSFORMER_CHECKS": "0"},
+    capture_output=True,
+    text=True,
+    check=True,
+)
 print(result.stdout.strip())
 
 # %% [markdown]
@@ -196,6 +219,7 @@ print(result.stdout.strip())
 # realistic size it is a few percent: the [benchmarks page](../docs/benchmarks.md) records 5 to 8% for a
 # d_model 128 model on a 2-core CPU (the target is at most 10%). `Trainer(checks="first")` checks the first
 # step of a run and runs the rest unchecked.
+
 
 # %%
 def forward_ms(enabled, repeats=30):
@@ -228,6 +252,7 @@ print(f"compiled in {time.perf_counter() - start:.1f} s; matches eager: {same}")
 # `TypeCheckError` with the same first line, raised while the call is traced (a `CompiledContractError`, which is a
 # `TypeCheckError`), not an error from inside the tracer. This cell prints both, and whether they agree
 # ([Contracts](../docs/contracts.md#torchcompile) describes how compiled models are checked).
+
 
 # %%
 def first_line(call):
@@ -292,3 +317,52 @@ for number, call in invariants.items():
 # Invariant 5 is shown on a stand-in function with `greedy_step`'s contract; in the package, `greedy_step` and
 # `greedy_decode` state it themselves and also check it with an explicit error when contracts are off (the test
 # above breaks a real step to see it refused).
+
+# %% [markdown]
+# ## Proved for every size
+#
+# A contract is checked at the sizes a call has. Here is a cross-attention score function with a bug that every
+# test at the usual sizes misses: it reshapes the keys with the *query* length. Self-attention tests (as many keys
+# as queries) all pass:
+
+# %%
+from transformer.proofs import prove
+
+
+class CrossScores(torch.nn.Module):
+    def __init__(self, fixed: bool = False):
+        super().__init__()
+        self.fixed = fixed
+
+    @checked
+    def forward(
+        self, q: Float[Tensor, "batch q_len 8"], k: Float[Tensor, "batch k_len 8"]
+    ) -> Float[Tensor, "batch q_len k_len"]:
+        batch, q_len, width = q.shape
+        keys = k if self.fixed else k.reshape(batch, q_len, width)  # the bug: the keys take the query length
+        return q @ keys.transpose(1, 2) / width**0.5
+
+
+scores = CrossScores()
+for batch, length in [(2, 6), (4, 10), (1, 3)]:  # the usual sizes: as many keys as queries
+    scores(torch.randn(batch, length, 8), torch.randn(batch, length, 8))
+print("every eager call at the usual sizes passes")
+
+# %% [markdown]
+# `transformer.proofs.prove` exports the module with the contract's sizes symbolic over ranges and its checks on
+# (docs/proved-shapes.md): every comparison on a size, the contract's and the model's own, is decided for every
+# size in the ranges, or is reported with the relation it needs and sizes that break it, re-run eagerly:
+
+# %%
+sizes = {"batch": (1, 64), "q_len": (1, 512), "k_len": (1, 512)}
+report = prove(scores, torch.randn(2, 6, 8), torch.randn(2, 6, 8), sizes=sizes)
+print(report)
+assert not report.proved and report.counterexamples[0].relation == "k_len == q_len"
+
+# %% [markdown]
+# The fix (the keys keep their own length) is proved for every batch from 1 to 64 and every pair of lengths up to 512:
+
+# %%
+fixed = prove(CrossScores(fixed=True), torch.randn(2, 6, 8), torch.randn(2, 6, 8), sizes=sizes)
+print(fixed)
+assert fixed.proved

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "decoding"),
     ("lm",),
     ("checkpoint", "data", "training", "distributed"),
-    ("tasks", "integrations"),
+    ("tasks", "integrations", "proofs"),
     ("cli", "__main__", "transformer"),  # the package face (transformer/__init__.py) gathers every part but cli
 ]
 LAYER_OF = {part: level for level, parts in enumerate(LAYERS) for part in parts}

@@ -9,6 +9,7 @@
     typed-transformer train lm --init HF_FOLDER --text FILE...                              (see docs/data.md)
     torchrun --nproc_per_node=N -m transformer train TASK [--strategy ddp|fsdp] ...   (see docs/distributed.md)
     typed-transformer consolidate SHARDED_DIR OUT_DIR
+    typed-transformer prove PACKAGE.MODULE:FACTORY [--sizes batch=1..64,seq=1..512]   (see docs/proved-shapes.md)
 
 ``train`` shows a progress bar (loss, tokens/s, learning rate), evaluates periodically, saves an
 atomic checkpoint into ``--out``, then prints the held-out loss, example decodes and the
@@ -34,6 +35,7 @@ One concept per module; ``main`` is here, everything else is imported from here:
 * :mod:`~transformer.cli.train`: ``train TASK``, and the synthetic tasks (``copy``, ``dates``).
 * :mod:`~transformer.cli.train_files`: ``train lm``, ``train translate`` (your own files).
 * :mod:`~transformer.cli.checkpoint_commands`: ``decode``, ``generate``, ``consolidate``.
+* :mod:`~transformer.cli.prove`: ``prove`` (a model's contracts for every size in ranges).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from .checkpoint_commands import decode_translation, generate_command, run_conso
 from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, CommandError, UsageError
 from .messages import describe_schedule
 from .parser import FILE_TASKS, PROG, add_generate_parser, build_parser, parse
+from .prove import run_prove
 from .train import run_train
 from .train_files import train_file_task
 from .train_setup import require_finite, resume_schedule, schedule_given, schedule_settings
@@ -82,7 +85,13 @@ __all__ = [
     "require_finite",
 ]
 
-_COMMANDS = {"train": run_train, "decode": run_decode, "generate": run_generate, "consolidate": run_consolidate}
+_COMMANDS = {
+    "train": run_train,
+    "decode": run_decode,
+    "generate": run_generate,
+    "consolidate": run_consolidate,
+    "prove": run_prove,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

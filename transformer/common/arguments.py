@@ -14,8 +14,9 @@ __all__ = ["is_int", "is_integral", "is_number", "is_real"]
 
 
 def is_int(value: object, at_least: int | None = None, below: int | None = None) -> bool:
-    """Whether ``value`` is a Python ``int`` (not a bool) with ``at_least <= value < below`` (each bound optional)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Whether ``value`` is a Python ``int`` (not a bool) with ``at_least <= value < below`` (each bound optional).
+    A symbolic size (``torch.SymInt``, which torch.export traces a size as) counts as the int it stands for."""
+    if isinstance(value, bool) or not (isinstance(value, int) or type(value).__name__ == "SymInt"):
         return False
     return (at_least is None or value >= at_least) and (below is None or value < below)
 

@@ -17,6 +17,9 @@ from .grammar import join_variadic
 if TYPE_CHECKING:
     from .traced import Contract
 
+#: the Python number each symbolic size stands for (see ``fits``, "class")
+_SYMBOLIC = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
 
 _NO_FIELD = object()  # a field whose attribute is missing
 
@@ -191,7 +194,14 @@ def fits(hint: tuple, value, memo: list, bound: dict, contract: Contract) -> boo
                 return True
         return False
     if kind == "class":
-        return isinstance(value, contract.classes[hint[1]])
+        cls = contract.classes[hint[1]]
+        if isinstance(value, cls):
+            return True
+        # a symbolic size (non-strict torch.export runs this on torch.SymInt / SymFloat / SymBool) stands for the
+        # Python number it traces: it fits a class its number would (int, float, bool, numbers.Integral, object),
+        # as a traced int does under torch.compile
+        symbolic = _SYMBOLIC.get(type(value))
+        return symbolic is not None and issubclass(symbolic, cls)
     if kind == "callable":
         return callable(value)
     if kind == "union":

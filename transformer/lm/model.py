@@ -206,7 +206,9 @@ class TransformerLM(nn.Module):
         """``mask`` and causality (and the sliding window, ``window_left = sliding_window - 1``, the tighter of it
         and the mask's own) for ``seq`` positions attending each other."""
         left = None
-        if self.sliding_window is not None and self.sliding_window < seq:
+        # a symbolic seq (torch.export, transformer.proofs) always gets the window: for seq <= W it hides nothing, so
+        # the mask is the same, and the program holds for every seq rather than branching on it
+        if self.sliding_window is not None and (isinstance(seq, torch.SymInt) or self.sliding_window < seq):
             left = self.sliding_window - 1
         if mask is None and left is None:
             return AttentionMask(causal=True)

@@ -166,8 +166,10 @@ class RotaryEmbedding(nn.Module):
             positions = torch.arange(max(length, self.max_len), device=inv_freq.device, dtype=torch.float32)
             freqs = positions[:, None] * inv_freq.to(dtype=torch.float32)[None, :]
             angles = torch.cat((freqs, freqs), dim=-1)
-            self._cos = angles.cos() * self.attention_factor
-            self._sin = angles.sin() * self.attention_factor
+            cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+            if torch.compiler.is_exporting():  # torch.export traces with fake tensors: none may stay on the module
+                return cos, sin  # (torch 2.9 leaves an attribute set while exporting; later ones warn and undo it)
+            self._cos, self._sin = cos, sin
         return self._cos, self._sin
 
     @checked

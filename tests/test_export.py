@@ -1,0 +1,187 @@
+"""torch.export with checks on (docs/proved-shapes.md, "torch.export"): the public models and modules export with
+symbolic batch and sequence sizes, the exported program computes what eager computes at other sizes (batch 1 and
+length 1 included), a wrong input to it fails with the contract's message, and a contract the example inputs break
+fails export with our contract error, not torch's."""
+
+import pytest
+import torch
+from jaxtyping import TypeCheckError
+
+import transformer as T
+from transformer.contracts.traced import CompiledContractError
+from transformer.proofs import export
+
+SIZES = {"batch": (1, 16), "seq": (1, 32)}
+
+
+def lm(**fields):
+    config = dict(vocab=50, d_model=32, n_heads=4, n_layers=2, max_len=32, dropout=0.0)
+    return T.build_lm(T.LMConfig(**{**config, **fields})).eval()
+
+
+LMS = {
+    "sinusoidal": {},
+    "learned": {"positional_encoding": "learned"},
+    "none": {"positional_encoding": "none"},
+    # rotary: RotaryEmbedding.forward's `length: int | None` is given a symbolic size (the issue's failure)
+    "rotary": {"positional_encoding": "rotary"},
+    "llama-like": {
+        "positional_encoding": "rotary",
+        "norm": "rms",
+        "ffn_gated": True,
+        "activation": "silu",
+        "n_kv_heads": 2,
+        "qk_norm": True,
+        "sliding_window": 4,  # a window shorter than the example length: TransformerLM._causal branched on seq
+    },
+}
+
+
+def tokens(batch, seq):
+    return torch.randint(0, 50, (batch, seq))
+
+
+@pytest.mark.parametrize("name", LMS)
+def test_the_language_model_exports_with_checks_on_and_computes_what_eager_computes(name):
+    model = lm(**LMS[name])
+    exported = export(model, tokens(2, 16), sizes=SIZES)
+    ranges = [(int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values()]
+    assert sorted(ranges) == [(1, 16), (1, 32)]  # batch and seq stay symbolic: nothing was specialised
+    with torch.no_grad():
+        for batch, seq in ((1, 1), (3, 7), (16, 32), (2, 5)):
+            x = tokens(batch, seq)
+            torch.testing.assert_close(exported(x), model(x), rtol=0, atol=1e-6)
+
+
+def test_a_padding_mask_exports_with_the_language_model():
+    model = lm()
+    mask = torch.ones(2, 1, 16, dtype=torch.bool)
+    mask[0, 0, 12:] = False
+    exported = export(model, tokens(2, 16), mask, sizes=SIZES)
+    x, m = tokens(3, 9), torch.ones(3, 1, 9, dtype=torch.bool)
+    m[1, 0, 5:] = False
+    with torch.no_grad():
+        torch.testing.assert_close(exported(x, m), model(x, m), rtol=0, atol=1e-6)
+
+
+def encoder_decoder_inputs(batch, src_len, tgt_len):
+    return (
+        torch.randint(1, 11, (batch, src_len)),
+        torch.randint(1, 11, (batch, tgt_len)),
+        torch.ones(batch, 1, src_len, dtype=torch.bool),
+        T.subsequent_mask(tgt_len).expand(batch, tgt_len, tgt_len).contiguous(),
+    )
+
+
+ED_SIZES = {"batch": (1, 16), "src_len": (1, 32), "tgt_len": (1, 32)}
+
+
+def test_the_encoder_decoder_exports_with_checks_on_and_computes_what_eager_computes(tiny_model):
+    exported = export(tiny_model, *encoder_decoder_inputs(2, 10, 9), sizes=ED_SIZES)
+    assert len(exported.program.range_constraints) == 3
+    with torch.no_grad():
+        for sizes in ((1, 1, 1), (3, 5, 4), (2, 32, 1), (1, 1, 32)):
+            inputs = encoder_decoder_inputs(*sizes)
+            torch.testing.assert_close(exported(*inputs), tiny_model(*inputs), rtol=0, atol=1e-6)
+
+
+def test_a_wrong_input_to_the_exported_program_fails_with_the_contract_message(tiny_model):
+    exported = export(tiny_model, *encoder_decoder_inputs(2, 10, 9), sizes=ED_SIZES)
+    src, tgt, _, tgt_mask = encoder_decoder_inputs(2, 10, 9)
+    wrong = torch.ones(2, 1, 7, dtype=torch.bool)  # src_mask of another length than src
+    with pytest.raises(TypeCheckError) as caught:
+        exported(src, tgt, wrong, tgt_mask)
+    assert str(caught.value).startswith("EncoderDecoder.forward: argument 'src_mask' is bool[2,1,7], expected")
+    assert "src_len=10" in str(caught.value)
+    assert "Guard failed" in str(caught.value.__cause__)  # torch's input guard refused it first
+
+
+def test_a_contract_broken_at_the_example_sizes_fails_export_with_our_contract_error(tiny_model):
+    src, tgt, _, tgt_mask = encoder_decoder_inputs(2, 10, 9)
+    with pytest.raises(CompiledContractError) as caught:
+        export(tiny_model, src, tgt, torch.ones(2, 1, 7, dtype=torch.bool), tgt_mask, sizes=ED_SIZES)
+    assert str(caught.value).startswith(
+        "EncoderDecoder.forward: argument 'src_mask' is bool[2,1,7], expected Bool[Tensor, '#batch 1 src_len']"
+    )
+
+
+def test_plain_torch_export_of_the_language_model_with_checks_on():
+    """The issue's call, as written: torch.export.export with Dims of its own."""
+    model = lm(positional_encoding="rotary")
+    batch, seq = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("seq", min=1, max=32)
+    with T.checks(True):
+        program = torch.export.export(model, (tokens(2, 16),), dynamic_shapes={"tokens": {0: batch, 1: seq}})
+    x = tokens(1, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(x), model(x), rtol=0, atol=1e-6)
+
+
+def test_strict_export_through_dynamo_works_with_checks_on_too():
+    model = lm(positional_encoding="rotary")
+    exported = export(model, tokens(2, 16), sizes=SIZES, strict=True)
+    with torch.no_grad():
+        for batch, seq in ((1, 1), (3, 7)):
+            x = tokens(batch, seq)
+            torch.testing.assert_close(exported(x), model(x), rtol=0, atol=1e-6)
+
+
+def test_the_drop_in_attention_and_multi_head_attention_export():
+    attention = T.MultiHeadedAttention(4, 32, 0.0).eval()
+
+    def inputs(batch, q_len, k_len):
+        mask = torch.rand(batch, q_len, k_len) > 0.3
+        mask[..., 0] = True
+        return torch.randn(batch, q_len, 32), torch.randn(batch, k_len, 32), torch.randn(batch, k_len, 32), mask
+
+    sizes = {"batch": (1, 8), "q_len": (1, 32), "k_len": (1, 32)}
+    exported = export(attention, *inputs(2, 8, 10), sizes=sizes, axes={"mask": ("batch", "q_len", "k_len")})
+    with torch.no_grad():
+        for shape in ((1, 1, 1), (3, 5, 7), (2, 32, 3)):
+            x = inputs(*shape)
+            torch.testing.assert_close(exported(*x), attention(*x), rtol=0, atol=1e-6)
+
+
+class DropIn(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return T.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("structured", [False, True])
+def test_the_drop_in_attention_exports_with_checks_on(structured):
+    def inputs(batch, q_len, k_len):
+        q, k, v = torch.randn(batch, 4, q_len, 8), torch.randn(batch, 4, k_len, 8), torch.randn(batch, 4, k_len, 8)
+        key_mask = torch.ones(batch, k_len, dtype=torch.bool)
+        key_mask[0, k_len // 2 + 1 :] = False
+        return q, k, v, T.AttentionMask(key_mask=key_mask) if structured else key_mask[:, None, None, :]
+
+    batch, q_len, k_len = (torch.export.Dim(n, min=1, max=32) for n in ("batch", "q_len", "k_len"))
+    q, k, v, mask = inputs(2, 8, 10)
+    mask_shape = None if structured else {0: batch, 3: k_len}
+    shapes = ({0: batch, 2: q_len}, {0: batch, 2: k_len}, {0: batch, 2: k_len}, mask_shape)
+    if structured:
+        pytest.skip("an AttentionMask is not a pytree torch.export can take as an input (not registered)")
+    with T.checks(True):
+        program = torch.export.export(DropIn(), (q, k, v, mask), dynamic_shapes=shapes)
+    for shape in ((1, 1, 1), (3, 5, 7), (2, 32, 3)):
+        x = inputs(*shape)
+        torch.testing.assert_close(program.module()(*x), DropIn()(*x), rtol=0, atol=1e-6)
+
+
+def test_a_symbolic_size_fits_the_class_its_number_would_and_no_other():
+    """transformer.contracts.traced_rules.fits, "class": a SymInt stands for an int (so it fits int, int | None,
+    numbers.Integral, object), not for a bool or a float, as beartype would judge the int it traces."""
+    import numbers
+
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from transformer.contracts.traced import Contract
+    from transformer.contracts.traced_rules import fits
+
+    def f(a: int, b: int | None, c: numbers.Integral, d: object, e: bool, g: float, h: str):
+        pass
+
+    contract = Contract(f)
+    size = ShapeEnv().create_unbacked_symint()
+    assert isinstance(size, torch.SymInt)
+    verdicts = {name: fits(hint, size, [{}, {}], {}, contract) for name, hint, _, _ in contract.checks}
+    assert verdicts == {"a": True, "b": True, "c": True, "d": True, "e": False, "g": False, "h": False}
