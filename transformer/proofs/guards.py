@@ -107,12 +107,12 @@ class GuardRecorder:
             recorder._record(env, prefix, g)
             return original_log(env, prefix, g, forcing_spec)
 
-        def call_traced(contract, fn, args, kwargs):
+        def call_traced(contract, fn, args, kwargs, eager=None):
             code = getattr(fn, "__code__", None)
             where = f"{_relative(code.co_filename)}:{code.co_firstlineno}" if code is not None else ""
             values = tuple(name for name, hint, _, _ in contract.checks if not _tensor_hint(hint) and hint[0] != "any")
             recorder.reached.append(ReachedCall((*_traced._TRACE_CALLS, contract.qualname), where, values))
-            return original_call(contract, fn, args, kwargs)
+            return original_call(contract, fn, args, kwargs, eager)
 
         ShapeEnv._log_guard = log_guard
         _decorator.call_traced = call_traced
