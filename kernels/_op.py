@@ -348,7 +348,7 @@ def attention(
     autograd.Function when a gradient may be asked for, the forward launcher itself when none can be (inference,
     e.g. decoding). ``structure``: (doc_bounds, alibi_slopes, window_left, window_right, softcap), () for none."""
     structure = structure or (None,) * 5
-    if _wrapped(q) or _wrapped(k) or _wrapped(v):  # functorch transforms: torch.library's autograd cannot run there
+    if not torch.compiler.is_compiling() and (_wrapped(q) or _wrapped(k) or _wrapped(v)):  # functorch transforms
         from ._functorch import FuncForward
 
         result = FuncForward.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)

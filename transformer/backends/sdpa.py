@@ -78,7 +78,7 @@ def scaled_dot_product_attention(
     ``alibi_slopes`` (keyword only) modify the scaled scores before the mask, as the reference does.
     The signature is torch's, not a checked contract: bad inputs get torch's own exception types.
     """
-    attn_mask, is_causal = causal_bias_form(attn_mask, is_causal, query)  # torch's causal bias objects
+    attn_mask, is_causal = causal_bias_form(attn_mask, is_causal, query, key, value)  # torch's causal bias objects
     batch = check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     modifiers = {}
     if softcap is not None or alibi_slopes is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
+from torch.nn.attention._utils import _validate_sdpa_input
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from ..masks import AttentionMask
@@ -27,7 +28,7 @@ __all__ = ["broadcast_shapes", "causal_bias_form", "check_inputs"]
 _NAME = "scaled_dot_product_attention"
 
 
-def causal_bias_form(attn_mask, is_causal: bool, query: Tensor) -> tuple[Tensor | AttentionMask | None, bool]:
+def causal_bias_form(attn_mask, is_causal: bool, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor | AttentionMask | None, bool]:
     """``(attn_mask, is_causal)`` with a ``CausalBias`` replaced as torch's ``CausalBias._dispatch`` reads it (its
     ``variant``, ``seq_len_q`` and ``seq_len_kv``; never its uninitialised values); any other mask unchanged."""
     if not isinstance(attn_mask, CausalBias):
@@ -38,7 +39,9 @@ def causal_bias_form(attn_mask, is_causal: bool, query: Tensor) -> tuple[Tensor 
     if variant == CausalVariant.UPPER_LEFT or (variant == CausalVariant.LOWER_RIGHT and q_len == k_len):
         return None, True
     if variant == CausalVariant.LOWER_RIGHT:  # query i sees keys j <= i + (S - L): aligned to the bottom right
-        ones = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device)
+        if isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor):
+            _validate_sdpa_input(query, key, value)  # torch validates here first, with ValueError (its own check)
+        ones = torch.ones(q_len, k_len, dtype=torch.bool, device=getattr(query, "device", None))
         return ones.tril(diagonal=k_len - q_len), False
     raise ValueError(f"CausalBias.variant must be a CausalVariant type, but found: {variant}")
 
