@@ -3,6 +3,7 @@
 benchmarks/results/differential/sdpa.json). Every argument and combination torch takes, on every CPU backend."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,32 @@ def test_the_long_run_is_committed_with_its_counts():
         assert {"seed", "date", "versions", "cases", "by_class", "command"} <= set(run)
     assert after["cases"]["eager"] >= 1000
     assert torch.__version__  # the versions recorded are the run's, not this one's
+
+
+def test_the_torch_test_harness_runs_a_test_file_with_the_drop_in_in_place(tmp_path):
+    import subprocess
+    import sys
+
+    test_file = tmp_path / "test_torch_like.py"
+    test_file.write_text(
+        "import torch, torch.nn.functional as F\n"
+        "import transformer as tt\n"
+        "from torch.nn.attention.bias import causal_lower_right\n"
+        "class TestSDPACPU:\n"
+        "    def test_replaced(self):\n"
+        "        assert F.scaled_dot_product_attention is tt.scaled_dot_product_attention\n"
+        "    def test_lower_right(self):\n"
+        "        q = torch.randn(1, 2, 3, 8); k = torch.randn(1, 2, 5, 8)\n"
+        "        dense = torch.ones(3, 5, dtype=torch.bool).tril(2)\n"
+        "        torch.testing.assert_close(F.scaled_dot_product_attention(q, k, k, causal_lower_right(3, 5)),\n"
+        "                                   F.scaled_dot_product_attention(q, k, k, dense))\n"
+        "    def test_fails(self):\n"
+        "        assert tt.current_backend() == 'torch'\n"
+    )
+    out = tmp_path / "summary.json"
+    script = ROOT / "benchmarks" / "torch_sdpa_tests.py"
+    command = [sys.executable, str(script), str(test_file), "--backend", "eager", "--json", str(out)]
+    subprocess.run(command, check=True, capture_output=True, cwd=tmp_path, env={**__import__("os").environ})
+    summary = json.loads(out.read_text())
+    assert summary["by_class"] == {"TestSDPACPU": {"passed": 2, "failed": 1}}
+    assert list(summary["failures"]) == [f"{test_file.name}::TestSDPACPU::test_fails"]
