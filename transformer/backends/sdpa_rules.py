@@ -28,7 +28,9 @@ __all__ = ["broadcast_shapes", "causal_bias_form", "check_inputs"]
 _NAME = "scaled_dot_product_attention"
 
 
-def causal_bias_form(attn_mask, is_causal: bool, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor | AttentionMask | None, bool]:
+def causal_bias_form(
+    attn_mask, is_causal: bool, query: Tensor, key: Tensor, value: Tensor
+) -> tuple[Tensor | AttentionMask | None, bool]:
     """``(attn_mask, is_causal)`` with a ``CausalBias`` replaced as torch's ``CausalBias._dispatch`` reads it (its
     ``variant``, ``seq_len_q`` and ``seq_len_kv``; never its uninitialised values); any other mask unchanged."""
     if not isinstance(attn_mask, CausalBias):
