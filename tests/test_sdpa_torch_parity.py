@@ -89,6 +89,7 @@ def test_causal_bias_objects_compile(backend):
     def attend(q, k, v, bias):
         return tt.scaled_dot_product_attention(q, k, v, bias, backend=backend)
 
+    attend(q, k, v, None)  # eagerly first: torch 2.9's Dynamo cannot trace the first look for Triton (find_spec)
     compiled = torch.compile(attend, backend="eager", fullgraph=True)
     torch._dynamo.reset()
     for make in (causal_upper_left, causal_lower_right):
@@ -111,6 +112,21 @@ class _DataDependentBatch(torch.nn.Module):
         )
 
 
+def _torch_exports_a_masked_data_dependent_batch() -> bool:
+    class Torchs(torch.nn.Module):
+        def forward(self, n, x, mask):
+            b = n.item()
+            torch._check(b >= 1)
+            torch._check(b <= x.size(0))
+            return F.scaled_dot_product_attention(x[:b], x[:b], x[:b], attn_mask=mask[:b])
+
+    try:
+        torch.export.export(Torchs(), (torch.tensor(3), torch.randn(5, 2, 4, 16), torch.ones(5, 1, 4, 4).bool()))
+    except Exception:  # noqa: BLE001 (torch 2.9: GuardOnDataDependentSymNode inside its own checks)
+        return False
+    return True
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_torch_export_takes_a_data_dependent_batch(backend, with_mask):
@@ -118,6 +134,8 @@ def test_torch_export_takes_a_data_dependent_batch(backend, with_mask):
     x = torch.randn(5, 2, 4, 16)
     mask = torch.rand(5, 1, 4, 4, generator=torch.Generator().manual_seed(0)) > 0.4
     mask[..., 0] = True
+    if backend == "torch" and with_mask and not _torch_exports_a_masked_data_dependent_batch():
+        pytest.skip(f"torch {torch.__version__}'s own function cannot export this (it guards on the batch in C++)")
     program = torch.export.export(_DataDependentBatch(backend, with_mask), (torch.tensor(3), x, mask))
     for b in (1, 2, 5):  # 1 too: the export made no assumption that the batch is not 1
         got = program.module()(torch.tensor(b), x, mask)

@@ -172,9 +172,9 @@ def _check_mask(mask: Tensor, query: Tensor, weights: tuple[int, ...]) -> None:
     if mask.device != query.device:
         raise RuntimeError(f"{_NAME}: attn_mask must be on query's device {query.device}, got {mask.device}")
     shape = tuple(mask.shape)
-    fits = len(shape) <= len(weights) and all(
-        _is_one(m) or _may_equal(m, w) for m, w in zip(shape[::-1], weights[::-1], strict=False)
-    )
+    fits = len(shape) <= len(weights)
+    for i in range(1, min(len(shape), len(weights)) + 1):  # indices, not all(zip(...)): torch 2.9's Dynamo traces it
+        fits = fits and (_is_one(shape[-i]) or _may_equal(shape[-i], weights[-i]))
     if not fits:
         raise RuntimeError(
             f"{_NAME}: attn_mask of shape {list(shape)} does not broadcast to the attention weights' "
