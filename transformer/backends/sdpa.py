@@ -11,7 +11,12 @@
 * ``enable_gqa``: key/value heads (dim -3) that divide the query heads; query head h reads key/value head
   h // (query heads / key heads), as torch's ``repeat_interleave``;
 * a query row that may attend no key (a boolean row all False, a float row all -inf) outputs 0 with zero gradients,
-  as torch >= 2.5 returns it on every backend.
+  as torch >= 2.5 returns it on every backend;
+* torch's causal bias objects (``torch.nn.attention.bias.causal_upper_left`` / ``causal_lower_right``) as
+  ``attn_mask``, read as torch's own dispatch reads them (:func:`~transformer.backends.sdpa_rules.causal_bias_form`);
+* ``torch.export`` of a data-dependent batch (the checks never guard on an unbacked size); under
+  ``torch.jit.script`` a caller gets torch's operator ``aten::scaled_dot_product_attention`` (this function's extras
+  are not TorchScript).
 
 Inputs torch refuses are refused with torch's exception type (TypeError, RuntimeError, IndexError) and a message that
 names the argument; where torch's own backends disagree (a mask together with ``is_causal``, keys and values of
