@@ -118,6 +118,10 @@ def test_a_sliding_window_and_documents_beside_the_mask_give_the_masks_attention
     ours = attention_forward(_Module(), q, k, v, mask, sliding_window=window)[0]
     theirs = sdpa_attention_forward(_Module(), q, k, v, mask, sliding_window=window)[0]
     torch.testing.assert_close(ours, theirs)
+    # without a mask the window alone gives it: Mistral's window W sees keys i - W < j <= i (W - 1 to the left)
+    ours = attention_forward(_Module(), q, k, v, None, sliding_window=window)[0]
+    theirs = sdpa_attention_forward(_Module(), q, k, v, allowed.expand(2, 1, 8, 8))[0]
+    torch.testing.assert_close(ours, theirs)
     positions = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4]])  # two packed documents per row
     documents = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1])
     packed = torch.ones(8, 8, dtype=torch.bool).tril() & (documents[:, None] == documents[None, :])
