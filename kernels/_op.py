@@ -222,6 +222,33 @@ def _eager_backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes = ctx.saved_tensors
     if grad_out is None:  # only the logsumexp was used
         grad_out = torch.zeros_like(out)
+    if _legacy_batched(grad_out) or (grad_lse is not None and _legacy_batched(grad_lse)):
+        # batched gradients (torch.autograd.grad(is_grads_batched=True), gradcheck's check_batched_grad): the
+        # registered backward op, which the batching fallback runs once per gradient with plain tensors
+        op = (
+            torch.ops.typed_transformer.flash_attn_bwd
+            if q.is_cuda
+            else torch.ops.typed_transformer.flash_attn_bwd_interpreted
+        )
+        structure = (doc_bounds, alibi_slopes, ctx.window_left, ctx.window_right, ctx.softcap)
+        dq, dk, dv = op(
+            grad_out,
+            grad_lse,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            mask,
+            key_mask,
+            key_lengths,
+            seed,
+            ctx.causal,
+            ctx.scale,
+            ctx.dropout_p,
+            *structure,
+        )
+        return dq, dk, dv, *NO_GRADS
     dq, dk, dv = _modules()[1].backward(
         grad_out,
         q,
@@ -283,6 +310,8 @@ class _EagerFlashAttentionOut(torch.autograd.Function):
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 
 
 def needs_registered_op(q: Tensor, k: Tensor, v: Tensor) -> bool:
@@ -319,6 +348,11 @@ def attention(
     autograd.Function when a gradient may be asked for, the forward launcher itself when none can be (inference,
     e.g. decoding). ``structure``: (doc_bounds, alibi_slopes, window_left, window_right, softcap), () for none."""
     structure = structure or (None,) * 5
+    if not torch.compiler.is_compiling() and (_wrapped(q) or _wrapped(k) or _wrapped(v)):  # functorch transforms
+        from ._functorch import FuncForward
+
+        result = FuncForward.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
+        return result if with_lse else result[0]
     if needs_registered_op(q, k, v):
         op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
         result = op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)

@@ -4,6 +4,7 @@ import functools
 import math
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
 from ._grid import launch_reason
 from ._tuning import interpreting
@@ -84,6 +85,19 @@ def _validate_qkv(q, k, v) -> None:
         raise ValueError(f"head_dim must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {head_dim} (q shape {_shape(q)})")
 
 
+def _fits(got, want) -> bool:
+    """``got in (1, want)``, without guarding on a data-dependent (unbacked) size under torch.export: an unknown size is
+    taken as not 1 (as torch's broadcasting does) and an undecidable equality is checked when the graph runs."""
+    if type(got) is int and type(want) is int:
+        return got in (1, want)
+    if guard_or_false(got == 1):
+        return True
+    if not guard_or_true(got == want):
+        return False
+    torch._check(got == want, lambda: f"mask dim {got} must be 1 or {want}")
+    return True
+
+
 def _validate_masks(q, k, mask, key_mask, key_lengths) -> None:
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
@@ -97,7 +111,7 @@ def _validate_masks(q, k, mask, key_mask, key_lengths) -> None:
         padded = (1,) * (4 - mask.dim()) + tuple(mask.shape)
         labels = ("batch", "heads", "q_len", "k_len")
         for got, want, label in zip(padded, (batch, heads, q_len, k_len), labels, strict=True):
-            if got not in (1, want):
+            if not _fits(got, want):
                 raise ValueError(
                     f"mask of shape {_shape(mask)} is not broadcastable to (batch, heads, q_len, k_len)="
                     f"({batch}, {heads}, {q_len}, {k_len}): its {label} dim is {got}, expected 1 or {want}"

@@ -68,9 +68,14 @@ def current_backend() -> str | None:
 def triton_missing_reason() -> str | None:
     """Why the Triton backend cannot even be loaded here (Triton not installed, or older than the kernels need), or
     None."""
-    if importlib.util.find_spec("triton") is None:
+    if not _TRITON_FOUND:  # looked up once (torch 2.9's Dynamo cannot trace find_spec; installs do not change)
+        _TRITON_FOUND.append(importlib.util.find_spec("triton") is not None)
+    if not _TRITON_FOUND[0]:
         return f"Triton is not installed; install it with: {TRITON_INSTALL_HINT}"
     return _old_triton_reason()
+
+
+_TRITON_FOUND: list = []  # whether Triton is installed, once asked
 
 
 _OLD_TRITON: list = []  # the reason below, once asked (installed versions do not change while running)

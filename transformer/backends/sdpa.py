@@ -11,7 +11,12 @@
 * ``enable_gqa``: key/value heads (dim -3) that divide the query heads; query head h reads key/value head
   h // (query heads / key heads), as torch's ``repeat_interleave``;
 * a query row that may attend no key (a boolean row all False, a float row all -inf) outputs 0 with zero gradients,
-  as torch >= 2.5 returns it on every backend.
+  as torch >= 2.5 returns it on every backend;
+* torch's causal bias objects (``torch.nn.attention.bias.causal_upper_left`` / ``causal_lower_right``) as
+  ``attn_mask``, read as torch's own dispatch reads them (:func:`~transformer.backends.sdpa_rules.causal_bias_form`);
+* ``torch.export`` of a data-dependent batch (the checks never guard on an unbacked size); under
+  ``torch.jit.script`` a caller gets torch's operator ``aten::scaled_dot_product_attention`` (this function's extras
+  are not TorchScript).
 
 Inputs torch refuses are refused with torch's exception type (TypeError, RuntimeError, IndexError) and a message that
 names the argument; where torch's own backends disagree (a mask together with ``is_causal``, keys and values of
@@ -39,11 +44,13 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.jit._builtins import _register_builtin
 
 from ..masks import AttentionMask
 from .choice import check_backend_name, current_backend, resolve_backend, triton_unsupported_reason
 from .dispatch import run_backend
 from .score_mods import check_score_modifiers, modify_scores
+from .sdpa_rules import causal_bias_form, check_inputs
 from .torch_backend import torch_mask_form, torch_sdpa
 
 __all__ = ["scaled_dot_product_attention", "reference"]
@@ -76,6 +83,7 @@ def scaled_dot_product_attention(
     ``alibi_slopes`` (keyword only) modify the scaled scores before the mask, as the reference does.
     The signature is torch's, not a checked contract: bad inputs get torch's own exception types.
     """
+    attn_mask, is_causal = causal_bias_form(attn_mask, is_causal, query, key, value)  # torch's causal bias objects
     batch = check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     modifiers = {}
     if softcap is not None or alibi_slopes is not None:
@@ -102,6 +110,11 @@ def scaled_dot_product_attention(
     return reference(query, key, value, mask, dropout_p, causal, scale, enable_gqa, **modifiers)
 
 
+# torch.jit.script cannot compile this function (keyword-only extras, AttentionMask): a scripted caller gets torch's own
+# operator instead, so code that calls the drop-in scripts as it does with torch's function (docs/integrations.md)
+_register_builtin(scaled_dot_product_attention, "aten::scaled_dot_product_attention")
+
+
 def _check_modifiers(softcap: float | None, slopes: Tensor | None, batch: tuple[int, ...], device) -> None:
     """The extras' rules (ValueError naming the argument): a finite cap > 0; slopes one per query head (the output's
     dim -3), (heads,) or, with 4-D inputs, (batch, heads); float, on the query's device."""
@@ -116,121 +129,6 @@ def _check_modifiers(softcap: float | None, slopes: Tensor | None, batch: tuple[
         raise ValueError(
             f"{_NAME}: argument 'alibi_slopes' of shape (batch, heads) needs 4-D inputs, got output dims "
             f"{[*batch, 'L', 'Ev']}; give ({heads},) slopes"
-        )
-
-
-# ---------------------------------------------------------------------------- torch's rules, torch's errors
-def check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> tuple[int, ...]:
-    """Raise what torch raises for inputs it refuses (the same exception type, a message naming the argument);
-    return the output's leading dims (the broadcast batch dims, then the heads)."""
-    for position, (name, t) in enumerate((("query", query), ("key", key), ("value", value)), start=1):
-        if not isinstance(t, Tensor):
-            raise TypeError(
-                f"{_NAME}(): argument '{name}' (position {position}) must be Tensor, not {type(t).__name__}"
-            )
-    if attn_mask is not None and not isinstance(attn_mask, (Tensor, AttentionMask)):
-        raise TypeError(
-            f"{_NAME}(): argument 'attn_mask' must be Tensor, AttentionMask or None, not {type(attn_mask).__name__}"
-        )
-    for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
-        if type(flag) is not bool:
-            raise TypeError(f"{_NAME}(): argument '{name}' must be bool, not {type(flag).__name__}")
-    for name, number in (("dropout_p", dropout_p), ("scale", 1.0 if scale is None else scale)):
-        if type(number) is bool or not isinstance(number, (int, float)):
-            raise TypeError(f"{_NAME}(): argument '{name}' must be float, not {type(number).__name__}")
-    if not query.dtype == key.dtype == value.dtype:
-        raise RuntimeError(
-            f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
-            f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead."
-        )
-    if not query.device == key.device == value.device:
-        raise RuntimeError(
-            f"Expected query, key, and value to have the same device type, but got query.device: "
-            f"{query.device} key.device: {key.device} and value.device: {value.device} instead."
-        )
-    if min(query.dim(), key.dim(), value.dim()) < 2:
-        raise RuntimeError(
-            f"Expected query, key, and value to all be at least 2 dimensional, but got query.dim: "
-            f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead."
-        )
-    if not query.is_floating_point():
-        raise RuntimeError(f"{_NAME}: query, key and value must be floating point tensors, got {query.dtype}")
-    if not 0.0 <= dropout_p <= 1.0:
-        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
-    if is_causal and attn_mask is not None:
-        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
-    if key.size(-1) != query.size(-1):
-        raise RuntimeError(
-            f"{_NAME}: key's last dim (E={key.size(-1)}) must equal query's (E={query.size(-1)}): "
-            f"query {list(query.shape)}, key {list(key.shape)}"
-        )
-    if value.size(-2) != key.size(-2):
-        raise RuntimeError(
-            f"{_NAME}: value must have key's length S={key.size(-2)} (dim -2): key "
-            f"{list(key.shape)}, value {list(value.shape)}"
-        )
-    batch = _batch_shape(query, key, value, enable_gqa)
-    if isinstance(attn_mask, AttentionMask):
-        if not query.dim() == key.dim() == value.dim() == 4:
-            raise RuntimeError(
-                f"{_NAME}: an AttentionMask needs 4-D (batch, heads, len, dim) query, key and value, "
-                f"got query {list(query.shape)}, key {list(key.shape)}, value {list(value.shape)}"
-            )
-        attn_mask.check_fits(batch[0], query.size(-2), key.size(-2))
-    elif attn_mask is not None:
-        _check_mask(attn_mask, query, (*batch, query.size(-2), key.size(-2)))
-    return batch
-
-
-def _batch_shape(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[int, ...]:
-    """The output's leading dims: torch.matmul's broadcasting of the three inputs' dims before (len, dim); under
-    ``enable_gqa`` the heads (dim -3) are the query's, which the key's and the value's must divide."""
-    shapes = [tuple(t.shape[:-2]) for t in (query, key, value)]
-    if enable_gqa:
-        heads = query.size(-3), key.size(-3), value.size(-3)  # IndexError for 2-D inputs, as torch
-        if heads[0] % heads[1] or heads[0] % heads[2]:
-            raise RuntimeError(
-                f"Number of heads in key and value must divide the number of heads in query: query "
-                f"has {heads[0]}, key {heads[1]}, value {heads[2]} (dim -3)"
-            )
-        shapes = [s[:-1] for s in shapes]
-    try:
-        lead = _broadcast(shapes)
-    except ValueError:
-        raise RuntimeError(
-            f"{_NAME}: the leading dims of query {list(query.shape)}, key {list(key.shape)} and "
-            f"value {list(value.shape)} do not broadcast"
-            + (" (heads, dim -3, excepted: enable_gqa=True)" if enable_gqa else "")
-        ) from None
-    return (*lead, query.size(-3)) if enable_gqa else lead
-
-
-def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """torch's broadcasting of shapes (ValueError when they do not broadcast); plain Python, as fast as it gets."""
-    n = max(len(shape) for shape in shapes)
-    out = [1] * n
-    for shape in shapes:
-        for i, size in enumerate(shape, n - len(shape)):
-            if size != 1:
-                if out[i] != 1 and out[i] != size:
-                    raise ValueError(f"dim {i}: {out[i]} vs {size}")
-                out[i] = size
-    return tuple(out)
-
-
-def _check_mask(mask: Tensor, query: Tensor, weights: tuple[int, ...]) -> None:
-    if mask.dtype not in (torch.bool, torch.float32, query.dtype):
-        raise RuntimeError(
-            f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
-            f"attn_mask.dtype: {mask.dtype} and query.dtype: {query.dtype} instead."
-        )
-    if mask.device != query.device:
-        raise RuntimeError(f"{_NAME}: attn_mask must be on query's device {query.device}, got {mask.device}")
-    shape = tuple(mask.shape)
-    if len(shape) > len(weights) or any(m not in (1, w) for m, w in zip(shape[::-1], weights[::-1], strict=False)):
-        raise RuntimeError(
-            f"{_NAME}: attn_mask of shape {list(shape)} does not broadcast to the attention weights' "
-            f"shape {list(weights)} (leading dims, L, S) without growing them"
         )
 
 
