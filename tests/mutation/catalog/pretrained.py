@@ -123,8 +123,8 @@ MUTANTS = [
     P(
         "pretrained-eos-from-config-first",
         _DIR + "tokenizer.py",
-        "    for name in (GENERATION_CONFIG_FILE, CONFIG_FILE):\n",
-        "    for name in (CONFIG_FILE, GENERATION_CONFIG_FILE):\n",
+        "    generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)\n",
+        "    generation = read_json(folder / CONFIG_FILE, required=False)\n",
         "config.json's eos ids before generation_config.json's (transformers' generate reads the latter)",
     ),
     P(
