@@ -12,6 +12,7 @@ PRETRAINED_TESTS = (
     "tests/test_pretrained_folders.py",
     "tests/test_pretrained_parity.py",
     "tests/test_pretrained_generation.py",
+    "tests/test_pretrained_token_ids.py",
 )  # not test_pretrained_memory.py: it runs benchmarks/, which the runner's copy lacks (its mutant, a whole tensor
 # mapped at once, was run by hand: 1.48x, the test fails)
 
