@@ -11,8 +11,8 @@ tokens ``ys`` (batch, t), and ``steps.reorder(index)`` keeps the batch rows ``in
 * :mod:`~transformer.decoding.requests`: validating a request (lengths, token ids, padding, sampling and beam
   options), shared by the encoder-decoder's searches and the language model's generation.
 * :mod:`~transformer.decoding.greedy`: the search loop :func:`search`, :func:`greedy_step`, :func:`greedy_decode`.
-* :mod:`~transformer.decoding.sampling`: :func:`sampler` (temperature, top-k, top-p), :func:`seeded_generator`,
-  :func:`sample_decode`.
+* :mod:`~transformer.decoding.sampling`: :func:`sampler` (temperature, top-k, top-p), the distribution it draws
+  from (:func:`sampling_probabilities`), :func:`seeded_generator`, :func:`sample_decode`.
 * :mod:`~transformer.decoding.beam`: :func:`beam_search_steps`, :func:`beam_search`.
 * :mod:`~transformer.decoding.stop_strings`: :class:`StopStrings` (a row ends once its text holds a string, as
   transformers' ``stop_strings``) and :func:`token_bytes`, each token's bytes.
@@ -56,7 +56,7 @@ from .requests import (
     validate_search,
     validate_token_id,
 )
-from .sampling import TOP_P_SLACK, sample_decode, sampler, seeded_generator
+from .sampling import TOP_P_SLACK, sample_decode, sampler, sampling_probabilities, seeded_generator
 from .steps import STEP_CHECKS, CheckedSteps, StepFunction, validate_step_checks
 from .stop_strings import StopStrings, token_bytes
 
@@ -74,6 +74,7 @@ __all__ = [
     "search",
     "beam_search_steps",
     "sampler",
+    "sampling_probabilities",
     "CheckedSteps",
     "STEP_CHECKS",
     "validate_step_checks",

@@ -168,7 +168,7 @@ def generate(
         _next_tokens(model, use_cache, prompt_mask, "generate", prompt.size(1) + max_new_tokens), checks, "generate"
     )
     if sample:
-        pick = sampler(temperature, top_k, top_p, seeded_generator(seed), who="generate")
+        pick = sampler(temperature, top_k, top_p, seeded_generator(seed, "generate"), who="generate")
     else:
         given = [
             f"{name}={value!r}"

@@ -12,6 +12,7 @@ PRETRAINED_TESTS = (
     "tests/test_pretrained_folders.py",
     "tests/test_pretrained_parity.py",
     "tests/test_pretrained_generation.py",
+    "tests/test_pretrained_token_ids.py",
 )  # not test_pretrained_memory.py: it runs benchmarks/, which the runner's copy lacks (its mutant, a whole tensor
 # mapped at once, was run by hand: 1.48x, the test fails)
 
@@ -123,8 +124,8 @@ MUTANTS = [
     P(
         "pretrained-eos-from-config-first",
         _DIR + "tokenizer.py",
-        "    for name in (GENERATION_CONFIG_FILE, CONFIG_FILE):\n",
-        "    for name in (CONFIG_FILE, GENERATION_CONFIG_FILE):\n",
+        "    generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)\n",
+        "    generation = read_json(folder / CONFIG_FILE, required=False)\n",
         "config.json's eos ids before generation_config.json's (transformers' generate reads the latter)",
     ),
     P(

@@ -2,7 +2,8 @@
 special tokens of ``tokenizer_config.json`` and the end-of-sequence ids generation stops at.
 
 The ids generation stops at are transformers' ``generate``'s: ``generation_config.json``'s ``eos_token_id`` (one
-id or a list, as Llama 3 lists three), else ``config.json``'s, else none (the tokenizer's ``eos_token`` alone does
+id or a list, as Llama 3 lists three) when that file exists (without the field: none), else ``config.json``'s, else
+none (the tokenizer's ``eos_token`` alone does
 not stop transformers' ``generate`` either). :meth:`PretrainedTokenizer.generation_arguments` gives them to
 :func:`~transformer.lm.generation.generate`: the first as ``end_symbol``, the others as ``end_symbols`` (a row
 ends at any of them, keeps it and pads after it, as transformers' ``generate`` does).
@@ -91,9 +92,12 @@ class PretrainedTokenizer:
 
 
 def _eos_ids(folder: Path) -> list[int]:
-    """``eos_token_id`` of ``generation_config.json``, else of ``config.json``, else none."""
-    for name in (GENERATION_CONFIG_FILE, CONFIG_FILE):
-        values = read_json(folder / name, required=False)
-        if values is not None and values.get("eos_token_id") is not None:
-            return ConfigFields(values, folder / name).token_ids("eos_token_id")
-    return []
+    """``eos_token_id`` of ``generation_config.json`` when the file is there (absent or null in it: none, even if
+    ``config.json`` names one), else of ``config.json``, else none: what transformers' ``generate`` stops at, since
+    ``from_pretrained`` builds the generation config from ``config.json`` only when ``generation_config.json`` is
+    missing."""
+    generation = read_json(folder / GENERATION_CONFIG_FILE, required=False)
+    if generation is not None:
+        return ConfigFields(generation, folder / GENERATION_CONFIG_FILE).token_ids("eos_token_id")
+    values = read_json(folder / CONFIG_FILE, required=False)
+    return [] if values is None else ConfigFields(values, folder / CONFIG_FILE).token_ids("eos_token_id")
