@@ -52,8 +52,9 @@ def pretrained_text_tokenizer(folder: str | Path) -> PretrainedTextTokenizer:
     eos_ids = list(pretrained.eos_ids) or ([special["eos_token"]] if "eos_token" in special else [])
     if not eos_ids:
         raise PretrainedFormatError(
-            f"{Path(folder) / 'generation_config.json'}: no eos_token_id (nor in config.json, nor an eos_token in "
-            "tokenizer_config.json): training on text needs the token that ends a document"
+            f"{Path(folder)}: no eos_token_id (in generation_config.json, or in config.json where there is no "
+            "generation_config.json) and no eos_token in tokenizer_config.json: training on text needs the token "
+            "that ends a document"
         )
     return PretrainedTextTokenizer(
         pretrained.tokenizer,
