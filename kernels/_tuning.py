@@ -263,7 +263,8 @@ def _ensure_allocator() -> None:
     from triton.runtime import _allocation
 
     current = getattr(_allocation, "_allocator", None)
-    if current is None or current.get() is getattr(_allocation, "_NULL_ALLOCATOR", None):
+    null = getattr(_allocation, "NullAllocator", None)  # (Triton 3.5 has no _NULL_ALLOCATOR: a fresh NullAllocator())
+    if current is None or (null is not None and isinstance(current.get(), null)):
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
