@@ -9,7 +9,7 @@ behaviour the fuzzer found wrong (issue 41).
 
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import contracts_fuzz
 import numpy as np
@@ -291,3 +291,35 @@ def test_typing_helpers_stay_readable():
         return x
 
     assert not checked(fn)._contract.unsupported
+
+
+def sequence_of_ints(xs: Sequence[int], y: Float[Tensor, "n"]):  # noqa: F821
+    return y
+
+
+def iterable_of_ints(xs: Iterable[int], y: Float[Tensor, "n"]):  # noqa: F821
+    return y
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize(
+    ("fn", "values"),
+    [
+        (sequence_of_ints, [[1, 2], (1, 2), [], {1, 2}, set(), frozenset({3}), {1: 2}, "12", ["a"], 3]),
+        (iterable_of_ints, [[1, 2], (1, 2), {1, 2}, {1: 2}, ["a"], 3]),
+    ],
+)
+def test_sequence_and_iterable_are_read_as_beartype_reads_them_under_compile(fn, values, dynamic):
+    """Sequence[X] and Iterable[X] under compile: the container's class (a set or a dict is not a Sequence, a str
+    is), then its items, deciding each value as beartype does eagerly, with the same first line."""
+    y = torch.zeros(2)
+    decided = set()
+    for value in values:
+        expected = _first_line(jaxtyped(fn, typechecker=beartype), value, y)
+        eager = _first_line(checked(fn), value, y)
+        assert (eager[0] is type(None)) == (expected[0] is type(None)), value
+        compiled = _first_line(_compiled(checked(fn), dynamic=dynamic), value, y)
+        assert (compiled[0] is type(None)) == (expected[0] is type(None)), value
+        assert compiled[1] == eager[1], value
+        decided.add(expected[0] is type(None))
+    assert decided == {True, False}  # the values hold both answers

@@ -103,6 +103,7 @@ def test_a_contract_broken_at_the_example_sizes_fails_export_with_our_contract_e
     assert str(caught.value).startswith(
         "EncoderDecoder.forward: argument 'src_mask' is bool[2,1,7], expected Bool[Tensor, '#batch 1 src_len']"
     )
+    assert "(raised while torch.export traced this call" in str(caught.value)  # not torch.compile: export traced it
 
 
 def test_plain_torch_export_of_the_language_model_with_checks_on():

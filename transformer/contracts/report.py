@@ -122,6 +122,10 @@ def value_text(value, sizes: list, top: bool = True) -> str:
         if isinstance(value, tuple):
             return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
         return "[" + ", ".join(items) + "]"
+    if isinstance(value, (set, frozenset)):  # as repr writes them: {1, 2}, set(), frozenset({1})
+        items = [value_text(item, sizes, top=False) for item in value]
+        text = "{{" + ", ".join(items) + "}}" if items else ""
+        return text if type(value) is set and items else type(value).__name__ + "(" + text + ")"
     if isinstance(value, dict):
         pairs = [value_text(k, sizes, top=False) + ": " + value_text(v, sizes, top=False) for k, v in value.items()]
         return "{{" + ", ".join(pairs) + "}}"

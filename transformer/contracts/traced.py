@@ -55,16 +55,24 @@ class CompiledAnnotationError(AnnotationError, RaisedWhileTracing):
 ANNOTATION_ERROR = "\x01"
 
 
+def _note() -> str:
+    """The note under a traced violation: torch.export's trace, or torch.compile's."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    if is_exporting is not None and is_exporting():
+        return _COMPILED_NOTE.replace("torch.compile traced", "torch.export traced", 1)
+    return _COMPILED_NOTE
+
+
 def _violation_error(message: str, sizes: list) -> TypeCheckError | AnnotationError:
     """The contract error (``message`` with ``{}`` for each size), raised while the call is traced."""
     if message.startswith(ANNOTATION_ERROR):
-        return CompiledAnnotationError(message[1:].format(*sizes) + _COMPILED_NOTE)
+        return CompiledAnnotationError(message[1:].format(*sizes) + _note())
     text = message.format(*sizes)
     if TENSOR_NAME in text:  # a check(...) given no name: the source of its argument, read from the traced stack
         from torch._guards import TracingContext
 
         text = text.replace(TENSOR_NAME, call_site_name(TracingContext.extract_stack()))
-    return CompiledContractError(text + _COMPILED_NOTE)
+    return CompiledContractError(text + _note())
 
 
 _contract_violation = raising_operator("contract_violation_traced", _violation_error, while_tracing=True)
