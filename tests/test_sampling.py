@@ -296,3 +296,22 @@ def test_generate_refuses_sampling_options_without_sample_true():
         with pytest.raises(ValueError, match=f"generate: {named} only applies to sampling; pass sample=True"):
             generate(_Fixed(), torch.tensor([[1]]), 2, **options)
     assert generate(_Fixed(), torch.tensor([[1]]), 2, seed=5).tolist() == [[1, 2, 3]]  # a seed alone is harmless
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_top_k_at_every_k_is_transformers_top_k_warper(temperature):
+    """Every k from 1 to past the vocabulary (vocab - 1 cuts exactly the least probable token, vocab and more cut
+    nothing): the distribution the sampler draws from is transformers' TemperatureLogitsWarper then TopKLogitsWarper
+    on the same scores, softmaxed."""
+    pytest.importorskip("transformers")
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
+
+    from transformer.decoding import sampling_probabilities
+
+    vocab = 7
+    log_probs = torch.randn(3, vocab, generator=torch.Generator().manual_seed(0), dtype=torch.float64).log_softmax(-1)
+    for k in range(1, vocab + 2):
+        ours = sampling_probabilities(log_probs, temperature, k, None)
+        scores = TopKLogitsWarper(top_k=k)(None, TemperatureLogitsWarper(temperature)(None, log_probs.clone()))
+        torch.testing.assert_close(ours, scores.softmax(-1), rtol=0, atol=1e-12)
+        assert (ours > 0).sum(-1).tolist() == [min(k, vocab)] * 3, k
