@@ -6,6 +6,7 @@ computed once and extended, and the config's checks of the rope_* fields."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -232,3 +233,45 @@ def test_a_rotary_model_built_on_the_meta_device_computes_its_frequencies_again(
     torch.testing.assert_close(model.rotary.inv_freq, reference.rotary.inv_freq, rtol=0, atol=0)
     tokens = torch.randint(0, 11, (2, 9))
     torch.testing.assert_close(model(tokens), reference(tokens), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_scaled_frequencies_equal_transformers_over_a_seeded_sweep_of_parameters(seed):
+    """llama3 and yarn over generated parameters (head widths, bases, factors, betas, original contexts) against
+    transformers' ROPE_INIT_FUNCTIONS: the boundaries of the correction range and of the smoothing band land between
+    dimensions here (which the fixed parameters above do not show: yarn's low end floored, its high end ceiled)."""
+    rng = random.Random(seed)
+    fractional_low = 0
+    for _ in range(12):
+        dim = rng.choice([16, 32, 64, 128])
+        theta = rng.choice([10000.0, 500000.0, 1e6])
+        original = rng.choice([256, 2048, 4096, 8192])
+        factor = rng.choice([2.0, 4.0, 8.0, 16.0])
+        beta_fast, beta_slow = rng.choice([32.0, 16.0, 24.0]), rng.choice([1.0, 2.0])
+        params = {"factor": factor, "beta_fast": beta_fast, "beta_slow": beta_slow}
+        hf = LlamaConfig(
+            hidden_size=dim * 2,
+            num_attention_heads=2,
+            max_position_embeddings=original * int(factor),
+            rope_parameters={"rope_type": "yarn", "rope_theta": theta, "original_max_position_embeddings": original,
+                             **params},
+        )  # fmt: skip
+        expected, expected_factor = ROPE_INIT_FUNCTIONS["yarn"](hf)
+        got, got_factor = inverse_frequencies(dim, theta, "yarn", original_max_len=original, attention_factor=None,
+                                              **params)  # fmt: skip
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        assert got_factor == pytest.approx(expected_factor, abs=1e-15)
+        low = dim * math.log(original / (beta_fast * 2 * math.pi)) / (2 * math.log(theta))
+        fractional_low += low > 0 and low != math.floor(low)
+        low_freq, high_freq = rng.choice([(1.0, 4.0), (2.0, 8.0), (1.0, 2.0)])
+        l3 = {"factor": factor, "low_freq_factor": low_freq, "high_freq_factor": high_freq}
+        hf = LlamaConfig(
+            hidden_size=dim * 2,
+            num_attention_heads=2,
+            rope_parameters={"rope_type": "llama3", "rope_theta": theta, "original_max_position_embeddings": original,
+                             **l3},
+        )  # fmt: skip
+        expected, _ = ROPE_INIT_FUNCTIONS["llama3"](hf)
+        got, _ = inverse_frequencies(dim, theta, "llama3", original_max_len=original, **l3)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert fractional_low  # the floor at yarn's low end decides something on this data
