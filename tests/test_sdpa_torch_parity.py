@@ -169,3 +169,30 @@ def test_the_named_triton_backend_refuses_empty_sequences_with_the_reason_and_au
     with pytest.raises(ValueError, match="q_len and k_len must be >= 1, got q_len=0"):
         tt.scaled_dot_product_attention(q, k, v, backend="triton")
     assert tt.scaled_dot_product_attention(q, k, v).shape == (2, 3, 0, 16)  # auto: torch's function
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch", "eager"])
+def test_the_drop_in_in_place_of_torchs_function_runs_torchs_own_modules(backend, monkeypatch):
+    """F.scaled_dot_product_attention rebound to the drop-in (how torch's own tests are run against it, and how code
+    that calls torch's function by name gets it): the torch backend still reaches torch's operator (a RecursionError
+    before), and nn.MultiheadAttention, which calls the name, gives torch's values through the drop-in."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    want = mha(x, x, x, attn_mask=~mask, need_weights=False)[0]
+    q, k, v = _qkv(4, 6)
+    want_sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    calls = []
+
+    def drop_in(*args, **kwargs):
+        calls.append(backend)
+        return tt.scaled_dot_product_attention(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", drop_in)
+    with tt.use_backend(backend):
+        got = mha(x, x, x, attn_mask=~mask, need_weights=False)[0]
+        got_sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert len(calls) == 2  # the module's call went through the drop-in too
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_sdpa, want_sdpa)
