@@ -78,9 +78,7 @@ def torch_sdpa(
     if enable_gqa:
         key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
-    return _TORCH_SDPA(
-        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-    )
+    return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
 
 
 def alibi_attn_mask(
