@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import transformer as T
 from transformer import backends
 from transformer import sdpa as sdpa_module
-from transformer.backends import choice
+from transformer.backends import choice, torch_backend
 from transformer.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -41,7 +41,7 @@ def spy(monkeypatch):
         seen.append("eager")
         return real_dropin_ref(*args, **kwargs)
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(torch_backend, "_TORCH_SDPA", sdpa)  # torch's operator, as the torch backend calls it
     monkeypatch.setattr(backends.attention, "unchecked", ref)
     monkeypatch.setattr(sdpa_module, "reference", ref_dropin)  # the drop-in's eager backend: torch's definition
     from transformer import kernels

@@ -412,7 +412,7 @@ def test_torch_without_enable_gqa_gets_repeated_heads(monkeypatch):
     q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     want = _torch_math(q, k, v, enable_gqa=True)
     monkeypatch.setattr(torch_backend_module, "_TORCH_HAS_GQA", False)
-    monkeypatch.setattr(F, "scaled_dot_product_attention", old_torch)
+    monkeypatch.setattr(torch_backend_module, "_TORCH_SDPA", old_torch)
     out = T.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="torch")
     assert calls == [torch.Size([2, 4, 5, 8])]
     torch.testing.assert_close(out, want)

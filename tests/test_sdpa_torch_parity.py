@@ -2,7 +2,9 @@
 torch.export with a data-dependent batch, torch.jit.script, and the named triton backend's refusal of empty
 sequences (docs/integrations.md, "A drop-in for F.scaled_dot_product_attention")."""
 
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +171,92 @@ def test_the_named_triton_backend_refuses_empty_sequences_with_the_reason_and_au
     with pytest.raises(ValueError, match="q_len and k_len must be >= 1, got q_len=0"):
         tt.scaled_dot_product_attention(q, k, v, backend="triton")
     assert tt.scaled_dot_product_attention(q, k, v).shape == (2, 3, 0, 16)  # auto: torch's function
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch", "eager"])
+def test_the_drop_in_in_place_of_torchs_function_runs_torchs_own_modules(backend, monkeypatch):
+    """F.scaled_dot_product_attention rebound to the drop-in (how torch's own tests are run against it, and how code
+    that calls torch's function by name gets it): the torch backend still reaches torch's operator (a RecursionError
+    before), and nn.MultiheadAttention, which calls the name, gives torch's values through the drop-in."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    want = mha(x, x, x, attn_mask=~mask, need_weights=False)[0]
+    q, k, v = _qkv(4, 6)
+    want_sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    calls = []
+
+    def drop_in(*args, **kwargs):
+        calls.append(backend)
+        return tt.scaled_dot_product_attention(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", drop_in)
+    with tt.use_backend(backend):
+        got = mha(x, x, x, attn_mask=~mask, need_weights=False)[0]
+        got_sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert len(calls) == 2  # the module's call went through the drop-in too
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_sdpa, want_sdpa)
+
+
+_RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "differential"
+_TORCH_TESTS_COMMIT = "6ac86627d419394fc77fd09392046a4bbd44ec9e"
+
+
+def _torch_tests(run):
+    return json.loads((_RESULTS / f"torch_tests_{run}.json").read_text())
+
+
+def _documented_counts():
+    """The table of docs/integrations.md ("torch's own tests"): run label -> (passed, failed, skipped, differences)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    rows = {}
+    for start, run in (
+        ("| torch's function alone", "none"),
+        ("| the drop-in, `eager`", "eager"),
+        ("| the drop-in, `torch`", "torch"),
+        ("| the drop-in, `triton`", "triton"),
+    ):
+        line = next(row for row in page.splitlines() if row.startswith(start))
+        rows[run] = [cell.strip() for cell in line.split("|")[2:6]]
+    return rows
+
+
+def test_torchs_own_tests_against_the_drop_in_are_committed_with_no_difference():
+    """torch's test_transformers.py (its CPU classes) with F.scaled_dot_product_attention replaced by the drop-in:
+    the committed runs name the test file's commit, date and versions; on eager and torch every test torch passes
+    passes, and the tests that fail are torch's own failures, of the two kinds docs/integrations.md explains; the
+    counts are the page's."""
+    alone = _torch_tests("none")
+    documented = _documented_counts()
+    kinds = {"sdpa_vs_reference_with_empty_rows": 0, "fused_sdp_choice": 0}
+    for test in alone["failures"]:
+        name = test.split("::")[-1]
+        if name.startswith("test_scaled_dot_product_attention_") and "_attn_mask_" in name:
+            kinds["sdpa_vs_reference_with_empty_rows"] += 1
+            assert "Tensor-likes are not close" in alone["failures"][test]
+        else:
+            assert name.startswith("test_fused_sdp_choice_cpu_"), test
+            kinds["fused_sdp_choice"] += 1
+            assert "SDPBackend." in alone["failures"][test]  # the dispatcher's answer compared with an enum member
+    assert kinds == {"sdpa_vs_reference_with_empty_rows": 9, "fused_sdp_choice": 16}
+    for run in ("none", "eager", "torch", "triton"):
+        result = _torch_tests(run)
+        assert result["source"] == f"pytorch/pytorch@{_TORCH_TESTS_COMMIT}"
+        assert result["date"] and result["versions"]["torch"].startswith("2.")
+        totals = result["totals"]
+        counts = [str(totals["passed"]), str(totals["failed"]), str(totals["skipped"])]
+        counts.append("-" if run == "none" else str(len(result["differences"])))
+        assert documented[run] == counts, run
+    for run in ("eager", "torch"):
+        result = _torch_tests(run)
+        assert result["keyword"] == "CPU" and result["backend"] == run
+        assert result["differences"] == {} and result["passes_where_compared_fails"] == []
+        assert set(result["failures"]) == set(alone["failures"])
+        assert result["totals"] == alone["totals"] and sum(alone["totals"].values()) == 317
+    triton = _torch_tests("triton")  # a subset: the named kernel refuses head dims below 16, by design
+    assert triton["differences"] and all(
+        "head_dim must be in [16, 256], got 8" in e for e in triton["differences"].values()
+    )
+    assert set(triton["failures"]) == set(triton["differences"])

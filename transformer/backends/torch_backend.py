@@ -11,7 +11,6 @@ on the CPU without torch.compile it has no backward and its forward was no faste
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..common.versions import TORCH_VERSION
@@ -21,6 +20,10 @@ from .score_mods import alibi_bias
 __all__ = ["alibi_attn_mask", "torch_mask_form", "torch_sdpa"]
 
 _TORCH_HAS_GQA = TORCH_VERSION >= (2, 5)  # enable_gqa
+# torch's operator itself (the object F.scaled_dot_product_attention names): a caller that rebinds
+# F.scaled_dot_product_attention to the drop-in (as docs/integrations.md does to run torch's tests) gets torch's
+# function here, not the drop-in again (a RecursionError before)
+_TORCH_SDPA = torch._C._nn.scaled_dot_product_attention
 
 
 def torch_mask_form(
@@ -69,15 +72,13 @@ def torch_sdpa(
     if mask is not None and mask.dim() < 2:  # some fused CPU paths index dim -2 of the mask: give them one
         mask = mask.reshape(1, -1) if mask.dim() == 1 else mask.reshape(1, 1)
     if enable_gqa and _TORCH_HAS_GQA:
-        return F.scaled_dot_product_attention(
+        return _TORCH_SDPA(
             query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=True
         )
     if enable_gqa:
         key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
-    return F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-    )
+    return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
 
 
 def alibi_attn_mask(
