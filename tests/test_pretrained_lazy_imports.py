@@ -94,6 +94,7 @@ def test_loading_a_folder_and_one_checked_forward_import_no_compiler(kind, tmp_p
     if out["seen"]["import"]:
         pytest.xfail(
             "`import transformer` alone loads torch._dynamo: transformer/backends/sdpa_rules.py imports "
-            "torch.nn.attention.bias, which imports it (torch 2.9 to 2.13); the load and the forward cannot be told apart"
+            "torch.nn.attention.bias, which imports it (torch 2.9 to 2.13); the load and the forward cannot be told "
+            "apart"
         )
     assert out["seen"] == {"import": [], "load": [], "forward": []}
