@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from transformer.checkpoint import load_checkpoint
 from transformer.cli import main
 
 LINES = [
@@ -114,6 +115,11 @@ def test_train_lm_saves_the_tokenizer_with_the_model_and_reports_perplexity(lm_r
     meta = json.loads((out / "meta.json").read_text())
     assert meta["metadata"]["task"] == "lm" and "tokenizer.json" in meta["sha256"]
     assert os.path.isdir(str(out) + ".data")  # the tokenized corpus, memory-mapped, beside the checkpoint
+    # --no-progress (in TINY_LM) keeps a loss line per evaluation, with the values the checkpoint's history holds
+    history = load_checkpoint(out).trainer_state["history"]
+    train, held_out = dict(history["train_loss"]), dict(history["eval_loss"])
+    for step in (3, 6):
+        assert f"step {step}: train loss {train[step]:.4f}, eval loss {held_out[step]:.4f}\n" in printed
 
 
 def test_generate_continues_a_prompt_greedy_or_sampled_from_a_seed(lm_run, capsys):
@@ -292,6 +298,7 @@ def test_train_translate_then_decode_plain_text(tmp_path, capsys):
     results = _results(printed)
     assert results["eval_lines"] == 10 and 0 <= results["bleu"] <= 100 and 0 <= results["chrf"] <= 100
     assert "tok:13a" in results["bleu_signature"] and "BLEU" in printed and "chrF" in printed
+    assert [line.split(":")[0] for line in printed.splitlines() if ": train loss " in line] == ["step 4", "step 8"]
     assert "tokenizer.json" in os.listdir(out)
     assert main(["decode", "--checkpoint", str(out), "fifth of june 1912", "--beam-size", "2"]) == 0
     decoded = capsys.readouterr().out.strip()

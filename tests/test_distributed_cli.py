@@ -121,6 +121,54 @@ def test_ctrl_c_to_torchrun_saves_the_same_step_on_every_rank_and_stops(tmp_path
     assert step >= 4 and "Traceback" not in result.stderr.split("interrupted at step")[0]
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds torchrun's workers in /proc")
+def test_sigterm_to_torchrun_and_every_rank_as_slurm_sends_it_saves_the_same_step_and_exits_143(tmp_path):
+    """Slurm's time limit signals every process of the step: torchrun (which forwards SIGTERM to its workers, so each
+    rank hears it twice) and every rank. Each rank's own handler takes it; the ranks finish the same step, save it once
+    and each says so (signalled once the first periodic checkpoint shows the ranks are training)."""
+    from transformer.checkpoint import load_checkpoint
+
+    out = tmp_path / "copy"
+    sent = []
+
+    def sigterm_everyone_after_a_few_steps(proc):
+        if sent or not (out / "meta.json").exists():
+            return
+        workers = worker_pids(proc.pid)
+        if len(workers) == 2:
+            for pid in workers.values():
+                os.kill(pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
+            sent.append(1)
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "transformer",
+        "train",
+        "copy",
+        "--steps",
+        "100000",
+        "--eval-every",
+        "4",
+        "--batch-size",
+        "8",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    result = launch(cmd, LAUNCH_TIMEOUT, poll=sigterm_everyone_after_a_few_steps)
+    assert sent, f"the job ended before SIGTERM:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    step = load_checkpoint(out).trainer_state["step"]
+    said = f"typed-transformer train: interrupted by SIGTERM at step {step}: the checkpoint in {out} holds step {step}"
+    assert result.stderr.count(said) == 2, result.stderr[-4000:]  # both ranks, the same step
+    assert step >= 4 and "Traceback" not in result.stderr.split("interrupted by SIGTERM at step")[0]
+
+
 def test_cli_fsdp_trains_dates_then_consolidates_for_decode(tmp_path):
     from transformer.cli import main
 

@@ -21,8 +21,8 @@ What a command says when it cannot do its job is one line on stderr, never a tra
 2 for the command line and its inputs (flags, files, a missing, corrupt or non-finite checkpoint, unknown tokens,
 an ``--out`` that is not writable or already holds a checkpoint, a package of the ``text`` extra missing for
 ``train lm``, ``train translate`` or a file task's checkpoint), 3 when a run stops without a result (the loss
-diverged, the disk is full or read-only: the last good checkpoint is intact), 130 after Ctrl-C (``train`` saves a
-checkpoint at the end of the current step first; a second Ctrl-C stops at once).
+diverged, the disk is full or read-only: the last good checkpoint is intact), 130 after Ctrl-C and 143 after
+SIGTERM (``train`` saves a checkpoint at the end of the current step first; a second one stops at once).
 
 One concept per module; ``main`` is here, everything else is imported from here:
 
@@ -40,6 +40,7 @@ One concept per module; ``main`` is here, everything else is imported from here:
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -53,7 +54,7 @@ from ..tasks import UnknownTokenError
 from ..training import TrainingDiverged, TrainingInterrupted
 from .arguments import add_lm_flags, add_translate_flags
 from .checkpoint_commands import decode_translation, generate_command, run_consolidate, run_decode, run_generate
-from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, CommandError, UsageError
+from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_TERMINATED, EXIT_USAGE, CommandError, UsageError
 from .messages import describe_schedule
 from .parser import FILE_TASKS, PROG, add_generate_parser, build_parser, parse
 from .prove import run_prove
@@ -67,6 +68,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_RUN_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
     "UsageError",
     "PROG",
     # what transformer.tasks.file_commands (now this package) gave
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainingInterrupted as interrupted:
         more = f"; continue it with --resume --out {interrupted.saved_to}" if interrupted.saved_to else ""
         print(f"{PROG} {args.command}: {interrupted}{more}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if interrupted.signum == signal.SIGTERM else EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

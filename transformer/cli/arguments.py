@@ -135,7 +135,11 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
         default=d["eval_every"],
         help="evaluate and save a checkpoint every N steps; 0: only at the end (default: %(default)s)",
     )
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (for a log file): the held-out loss is still printed at every evaluation, one line each",
+    )
     g.add_argument(
         "--strategy",
         choices=STRATEGIES,

@@ -25,7 +25,7 @@ from .messages import describe_schedule, saved_message
 from .parser import FILE_TASKS
 from .runtime import attention_backend, check_backend_runs_on, resolve_device, torchrun_rank
 from .train_files import train_file_task
-from .train_setup import check_out, require_finite, resume, schedule_settings
+from .train_setup import check_out, loss_lines, require_finite, resume, schedule_settings
 
 __all__ = ["run_train"]
 
@@ -112,7 +112,7 @@ def _train_task(
     )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(on_eval=loss_lines(trainer, args))
     train_seconds = time.perf_counter() - start
     eval_loss = require_finite(trainer.evaluate(), trainer.step)
     model = trainer.strategy.full_model(trainer.model)  # FSDP: the weights gathered on rank 0 (every rank takes part)

@@ -58,7 +58,7 @@ from ..training import noam_factor
 from .errors import UsageError
 from .file_run import FileRun
 from .messages import describe_schedule, saved_message
-from .train_setup import require_finite, schedule_settings
+from .train_setup import loss_lines, require_finite, schedule_settings
 
 __all__ = ["train_file_task"]
 
@@ -219,7 +219,7 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(on_eval=loss_lines(trainer, args))
     results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
     require_finite(results["eval_loss"], trainer.step)
     trainer.metadata["results"] = results
@@ -293,7 +293,7 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     )
     print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(on_eval=loss_lines(trainer, args))
     train_seconds = time.perf_counter() - start
     eval_loss = require_finite(trainer.evaluate(), trainer.step)  # every rank: split between the ranks, reduced
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)

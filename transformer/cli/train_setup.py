@@ -17,7 +17,15 @@ from .errors import UsageError
 from .messages import describe_checkpoint, resumed_message
 from .parser import PROG
 
-__all__ = ["check_out", "schedule_settings", "schedule_given", "resume_schedule", "resume", "require_finite"]
+__all__ = [
+    "check_out",
+    "schedule_settings",
+    "schedule_given",
+    "resume_schedule",
+    "resume",
+    "require_finite",
+    "loss_lines",
+]
 
 
 def check_out(args: argparse.Namespace, world: World | None) -> None:
@@ -113,3 +121,16 @@ def require_finite(eval_loss: float, step: int) -> float:
             eval_loss,
         )
     return eval_loss
+
+
+def loss_lines(trainer: Trainer, args: argparse.Namespace):
+    """With ``--no-progress`` (a log file): the ``on_eval`` of ``Trainer.train`` that prints, at every evaluation, the
+    line the progress bar would have written (``step 200: train loss 1.2345, eval loss 1.3456``), flushed at once;
+    None with the bar (the Trainer writes the line above it) and on every rank but the first."""
+    if not args.no_progress or not trainer.strategy.is_main:
+        return None
+
+    def line(step: int, eval_loss: float) -> None:
+        print(f"step {step}: train loss {trainer.last_train_loss:.4f}, eval loss {eval_loss:.4f}", flush=True)
+
+    return line

@@ -44,6 +44,7 @@ from .layers import (
 )
 from .positions import (
     LMCache,
+    hugging_face_mask,
     key_padding_only,
     positions_from_documents,
     positions_from_padding,
@@ -90,16 +91,21 @@ class TransformerLM(nn.Module):
     def forward(
         self,
         tokens: Int[Tensor, "batch seq"],
-        mask: Bool[Tensor, "#batch #seq seq"] | AttentionMask | None = None,
+        mask: Bool[Tensor, "#batch #seq seq"]
+        | AttentionMask
+        | Int[Tensor, "batch seq"]
+        | Bool[Tensor, "batch seq"]
+        | None = None,
         *,
         cache: LMCache | None = None,
         positions: Int[Tensor, "#batch seq"] | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
-        """``mask`` may hide padding (True = may attend); causality is always added. With ``cache`` (from
-        :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones: a prompt of several
-        positions goes into an empty cache (``mask`` None or a key-padding mask: ``AttentionMask(key_mask=...)``, or
-        a bool (batch, 1, seq) tensor), then one position at a time with ``mask`` None (the cache remembers the
-        prompt's pads).
+        """``mask`` may hide padding (True = may attend), or be Hugging Face's ``attention_mask`` (batch, seq) of 1 =
+        a real token, 0 = a pad (int or bool, as a tokenizer returns it); causality is always added. With ``cache``
+        (from :meth:`new_cache`), ``tokens`` holds the positions after the ``cache.length`` cached ones: a prompt of
+        several positions goes into an empty cache (``mask`` None or a key-padding mask: ``AttentionMask(key_mask=
+        ...)``, a bool (batch, 1, seq) tensor or an ``attention_mask``), then one position at a time with ``mask``
+        None (the cache remembers the prompt's pads).
 
         ``positions`` (#batch, seq) are the tokens' positions (what the positional table or RoPE reads); by
         default each row counts from its first real token (left padding, as Hugging Face's
@@ -116,6 +122,7 @@ class TransformerLM(nn.Module):
             positions=positions,
         )
         batch, seq = tokens.shape
+        mask = hugging_face_mask("TransformerLM", tokens, mask)  # a tokenizer's 0/1 attention_mask
         offset = 0 if cache is None else cache.length
         validate_length(offset + seq, self.max_len, "TransformerLM input")
         real = self._check_cache_mask(cache, mask, seq)
@@ -152,7 +159,11 @@ class TransformerLM(nn.Module):
     def logits(
         self,
         tokens: Int[Tensor, "batch seq"],
-        mask: Bool[Tensor, "#batch #seq seq"] | AttentionMask | None = None,
+        mask: Bool[Tensor, "#batch #seq seq"]
+        | AttentionMask
+        | Int[Tensor, "batch seq"]
+        | Bool[Tensor, "batch seq"]
+        | None = None,
         *,
         cache: LMCache | None = None,
         positions: Int[Tensor, "#batch seq"] | None = None,

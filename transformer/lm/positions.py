@@ -3,6 +3,8 @@ decoding steps, and the sliding window that limits how far back a position looks
 
 * A token's position is its slot (``cache offset + i``) unless the batch is padded: a left-padded row counts from
   its first real token, as Hugging Face's ``attention_mask.cumsum(-1) - 1`` (:func:`positions_from_padding`).
+* :func:`hugging_face_mask`: Hugging Face's ``attention_mask`` (batch, seq) of 1 = a real token and 0 = a pad, as a
+  tokenizer returns it, read as the key-padding ``AttentionMask(key_mask=...)`` it means.
 * :class:`LMCache`: the key/value caches of the stack (one :class:`~transformer.cache.KVCache` per layer), plus,
   once a padded prompt has gone in, which cached keys are real tokens and each row's next position, so that the
   one-token steps that follow skip the pads and continue each row's count.
@@ -33,7 +35,30 @@ __all__ = [
     "sliding_window_mask",
     "key_padding_only",
     "validate_positions",
+    "hugging_face_mask",
 ]
+
+
+def hugging_face_mask(who: str, tokens: Tensor, mask: object) -> object:
+    """``mask`` as the model reads it: a 2-D (batch, seq) int or bool tensor is Hugging Face's ``attention_mask``
+    (1 = a real token, 0 = a pad, the shape of ``tokens``) and becomes ``AttentionMask(key_mask=mask.bool())``,
+    after a ValueError naming it for another shape or values other than 0 and 1 (eager only: under torch.compile
+    the values are not read, and any non-zero value is a real token); any other ``mask`` is returned as it is."""
+    if not isinstance(mask, Tensor) or mask.dim() != 2:
+        return mask
+    if tuple(mask.shape) != tuple(tokens.shape):
+        raise ValueError(
+            f"{who}: a 2-D mask is Hugging Face's attention_mask (1 = a real token, 0 = a pad) and must have the "
+            f"tokens' shape (batch, seq) = {tuple(tokens.shape)}, got {tuple(mask.shape)}"
+        )
+    if mask.dtype != torch.bool and not torch.compiler.is_compiling():
+        values = sorted(set(mask.unique().tolist()) - {0, 1})
+        if values:
+            raise ValueError(
+                f"{who}: a 2-D mask is Hugging Face's attention_mask and must hold only 0 (a pad) and 1 (a real "
+                f"token), got {values[:5]}"
+            )
+    return AttentionMask(key_mask=mask.bool())
 
 
 def key_padding_only(mask: object) -> bool:

@@ -1,5 +1,6 @@
 """When training stops without a result: the loss or the weights became NaN or infinite (:class:`TrainingDiverged`),
-or Ctrl-C asked to stop (:class:`TrainingInterrupted`, at the boundary of a step: :class:`InterruptAtStepBoundary`).
+or Ctrl-C (SIGINT) or SIGTERM (what Slurm and Kubernetes send before they kill a job) asked to stop
+(:class:`TrainingInterrupted`, at the boundary of a step: :class:`InterruptAtStepBoundary`).
 
 Never silently wrong: a loss that is not finite stops training (read where the loop reads the loss anyway: no extra
 synchronisation), weights that are not finite are never saved, so the last checkpoint on disk stays the last good
@@ -39,46 +40,61 @@ class TrainingDiverged(RuntimeError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) stopped :meth:`Trainer.train` at the boundary of step ``step``; ``saved_to`` is the checkpoint
-    written there (None without ``out_dir``). A ``KeyboardInterrupt``, so code that catches those still does."""
+    """Ctrl-C (SIGINT) or SIGTERM stopped :meth:`Trainer.train` at the boundary of step ``step``; ``saved_to`` is the
+    checkpoint written there (None without ``out_dir``), ``signum`` the signal that asked (``signal.SIGINT`` or
+    ``signal.SIGTERM``). A ``KeyboardInterrupt``, so code that catches those still does."""
 
-    def __init__(self, step: int, saved_to: str | None) -> None:
+    def __init__(self, step: int, saved_to: str | None, signum: int = signal.SIGINT) -> None:
         where = (
             f"the checkpoint in {saved_to} holds step {step}" if saved_to else "no checkpoint was written (no out_dir)"
         )
-        super().__init__(f"interrupted at step {step}: {where}")
-        self.step, self.saved_to = step, saved_to
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        super().__init__(f"interrupted{by} at step {step}: {where}")
+        self.step, self.saved_to, self.signum = step, saved_to, int(signum)
+
+
+#: The signals handled at the step boundary, each with the handler it must find to take it over (nobody else's).
+_HANDLED = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 
 
 class InterruptAtStepBoundary:
-    """While active (in the main thread, and only if nobody else handles SIGINT), the first Ctrl-C sets
-    ``requested``; the Trainer stops at the end of the step. A second Ctrl-C raises KeyboardInterrupt at once."""
+    """While active (in the main thread of this process, and for each signal only if nobody else handles it: Python's
+    own SIGINT handler, SIGTERM's default), the first Ctrl-C or SIGTERM sets ``requested`` (and ``signum``); the
+    Trainer stops at the end of the step. A second Ctrl-C stops at once (KeyboardInterrupt); a second SIGTERM changes
+    nothing: under Slurm a rank hears SIGTERM twice (from Slurm and forwarded by torchrun), and a scheduler that will
+    not wait sends SIGKILL anyway."""
 
     def __init__(self, announce: bool) -> None:
-        self.requested, self.announce, self._previous = False, announce, None
+        self.requested, self.announce, self.signum = False, announce, None
+        self._previous: dict[int, object] = {}
 
     def __enter__(self) -> InterruptAtStepBoundary:
-        if (
-            threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        ):
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is threading.main_thread():
+            for signum, python_default in _HANDLED:
+                if signal.getsignal(signum) is python_default:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
         if self.requested:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+            if signum != signal.SIGINT:
+                return  # the save is under way; SIGKILL stops at once
+            self._restore()
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, signum
         if self.announce:
+            name = signal.Signals(signum).name
+            by = "" if signum == signal.SIGINT else f" by {name}"
             print(
-                "\ninterrupted: saving at the end of this step (Ctrl-C again to stop at once)",
+                f"\ninterrupted{by}: saving at the end of this step (Ctrl-C again to stop at once)",
                 file=sys.stderr,
                 flush=True,
             )
 
+    def _restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        self._restore()

@@ -5,8 +5,9 @@ evaluation, exact-resume checkpoints (:mod:`transformer.checkpoint`) and the sto
 
 Never silently wrong: a loss that becomes NaN or infinite stops training (:class:`TrainingDiverged`, read where the
 loop reads the loss anyway: no extra synchronisation), weights that are not finite are never saved, so the last
-checkpoint on disk stays the last good one, and Ctrl-C (SIGINT) stops ``Trainer.train`` at the next step boundary
-after saving a checkpoint (:class:`TrainingInterrupted`; a second Ctrl-C stops at once).
+checkpoint on disk stays the last good one, and Ctrl-C (SIGINT) or SIGTERM (what Slurm and Kubernetes send before
+they kill a job) stops ``Trainer.train`` at the next step boundary after saving a checkpoint
+(:class:`TrainingInterrupted`; a second one stops at once).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -54,9 +56,10 @@ class TrainerConfig:
         step; "first" checks the first step of a ``train`` call and runs the rest unchecked (for
         fixed-shape data: on a tiny CPU model the checks cost about a quarter of a step); "never".
     out_dir: where ``train`` saves checkpoints (None: nowhere).
-    interrupt_at_step_boundary: Ctrl-C (SIGINT) during ``train`` stops at the end of the current step, saves into
-        ``out_dir`` (if set) and raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (default True;
-        only in the main thread, and only when no other SIGINT handler than Python's is installed).
+    interrupt_at_step_boundary: Ctrl-C (SIGINT) or SIGTERM during ``train`` stops at the end of the current step,
+        saves into ``out_dir`` (if set) and raises :class:`TrainingInterrupted`; a second one stops at once (default
+        True; only in the main thread, and for each signal only when no other handler than Python's own, SIGTERM's
+        default, is installed).
     """
 
     steps: int = 1000
@@ -312,8 +315,9 @@ class Trainer:
         ``batches`` consumes the generator batch by batch (draws nothing ahead).
 
         A NaN or infinite training or held-out loss raises :class:`TrainingDiverged` (nothing non-finite is saved).
-        Ctrl-C stops at the end of the current step, saves into ``out_dir`` and raises :class:`TrainingInterrupted`
-        (``config.interrupt_at_step_boundary``); under torchrun every rank stops at the same step.
+        Ctrl-C (SIGINT) or SIGTERM stops at the end of the current step, saves into ``out_dir`` and raises
+        :class:`TrainingInterrupted` (``config.interrupt_at_step_boundary``); under torchrun every rank stops at the
+        same step (each rank's ``signum`` is the signal it received, SIGINT where it received none).
         """
         target = self.config.steps if steps is None else steps
         cfg = self.config
@@ -358,10 +362,11 @@ class Trainer:
                         on_eval(self.step, eval_loss)
                 if cfg.out_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.save(cfg.out_dir)
-                if self._stop_requested:  # Ctrl-C on some rank: every rank heard it with this step's loss
+                if self._stop_requested:  # Ctrl-C or SIGTERM on some rank: every rank heard it with this step's loss
                     if cfg.out_dir and self.saved_step != self.step:
                         self.save(cfg.out_dir)
-                    raise TrainingInterrupted(self.step, cfg.out_dir)
+                    heard = self._interrupt.signum if self._interrupt is not None else None
+                    raise TrainingInterrupted(self.step, cfg.out_dir, heard or signal.SIGINT)
         finally:
             bar.close()
         if cfg.out_dir:

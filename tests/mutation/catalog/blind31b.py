@@ -85,10 +85,8 @@ MUTANTS = [
         "transformer/training/stops.py",
         (
             (
-                "            threading.current_thread() is threading.main_thread()\n"
-                "            and signal.getsignal(signal.SIGINT) is signal.default_int_handler\n",
-                "            threading.current_thread() is threading.main_thread()\n"
-                "            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN\n",
+                "                if signal.getsignal(signum) is python_default:\n",
+                "                if signal.getsignal(signum) is not signal.SIG_IGN:\n",
             ),
         ),
         "Trainer.train replaces a SIGINT handler the user had installed: during training Ctrl-C no longer reaches "
