@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 from torch.nn.attention._utils import _validate_sdpa_input
-from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from ..masks import AttentionMask
 
@@ -33,6 +32,12 @@ def causal_bias_form(
 ) -> tuple[Tensor | AttentionMask | None, bool]:
     """``(attn_mask, is_causal)`` with a ``CausalBias`` replaced as torch's ``CausalBias._dispatch`` reads it (its
     ``variant``, ``seq_len_q`` and ``seq_len_kv``; never its uninitialised values); any other mask unchanged."""
+    # (torch.nn.attention.bias imports Dynamo: read only for a mask whose class is a CausalBias, which cannot exist
+    # before that module is imported, so `import transformer` and eager calls stay without the compiler)
+    if attn_mask is None or not any(c.__name__ == "CausalBias" for c in type(attn_mask).__mro__):
+        return attn_mask, is_causal
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
     if not isinstance(attn_mask, CausalBias):
         return attn_mask, is_causal
     if is_causal:
