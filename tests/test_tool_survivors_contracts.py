@@ -72,7 +72,7 @@ def test_the_traced_checkers_hints_say_what_each_annotation_asks_for():
     assert parse_hint(int | None, []) == ("union", (("class", 0), ("none",)))
     assert parse_hint(typing.Optional[typing.Any], []) is None  # noqa: UP045 (the typing form on purpose)
     assert parse_hint(tuple[int, typing.Any], []) == ("tuple", (("class", 0), ("any",)))
-    assert parse_hint(typing.Callable[[int], int], []) is None
+    assert parse_hint(typing.Callable[[int], int], []) == ("callable",)  # beartype checks callability only
 
 
 SHAPES = [(), (1,), (3,), (1, 3), (2, 3), (2, 1), (4, 2, 3), (3, 3), (4, 1, 1)]
@@ -158,7 +158,8 @@ def test_the_dimension_grammar_reads_every_form_of_the_docstring(dim_str, parsed
 def test_a_symbolic_axis_is_parsed_as_an_expression():
     from transformer.contracts.grammar import parse_dims, parse_expression
 
-    assert parse_dims("#b+1 d") == ((("symbolic", parse_expression("b+1"), True), ("named", "d", False)), -1)
+    # (the axis's own text last: jaxtyping's message writes it)
+    assert parse_dims("#b+1 d") == ((("symbolic", parse_expression("b+1"), True, "b+1"), ("named", "d", False)), -1)
 
 
 @pytest.mark.parametrize(
@@ -217,11 +218,15 @@ def test_an_axis_name_may_begin_with_any_letter(name):
 
 
 def test_an_annotation_that_is_neither_a_class_nor_a_known_form_is_left_to_the_eager_checker():
-    """parse_hint: None (anything goes) for what it does not read, e.g. a TypeVar or a NewType: they are not
-    classes, so ``classes`` stays empty and no isinstance check is made."""
+    """parse_hint: UnsupportedAnnotation for what it does not read, e.g. a TypeVar or a NewType (not classes, so
+    ``classes`` stays empty and no isinstance check is made): the traced checker then checks the call eagerly,
+    never dropping the annotation (docs/contracts.md)."""
+    from transformer.contracts.grammar import UnsupportedAnnotation
+
     classes: list = []
-    assert parse_hint(typing.TypeVar("T"), classes) is None
-    assert parse_hint(typing.NewType("UserId", int), classes) is None
+    for annotation in (typing.TypeVar("T"), typing.NewType("UserId", int)):
+        with pytest.raises(UnsupportedAnnotation):
+            parse_hint(annotation, classes)
     assert classes == []
 
 
@@ -237,13 +242,17 @@ def test_a_field_under_a_unary_plus_is_read():
 def test_container_hints_say_what_their_items_ask_for():
     """parse_hint: ``tuple[X, ...]``, ``list[X]`` and ``dict[K, V]`` are read item by item (an item that asks
     nothing is ``("any",)``); an annotation with one argument that is not a list (``set[int]``, ``type[int]``) is
-    not read as one."""
+    not read as one (UnsupportedAnnotation: checked eagerly)."""
+    from transformer.contracts.grammar import UnsupportedAnnotation
+
     classes: list = []
     assert parse_hint(dict[str, int], classes) == ("dict", ("class", 0), ("class", 1)) and classes == [str, int]
     assert parse_hint(dict[typing.Any, typing.Any], []) == ("dict", ("any",), ("any",))
     assert parse_hint(tuple[typing.Any, ...], []) == ("tuple_of", ("any",))
     assert parse_hint(list[typing.Any], []) == ("list", ("any",))
-    assert parse_hint(set[int], []) is None and parse_hint(type[int], []) is None
+    for annotation in (set[int], type[int]):
+        with pytest.raises(UnsupportedAnnotation):
+            parse_hint(annotation, [])
 
 
 @pytest.mark.parametrize("container", ["tuple[{}, ...]", "list[{}]", "dict[str, {}]"])

@@ -146,6 +146,7 @@ _TESTS = (
     "tests/test_pretrained_differential.py",
     "tests/test_pretrained_token_ids.py",
     "tests/test_pretrained_parity.py",
+    "tests/test_lm_generate.py",
     "tests/test_lm_generate_seeds_and_pads.py",
     "tests/test_sampling.py",
     "tests/test_decision_dtype.py",
