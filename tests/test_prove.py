@@ -111,6 +111,19 @@ def test_the_language_models_are_proved_for_every_batch_and_every_length_up_to_m
     assert any(c.call.endswith("CausalSelfAttention.attend") for c in report.calls)
 
 
+@pytest.mark.parametrize("name", ["sinusoidal", "rotary-gqa-window"])
+def test_the_language_models_next_token_step_is_proved_for_every_batch_and_length(name):
+    """The step every search runs (``next_token_log_probs``: the last position's float32 log-probabilities), batch
+    from 1 and every number of steps up to max_len: a batch-1 shape bug there (a ``squeeze()`` of the last position)
+    fails the proof although no call at the usual batch sizes shows it."""
+    config = dict(vocab=50, d_model=32, n_heads=4, n_layers=1, max_len=MAX_LEN, dropout=0.0)
+    model = T.build_lm(T.LMConfig(**{**config, **LMS[name]})).eval()
+    tokens = torch.randint(0, 50, (2, 16))
+    report = prove(model.next_token_log_probs, tokens, sizes={"batch": (1, 64), "steps": (1, MAX_LEN)})
+    assert report.proved, str(report)
+    assert any(c.call.endswith("Generator.decision_log_probs") for c in report.calls)
+
+
 def test_the_encoder_decoder_and_multi_head_attention_are_proved(tiny_model):
     batch, src_len, tgt_len = 2, 10, 9
     inputs = (
