@@ -5,9 +5,9 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import transformer as T
+from transformer.backends import torch_backend
 from transformer.lm import build_lm
 from transformer.lm.config import LMConfig
 from transformer.training.batch import Batch
@@ -243,10 +243,10 @@ def test_the_kernel_of_a_batch_fed_model_gets_causal_and_key_lengths_never_a_den
 
 def test_torch_backend_gets_is_causal_and_no_mask_when_only_causal(monkeypatch):
     seen = []
-    real = F.scaled_dot_product_attention
+    real = torch_backend._TORCH_SDPA  # torch's operator, as the torch backend calls it
     monkeypatch.setattr(
-        F,
-        "scaled_dot_product_attention",
+        torch_backend,
+        "_TORCH_SDPA",
         lambda *a, **k: seen.append((k.get("attn_mask"), k.get("is_causal", False))) or real(*a, **k),
     )
     model = _model(pad_id=None)
@@ -262,10 +262,8 @@ def test_torch_backend_gets_is_causal_and_no_mask_when_only_causal(monkeypatch):
 
 def test_torch_backend_gets_one_key_row_for_key_padding(monkeypatch):
     seen = []
-    real = F.scaled_dot_product_attention
-    monkeypatch.setattr(
-        F, "scaled_dot_product_attention", lambda *a, **k: seen.append(k.get("attn_mask")) or real(*a, **k)
-    )
+    real = torch_backend._TORCH_SDPA
+    monkeypatch.setattr(torch_backend, "_TORCH_SDPA", lambda *a, **k: seen.append(k.get("attn_mask")) or real(*a, **k))
     mha = T.MultiHeadedAttention(2, 32, dropout=0.0).eval()
     x = torch.randn(2, 5, 32)
     with T.use_backend("torch"):
