@@ -182,6 +182,37 @@ def test_the_prove_command_refuses_bad_input_with_status_2(tmp_path, monkeypatch
     assert "no axis of the example inputs carries 'width'" in capsys.readouterr().err
 
 
+BRANCHING_FACTORY = """
+import torch
+from torch import nn
+from transformer import Float, Tensor, checked
+
+class Halves(nn.Module):
+    @checked
+    def forward(self, x: Float[Tensor, "batch seq 8"]) -> Float[Tensor, "batch seq 8"]:
+        if x.shape[1] > 4:  # two paths, both right
+            return x * 2
+        return x + x
+
+def model():
+    return {"target": Halves(), "args": (torch.randn(2, 6, 8),), "sizes": {"batch": (1, 8), "seq": (1, 16)}}
+"""
+
+
+def test_the_prove_command_proves_by_cases(tmp_path, monkeypatch, capsys):
+    (tmp_path / "factory_cases.py").write_text(textwrap.dedent(BRANCHING_FACTORY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["prove", "factory_cases:model"]) == 1
+    assert "the model's code holds only when seq > 4" in capsys.readouterr().out
+    assert main(["prove", "factory_cases:model", "--cases", "split"]) == 0
+    out = capsys.readouterr().out
+    assert "PROVED for every size in the ranges, by 2 cases covering the ranges" in out
+    assert "case prove Halves.forward over batch=1..8, seq=1..4 assuming seq <= 4: PROVED" in out
+    assert main(["prove", "factory_cases:model", "--cases", "seq <= 4", "--cases", "seq >= 5"]) == 0
+    assert main(["prove", "factory_cases:model", "--cases", "seq <= 3", "--cases", "seq >= 5"]) == 2
+    assert "leave out the sizes {'seq': 4}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("kind", ["lm", "encoder-decoder"])
 def test_the_prove_command_proves_a_checkpoint_for_every_batch_and_length_up_to_max_len(kind, tmp_path, capsys):
     if kind == "lm":
@@ -273,9 +304,10 @@ def test_a_step_with_a_key_value_cache_is_proved_for_every_prompt_length():
 
 
 def test_a_sliding_window_cache_specialises_on_the_prompt_length_and_the_report_says_where():
-    """What the proof finds today in the package: LMCache.trim branches on whether the prompt is longer than the
-    window (transformer/lm/positions.py, `if drop <= 0:`), so an exported step holds only for prompts longer than
-    window - 1. Eagerly both paths are right (the re-run says so): a specialisation, not a shape bug."""
+    """LMCache.trim keeps min(held, window - 1) keys (transformer/lm/positions.py, `if drop <= 0:`): a piecewise size
+    torch's symbolic shape reasoning cannot keep symbolic (a sym_max form specialises on whether the minimum is 1
+    instead), so over the whole range the proof reports the branch, with its line. Eagerly both paths are right
+    (the re-run says so): a specialisation, not a shape bug."""
     step = CachedStep(cached_lm(positional_encoding="rotary", sliding_window=4))
     report = prove(
         step, torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 1)), sizes={"batch": (1, 16), "seq": (1, 31)}
@@ -284,3 +316,65 @@ def test_a_sliding_window_cache_specialises_on_the_prompt_length_and_the_report_
     assert (found.by, found.relation, found.source) == ("the model's code", "seq > 3", "if drop <= 0:")
     assert found.where.startswith("transformer/lm/positions.py:") and found.sizes["seq"] <= 3
     assert found.eager.startswith("no error")
+
+
+WINDOW_CASES = ["seq <= 2", "seq == 3", "seq >= 4"]  # window 4: the step's held keys are min(seq + 1, 3)
+
+
+def test_a_sliding_window_step_is_proved_by_cases_at_the_window_for_every_prompt_length():
+    """Split where the trim branches (prompt <= window - 2: nothing dropped; == window - 1: the step's token drops
+    one; >= window: the prompt drops some), each piece is proved; `cases="split"` finds the same pieces itself."""
+    step = CachedStep(cached_lm(positional_encoding="rotary", sliding_window=4))
+    prompt, token = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 1))
+    sizes = {"batch": (1, 16), "seq": (1, 31)}
+    given = prove(step, prompt, token, sizes=sizes, cases=WINDOW_CASES)
+    assert given.proved, str(given)
+    assert [c.assumptions[-1] for c in given.cases] == WINDOW_CASES
+    assert [c.ranges["seq"] for c in given.cases] == [(1, 2), (3, 3), (4, 31)]
+    text = str(given)
+    assert text.startswith("prove CachedStep.forward over batch=1..16, seq=1..31: PROVED for every size in the ranges")
+    assert (
+        "by 3 cases covering the ranges" in text
+        and "  case prove CachedStep.forward over batch=1..16, seq=3..3" in text
+    )
+    found = prove(step, prompt, token, sizes=sizes, cases="split")
+    assert found.proved and [c.ranges["seq"] for c in found.cases] == [(1, 2), (3, 3), (4, 31)]
+    assert not prove(step, prompt, token, sizes=sizes, cases=["seq <= 3", "seq >= 4"]).proved  # 3 needs its own
+    with pytest.raises(ValueError, match=r"the cases \['seq <= 2', 'seq >= 4'\] leave out the sizes \{'seq': 3\}"):
+        prove(step, prompt, token, sizes=sizes, cases=["seq <= 2", "seq >= 4"])
+
+
+def test_split_cases_do_not_split_away_a_branch_whose_other_path_breaks_a_contract():
+    """`cases="split"` splits only where eager code takes the other path without error (a specialisation): a branch
+    whose short path is a bug (Branches) stays the counterexample, with its eager contract error; given cases prove
+    the long path and find the bug on the short one."""
+    x, sizes = torch.randn(2, 6, 8), {"batch": (1, 8), "seq": (1, 32)}
+    report = prove(Branches(), x, sizes=sizes, cases="split")
+    assert not report.proved and [c.ranges["seq"] for c in report.cases] == [(1, 32)]
+    assert report.counterexamples[0].eager.startswith("TypeCheckError: Branches.forward: the return value is")
+    short, long = prove(Branches(), x, sizes=sizes, cases=["seq <= 4", "seq >= 5"]).cases
+    assert long.proved
+    assert short.failure.startswith("the example inputs break a contract: Branches.forward: the return value is")
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("prompt", [3, 4, 5])  # window - 1, window, window + 1
+def test_a_windowed_cache_at_the_window_s_boundary_equals_recomputation_without_a_cache(prompt, padded):
+    """The trimmed cache against the un-trimmed reference (the whole sequence recomputed under the window mask), for a
+    prompt as long as window - 1, window and window + 1, then three one-token steps; left padding hides the first
+    tokens of row 0, so the pads the trim keeps (real_keys) must line up with the keys it keeps."""
+    torch.manual_seed(0)
+    lm = cached_lm(positional_encoding="rotary", sliding_window=4, n_kv_heads=2)
+    tokens = torch.randint(0, 50, (2, prompt + 3))
+    real = torch.ones(2, prompt + 3, dtype=torch.long)
+    if padded:
+        real[0, : min(2, prompt - 1)] = 0
+    cache = lm.new_cache()
+    with torch.no_grad():
+        steps = [lm(tokens[:, :prompt], real[:, :prompt] if padded else None, cache=cache)[:, -1]]
+        steps += [lm(tokens[:, t : t + 1], cache=cache)[:, -1] for t in range(prompt, prompt + 3)]
+        for i, got in enumerate(steps):
+            end = prompt + i
+            reference = lm(tokens[:, :end], real[:, :end] if padded else None)[:, -1]
+            torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-5)
+    assert cache.held == 3 and cache.length == prompt + 3

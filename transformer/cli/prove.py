@@ -25,8 +25,8 @@ def add_prove_parser(sub) -> argparse.ArgumentParser:
         description="Export the model that FACTORY returns with symbolic sizes and checks on, and report, for every "
         "checked call reached, whether its contract holds for every size in the ranges or a counterexample "
         "(docs/proved-shapes.md). FACTORY, called with no arguments, returns a dict with 'target' (a module or a "
-        "checked function), 'args' (example inputs), and optionally 'kwargs', 'sizes', 'assume' and 'axes' (as "
-        "transformer.proofs.prove takes them).",
+        "checked function), 'args' (example inputs), and optionally 'kwargs', 'sizes', 'assume', 'axes' and 'cases' "
+        "(as transformer.proofs.prove takes them).",
     )
     p.add_argument(
         "factory",
@@ -44,6 +44,14 @@ def add_prove_parser(sub) -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="a relation taken as given, e.g. 'k_len == seq' (repeat for more; added to the factory's)",
+    )
+    p.add_argument(
+        "--cases",
+        action="append",
+        default=[],
+        help="prove by cases: a relation per case, e.g. --cases 'seq <= 3' --cases 'seq >= 4' (together they must cover "
+        "the ranges), or --cases split to split where the model's code branches on a size (default: the factory's "
+        "'cases', else one proof over the ranges)",
     )
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
     return p
@@ -95,6 +103,7 @@ def run_prove(args: argparse.Namespace) -> int:
             sizes=sizes,
             assume=[*made.get("assume", ()), *args.assume],
             axes=made.get("axes"),
+            cases=args.cases or made.get("cases", ()),
             **made.get("kwargs", {}),
         )
     except ValueError as error:

@@ -22,6 +22,7 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 from ..contracts import checks
+from .cases import by_cases
 from .guards import Guard, GuardRecorder
 from .report import CallReport, Counterexample, ProofReport
 from .sizes import Assumption, check_ranges, counterexample, relation_text
@@ -88,6 +89,7 @@ def prove(
     assume: tuple[str, ...] | list[str] = (),
     axes: dict[str, tuple[str | None, ...]] | None = None,
     rerun: bool = True,
+    cases: tuple[str, ...] | list[str] | str = (),
     **example_kwargs,
 ) -> ProofReport:
     """Decide every contract of ``target(*example_args, **example_kwargs)`` for every size in ``sizes``.
@@ -99,10 +101,16 @@ def prove(
     counterexample may have). ``axes`` names the axes of an argument whose annotation names none
     (``mask: Bool[Tensor, "..."]``): ``{"mask": ("batch", "q_len", "k_len")}``. Returns a
     :class:`~transformer.proofs.report.ProofReport`; ``rerun`` re-runs each counterexample eagerly, checks on, for
-    its contract error. Bad input (a name no axis carries, an example outside its range, a relation it cannot read)
+    its contract error. ``cases`` (``["seq <= 3", "seq >= 4"]``): relations that together cover the ranges, each
+    proved on its own (:mod:`transformer.proofs.cases`; the example inputs are resized into each case); ``"split"``
+    finds them where the model's code branches on a size. Bad input (a
+    name no axis carries, an example outside its range, a relation it cannot read, cases that leave a size out)
     raises ``ValueError`` naming it.
     """
     started = time.perf_counter()
+    if cases:
+        cases = [cases] if isinstance(cases, str) else list(cases)
+        return by_cases(target, example_args, example_kwargs, sizes, assume, axes, rerun, cases, started)
     plan = plan_export(target, example_args, example_kwargs, sizes, assume, axes)
     fn, module, named, alias, ranges = plan.fn, plan.module, plan.named, plan.alias, plan.ranges
     examples, bound, assumptions = plan.examples, plan.bound, plan.assumptions
@@ -290,6 +298,8 @@ def _dims(named: dict, bound: dict, ranges: dict, alias: dict, fn: Callable) -> 
                     f"range {name}={lo}..{hi}; give example inputs within the ranges"
                 )
             examples.setdefault(name, size)
+            if lo == hi:
+                continue  # one size: the axis stays static (export makes no Dim of an empty range)
             if name not in dims:
                 dims[name] = torch.export.Dim(name, min=lo, max=hi)
             dynamic.setdefault(arg, {})[axis] = dims[name]

@@ -60,9 +60,12 @@ class ProofReport:
     export_seconds: float = 0.0
     seconds: float = 0.0
     not_covered: list[str] = field(default_factory=list)
+    cases: list[ProofReport] = field(default_factory=list)  # a proof by cases: each case's own report
 
     @property
     def proved(self) -> bool:
+        if self.cases:
+            return all(case.proved for case in self.cases)
         return not self.failure and not self.counterexamples
 
     @property
@@ -79,6 +82,11 @@ class ProofReport:
         else:
             verdict = f"NOT PROVED: {len(self.counterexamples)} counterexample(s)"
         lines = [f"prove {self.target} over {ranges}{assumed}: {verdict}"]
+        if self.cases:
+            lines[0] += f", by {len(self.cases)} cases covering the ranges"
+            for case in self.cases:
+                lines.append("  case " + str(case).replace("\n", "\n  "))
+            return "\n".join(lines)
         if self.failure:
             lines.append(f"  {self.failure}")
         for counterexample in self.counterexamples:
