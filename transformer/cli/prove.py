@@ -49,9 +49,9 @@ def add_prove_parser(sub) -> argparse.ArgumentParser:
         "--cases",
         action="append",
         default=[],
-        help="prove by cases: a relation per case, e.g. --cases 'seq <= 3' --cases 'seq >= 4' (together they must cover "
-        "the ranges), or --cases split to split where the model's code branches on a size (default: the factory's "
-        "'cases', else one proof over the ranges)",
+        help="prove by cases: a relation per case, e.g. --cases 'seq <= 3' --cases 'seq >= 4' (together they must "
+        "cover the ranges), or --cases split to split where the model's code branches on a size (default: the "
+        "factory's 'cases', else one proof over the ranges)",
     )
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
     return p
