@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .common.arguments import is_int
+from .common.pytrees import register as register_pytree
 from .contracts import Float, Tensor, checked, validate_dtype_device
 from .masks import AttentionMask
 
@@ -191,3 +192,36 @@ class DecoderCache(StackCache):
     """The caches of a whole decoder stack: one :class:`LayerCache` per layer; ``length`` positions decoded so far."""
 
     layer_type = LayerCache
+
+
+# Inputs torch.export takes (docs/proved-shapes.md): the held keys and values are the children (a cache rebuilt from
+# them holds exactly them: no reserved room), the rest is fixed when the program is exported.
+def _kv_cache(parts: dict, fixed: dict) -> KVCache:
+    cache = KVCache(static=fixed["static"])
+    cache._keys, cache._values = parts["_keys"], parts["_values"]
+    cache._length = 0 if parts["_keys"] is None else parts["_keys"].size(2)
+    return cache
+
+
+def _rebuilt(cls: type, parts: dict):
+    made = cls.__new__(cls)
+    for name, value in parts.items():
+        setattr(made, name, list(value) if name == "layers" else value)
+    return made
+
+
+def _held_only(cache: KVCache) -> None:
+    """The buffers cut to the positions held (a reserved room is given up: the next extend concatenates)."""
+    if cache._keys is not None and cache._keys.size(2) != cache._length:
+        cache._keys, cache._values = cache.keys, cache.values
+        cache._reserved = 0
+
+
+register_pytree(KVCache, ("_keys", "_values"), ("static",), _kv_cache, prepare=_held_only)
+for _cls in (LayerCache, StackCache, DecoderCache):
+    register_pytree(
+        _cls,
+        ("self_attn", "src_attn") if _cls is LayerCache else ("layers",),
+        (),
+        lambda parts, fixed, cls=_cls: _rebuilt(cls, parts),
+    )

@@ -21,6 +21,7 @@ import torch
 
 from .common.arguments import is_int
 from .common.dtypes import shape_text
+from .common.pytrees import register as register_pytree
 from .contracts import Bool, Int, Tensor, TypeCheckError, checked, checks_enabled
 from .mask_inputs import check_documents, is_integer, lengths_text, real_lengths, short_list
 
@@ -362,3 +363,7 @@ class AttentionMask:
 
 _TENSORS = ("key_lengths", "key_mask", "query_lengths", "dense", "documents")
 _WINDOW = ("window_left", "window_right")
+
+
+# an input torch.export takes (docs/proved-shapes.md): its tensor parts are the children, the flag and window fixed
+register_pytree(AttentionMask, _TENSORS, ("causal", *_WINDOW), lambda parts, fixed: AttentionMask(**fixed, **parts))

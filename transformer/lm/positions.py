@@ -24,6 +24,7 @@ import torch
 
 from ..cache import KVCache, StackCache
 from ..common.arguments import is_int
+from ..common.pytrees import register as register_pytree
 from ..contracts import Bool, Int, Tensor, checked
 from ..masks import AttentionMask
 
@@ -200,6 +201,18 @@ class LMCache(StackCache):
         if window is not None and window < self.held + new:
             parts["window_left"] = window - 1
         return AttentionMask(**parts) if parts else None
+
+
+def _lm_cache(parts: dict, fixed: dict) -> LMCache:
+    cache = LMCache.__new__(LMCache)
+    cache.layers = list(parts.pop("layers"))
+    for name, value in {**parts, **fixed}.items():
+        setattr(cache, name, value)
+    return cache
+
+
+# an input torch.export takes (docs/proved-shapes.md): the layers' caches and the pads and positions are the children
+register_pytree(LMCache, ("layers", "real_keys", "next_positions"), ("window", "dropped"), _lm_cache)
 
 
 def validate_positions(positions: Tensor, max_len: int) -> None:
