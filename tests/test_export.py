@@ -5,10 +5,13 @@ fails export with our contract error, not torch's."""
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from jaxtyping import TypeCheckError
 
 import transformer as T
+from transformer import Float, Int, Tensor, checked
 from transformer.contracts.traced import CompiledContractError
+from transformer.lm.positions import LMCache
 from transformer.proofs import export
 
 SIZES = {"batch": (1, 16), "seq": (1, 32)}
@@ -142,6 +145,96 @@ def test_the_drop_in_attention_and_multi_head_attention_export():
             torch.testing.assert_close(exported(*x), attention(*x), rtol=0, atol=1e-6)
 
 
+MASKS = {
+    "key_mask": lambda batch, q_len, k_len: T.AttentionMask(
+        key_mask=torch.arange(k_len) < torch.arange(batch)[:, None] + 1
+    ),
+    "key_lengths-window": lambda batch, q_len, k_len: T.AttentionMask(
+        key_lengths=torch.arange(batch) % k_len + 1, window_left=2, window_right=0
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", MASKS)
+def test_multi_head_attention_exports_with_a_structured_mask_and_a_wrong_one_fails_with_the_contract_message(kind):
+    """An AttentionMask as an input of the exported program: its tensors' axes are named by the part (key_mask:
+    batch k_len), the flags and the window are fixed at export; the program computes what eager computes at other
+    sizes, and a mask whose key axis is not the keys' length fails with check_fits' contract message."""
+    attention = T.MultiHeadedAttention(4, 32, 0.0).eval()
+
+    def inputs(batch, q_len, k_len, mask_len=None):
+        x = torch.randn(batch, q_len, 32), torch.randn(batch, k_len, 32), torch.randn(batch, k_len, 32)
+        return (*x, MASKS[kind](batch, q_len, k_len if mask_len is None else mask_len))
+
+    sizes = {"batch": (1, 8), "q_len": (1, 32), "k_len": (1, 32)}
+    exported = export(attention, *inputs(3, 8, 10), sizes=sizes)
+    assert len(exported.program.range_constraints) == 3  # batch, q_len, k_len: nothing specialised
+    with torch.no_grad():
+        for shape in ((1, 1, 1), (3, 5, 7), (8, 32, 3)):
+            x = inputs(*shape)
+            torch.testing.assert_close(exported(*x), attention(*x), rtol=0, atol=1e-6)
+    if kind == "key_mask":
+        with pytest.raises(TypeCheckError) as caught:
+            exported(*inputs(2, 5, 7, mask_len=6))
+        assert "argument 'mask.key_mask' is bool[2,6], expected Bool[Tensor, 'batch k_len'] with batch=2, q_len=5" in (
+            str(caught.value)
+        )
+    else:  # the window is fixed at export: a mask with another one is another program, which torch refuses
+        with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
+            other = T.AttentionMask(key_lengths=torch.tensor([3, 1]), window_left=3, window_right=0)
+            exported(*inputs(2, 5, 7)[:3], other)
+
+
+class Step(torch.nn.Module):
+    """One cached decoding step: a token after the cache's positions; the cache comes back (an exported program
+    changes no input: the caller carries the cache it returns)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @checked
+    def forward(self, token: Int[Tensor, "batch 1"], cache: LMCache) -> tuple[Float[Tensor, "batch 1 50"], LMCache]:
+        return self.model.logits(token, cache=cache), cache
+
+
+def prompted(model, batch, length):
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(tokens(batch, length), cache=cache)
+    return cache
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "llama-like-unwindowed"])
+def test_a_cached_step_exports_with_a_cache_of_symbolic_length_and_loops_as_eager(name):
+    """An LMCache as an input (and output) of the exported program, its keys' and values' length symbolic
+    (cache_len): three steps fed the cache each returns equal eager's steps, from a prompt of another batch and
+    length than the example's; a cache of another batch or depth fails with the package's own message."""
+    fields = {**LMS["llama-like"], "sliding_window": None} if name != "sinusoidal" else {}
+    model = lm(**fields)
+    step = Step(model)
+    exported = export(step, tokens(2, 1), prompted(model, 2, 6), sizes={"batch": (1, 16), "cache_len": (1, 29)})
+    assert sorted((int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values()) == [
+        (1, 16),
+        (1, 29),
+    ]
+    for batch, length in ((1, 1), (3, 9), (16, 29 - 2)):
+        cache = prompted(model, batch, length)
+        reference = pytree.tree_map(lambda leaf: leaf, cache)  # a copy: the same tensors in new cache objects
+        with torch.no_grad():
+            for _ in range(3 if length + 3 <= 30 else 1):
+                token = tokens(batch, 1)
+                got, cache = exported(token, cache)
+                want, reference = step(token, reference)
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+                assert cache.length == reference.length
+    with pytest.raises(ValueError, match=r"KVCache.extend: new keys \(3, .*\) do not continue the cached \(2, "):
+        exported(tokens(3, 1), prompted(model, 2, 5))
+    shallow = lm(**{**fields, "n_layers": 1})
+    with pytest.raises(ValueError, match="TransformerLM: the cache has 1 layers, the model 2"):
+        exported(tokens(2, 1), prompted(shallow, 2, 5))
+
+
 class DropIn(torch.nn.Module):
     def forward(self, q, k, v, mask):
         return T.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -157,10 +250,10 @@ def test_the_drop_in_attention_exports_with_checks_on(structured):
 
     batch, q_len, k_len = (torch.export.Dim(n, min=1, max=32) for n in ("batch", "q_len", "k_len"))
     q, k, v, mask = inputs(2, 8, 10)
-    mask_shape = None if structured else {0: batch, 3: k_len}
+    # an AttentionMask is a pytree (transformer/common/pytrees.py): its dynamic_shapes are its parts', in the order
+    # key_lengths, key_mask, query_lengths, dense, documents
+    mask_shape = [None, {0: batch, 1: k_len}, None, None, None] if structured else {0: batch, 3: k_len}
     shapes = ({0: batch, 2: q_len}, {0: batch, 2: k_len}, {0: batch, 2: k_len}, mask_shape)
-    if structured:
-        pytest.skip("an AttentionMask is not a pytree torch.export can take as an input (not registered)")
     with T.checks(True):
         program = torch.export.export(DropIn(), (q, k, v, mask), dynamic_shapes=shapes)
     for shape in ((1, 1, 1), (3, 5, 7), (2, 32, 3)):

@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .common.arguments import is_int
 from .common.dtypes import shape_text
@@ -134,8 +135,8 @@ class AttentionMask:
         Only where reading the values costs no device synchronisation: lengths on the CPU, outside a torch.compile
         trace. Lengths on a GPU are not read (a host sync per mask); :meth:`padding` and :meth:`target` build valid
         ones, and the kernel clamps what it reads to [0, k_len]."""
-        if lengths.device.type != "cpu" or lengths.numel() == 0 or torch.compiler.is_compiling():
-            return
+        if lengths.device.type != "cpu" or torch.compiler.is_compiling() or is_fake(lengths) or lengths.numel() == 0:
+            return  # (fake: torch.export rebuilding a mask input, see transformer/common/pytrees.py)
         low, high = (int(x) for x in torch.aminmax(lengths))
         if low < 0:
             row = int((lengths < 0).nonzero()[0, 0])

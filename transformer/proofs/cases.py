@@ -18,6 +18,7 @@ import torch
 
 from .report import ProofReport
 from .sizes import Assumption, candidates
+from .structures import is_structure, resized, resized_shape
 
 
 def uncovered(cases: list[Assumption], ranges: dict, assumptions: list[Assumption]) -> dict | None:
@@ -47,12 +48,9 @@ def case_inputs(bound: dict, named: dict, alias: dict, ranges: dict, examples: d
         if arg == "self":
             continue
         if isinstance(value, torch.Tensor) and arg in named:
-            shape = list(value.shape)
-            for axis, (name, broadcastable) in named[arg].items():
-                name = alias.get(name, name)
-                if name in sizes and not (broadcastable and value.shape[axis] == 1):
-                    shape[axis] = sizes[name]
-            inputs[arg] = like(value, shape)
+            inputs[arg] = like(value, resized_shape(value, named[arg], alias, sizes))
+        elif is_structure(value):
+            inputs[arg] = resized(arg, value, named, alias, sizes, like)
         else:
             inputs[arg] = value
     return inputs

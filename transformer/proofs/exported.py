@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.utils._pytree as pytree
 from jaxtyping import TypeCheckError
 from torch import nn
 
@@ -34,7 +35,8 @@ class Exported:
         try:
             return self._module(*args, **kwargs)
         except (AssertionError, RuntimeError, ValueError) as refused:
-            try:
+            try:  # (on copies of a structured input: the eager run must not extend the caller's cache)
+                args, kwargs = pytree.tree_map(lambda leaf: leaf, (args, kwargs))
                 with checks(True), torch.no_grad():
                     self.target(*args, **kwargs)
             except TypeCheckError as error:  # the contract's message (a fresh error: no eager traceback to read)

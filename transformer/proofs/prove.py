@@ -26,6 +26,7 @@ from .cases import by_cases
 from .guards import Guard, GuardRecorder
 from .report import CallReport, Counterexample, ProofReport
 from .sizes import Assumption, check_ranges, counterexample, relation_text
+from .structures import dynamic_tree, is_structure, leaf_axes, leaves, resized, resized_shape
 
 _SOURCE = re.compile(r"^L\['(?P<arg>[^']+)'\](?P<path>.*?)\.size\(\)\[(?P<axis>\d+)\]$")
 
@@ -203,11 +204,21 @@ def plan_export(target, example_args: tuple, example_kwargs: dict, sizes: dict, 
     assumptions = [Assumption(a) for a in assume]
     ranges, alias = _ranges(sizes, assumptions)
     named = axis_names(fn, bound)
+    tensors = {n: v for n, v in bound.items() if isinstance(v, torch.Tensor)}
+    for arg, value in bound.items():  # an AttentionMask, a cache: their tensors' axes by the parts' names
+        if is_structure(value):
+            for leaf, tensor in leaves(arg, value).items():
+                tensors[leaf] = tensor
+                named[leaf] = leaf_axes(leaf, tensor, axes)
     for arg, dims in (axes or {}).items():
-        if not isinstance(bound.get(arg), torch.Tensor) or len(dims) != bound[arg].dim():
-            raise ValueError(f"prove: axes[{arg!r}] = {dims!r} must name each axis of a tensor argument {arg!r}")
-        named[arg] = {i: (d, False) for i, d in enumerate(dims) if d is not None}
-    examples, _, dynamic = _dims(named, bound, ranges, alias, fn)
+        if arg not in tensors or len(dims) != tensors[arg].dim():
+            raise ValueError(
+                f"prove: axes[{arg!r}] = {dims!r} must name each axis of a tensor argument {arg!r} (or of a part "
+                f"of a structured one: {sorted(n for n in tensors if n not in bound)})"
+            )
+        if arg in bound:
+            named[arg] = {i: (d, False) for i, d in enumerate(dims) if d is not None}
+    examples, _, dynamic = _dims(named, tensors, ranges, alias, fn)
     for unknown in set(sizes) - {alias.get(n, n) for n in examples} - set(alias):
         carried = sorted({n for axes in named.values() for n, _ in axes.values()})
         raise ValueError(
@@ -217,7 +228,9 @@ def plan_export(target, example_args: tuple, example_kwargs: dict, sizes: dict, 
     keyword = {n for n in given if signature.parameters[n].kind == inspect.Parameter.KEYWORD_ONLY}
     args = tuple(bound[n] for n in given if n not in keyword)
     kwargs = {n: bound[n] for n in given if n in keyword}
-    dynamic_shapes = {n: dynamic.get(n) for n in given}
+    dynamic_shapes = {
+        n: dynamic_tree(bound[n], n, dynamic) if is_structure(bound[n]) else dynamic.get(n) for n in given
+    }
     return ExportPlan(fn, module, bound, named, alias, ranges, examples, assumptions, args, kwargs, dynamic_shapes)
 
 
@@ -313,8 +326,8 @@ def _symbol_names(recorder: GuardRecorder, named: dict, alias: dict) -> dict[str
         for symbol, sources in guard.sources.items():
             for source in sources:
                 match = _SOURCE.match(source)
-                if match and not match["path"]:
-                    axis = named.get(match["arg"], {}).get(int(match["axis"]))
+                if match:  # a tensor argument's axis, or a part's of a structured one (L['mask'].key_mask)
+                    axis = named.get(match["arg"] + match["path"], {}).get(int(match["axis"]))
                     if axis is not None:
                         names[symbol] = alias.get(axis[0], axis[0])
                         break
@@ -353,12 +366,9 @@ def rerun_eagerly(target, bound: dict, named: dict, alias: dict, sizes: dict, fn
     inputs = {}
     for arg, value in bound.items():
         if isinstance(value, torch.Tensor) and arg in named:
-            shape = list(value.shape)
-            for axis, (name, broadcastable) in named[arg].items():
-                name = alias.get(name, name)
-                if name in sizes and not (broadcastable and value.shape[axis] == 1):
-                    shape[axis] = sizes[name]
-            inputs[arg] = _like(value, shape)
+            inputs[arg] = _like(value, resized_shape(value, named[arg], alias, sizes))
+        elif is_structure(value):
+            inputs[arg] = resized(arg, value, named, alias, sizes, _like)
         else:
             inputs[arg] = value
     try:

@@ -1,0 +1,167 @@
+"""transformer.proofs.prove with structured inputs (docs/proved-shapes.md, "Structured inputs"): a key/value cache and
+an AttentionMask as example inputs whose tensors' sizes are symbolic (the cache's length `cache_len`, the mask's
+parts by their names), so a cached step is proved for every cache length, a step appending several positions to a
+cache of any length, the functional formulation's per-head values, and beam search's step (the rows kept, then the
+next token) for every batch, number of kept rows and cache length."""
+
+import pytest
+import torch
+from torch import nn
+
+import transformer as T
+from transformer import AttentionMask, Float, Int, Tensor, checked
+from transformer.cache import KVCache
+from transformer.lm.model import LMNextTokens
+from transformer.lm.positions import LMCache
+from transformer.proofs import prove
+
+VOCAB, MAX_LEN = 50, 32
+FORMULATIONS = {
+    "rotary-gqa": dict(positional_encoding="rotary", n_kv_heads=2, norm="rms"),
+    "learned": dict(positional_encoding="learned"),
+}
+
+
+def lm(name):
+    if name == "functional":  # per-head values to d_model, summed (PerHeadValueAttention), learned positions
+        config = T.LMConfig.functional(VOCAB, d_model=32, n_heads=4, n_layers=1, max_len=MAX_LEN)
+    else:
+        config = T.LMConfig(vocab=VOCAB, d_model=32, n_heads=4, n_layers=1, max_len=MAX_LEN, dropout=0.0)
+        config = T.LMConfig(**{**config.__dict__, **FORMULATIONS[name]}) if name in FORMULATIONS else config
+    return T.build_lm(config).eval()
+
+
+def prompted(model, batch, length):
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(0, VOCAB, (batch, length)), cache=cache)
+    return cache
+
+
+class Step(nn.Module):
+    """One token after a cache of any length: the step every search runs after the prompt."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @checked
+    def forward(self, token: Int[Tensor, "batch 1"], cache: LMCache) -> Float[Tensor, "batch 1 {self.model.d_model}"]:
+        return self.model(token, cache=cache)
+
+
+@pytest.mark.parametrize("name", ["rotary-gqa", "learned", "functional"])
+def test_a_cached_step_is_proved_for_every_batch_and_every_cache_length(name):
+    model = lm(name)
+    report = prove(Step(model), torch.randint(0, VOCAB, (2, 1)), prompted(model, 2, 6), sizes=CACHED)
+    assert report.proved, str(report)
+    attend = "PerHeadValueAttention.attend" if name == "functional" else "CausalSelfAttention.attend"
+    assert any(c.call.endswith(attend) for c in report.calls)
+
+
+CACHED = {"batch": (1, 16), "cache_len": (1, MAX_LEN - 1)}
+
+
+@checked
+def cached_scores(q: Float[Tensor, "batch 2 1 8"], cache: KVCache) -> Float[Tensor, "batch 2 1 4"]:
+    return q @ cache.keys.transpose(2, 3)  # the bug: the contract holds only for a cache of 4 positions
+
+
+def test_a_contract_that_holds_for_one_cache_length_is_a_counterexample_over_the_cache_s_axis():
+    cache = KVCache()
+    cache.extend(torch.randn(3, 2, 4, 8), torch.randn(3, 2, 4, 8))
+    report = prove(cached_scores, torch.randn(3, 2, 1, 8), cache, sizes={"batch": (1, 8), "cache_len": (1, 16)})
+    (found,) = report.counterexamples
+    assert (found.by, found.relation) == ("the return value axis 4", "cache_len == 4")
+    assert found.sizes == {"batch": 3, "cache_len": 1}
+    assert found.eager.startswith("TypeCheckError: cached_scores: the return value is f32[3,2,1,1], expected")
+
+
+@pytest.mark.parametrize("part", ["key_mask", "dense"])
+def test_the_language_model_with_a_structured_padding_mask_is_proved_for_every_batch_and_length(part):
+    """An AttentionMask input: key_mask (batch, k_len) by default, named (batch, seq) with `axes`, or its k_len
+    made seq by an assumption."""
+    model = lm("rotary-gqa")
+    real = torch.ones(2, 8, dtype=torch.bool)
+    real[0, :3] = False
+    tokens = torch.randint(0, VOCAB, (2, 8))
+    sizes = {"batch": (1, 16), "seq": (1, MAX_LEN)}
+    if part == "key_mask":
+        mask = AttentionMask(key_mask=real)
+        report = prove(model, tokens, mask, sizes=sizes, axes={"mask.key_mask": ("batch", "seq")})
+    else:
+        mask = AttentionMask(dense=real[:, None, :] & torch.ones(8, 8, dtype=torch.bool).tril())
+        report = prove(model, tokens, mask, sizes=sizes, assume=["q_len == seq", "k_len == seq"])
+    assert report.proved, str(report)
+
+
+class Chunk(nn.Module):
+    """Several new positions after a cache of any length, at the attention (the language model takes one position at
+    a time after its first call): each new query sees every cached key and the new ones up to itself, the
+    bottom-right causal mask (AttentionMask(window_right=0): query i at position cache_len + i)."""
+
+    def __init__(self, attention):
+        super().__init__()
+        self.attention = attention
+
+    @checked
+    def forward(self, x: Float[Tensor, "batch new 32"], cache: KVCache) -> Float[Tensor, "batch new 32"]:
+        return self.attention(x, AttentionMask(window_right=0), cache=cache)
+
+
+def attention_of(name):
+    return lm(name).layers[0].self_attn
+
+
+def filled(attention, x):
+    cache = KVCache()
+    with torch.no_grad():
+        attention(x, AttentionMask(causal=True), cache=cache)
+    return cache
+
+
+@pytest.mark.parametrize("name", ["rotary-gqa", "functional"])
+def test_a_step_appending_several_positions_to_a_cache_of_any_length_is_proved_and_equals_recomputation(name):
+    attention = attention_of(name)
+    chunk = Chunk(attention)
+    report = prove(
+        chunk, torch.randn(2, 3, 32), filled(attention, torch.randn(2, 5, 32)), sizes={**CACHED, "new": (1, 16)}
+    )
+    assert report.proved, str(report)
+    with torch.no_grad():
+        for cached, new in ((1, 1), (3, 4), (6, 1), (2, 7)):
+            x = torch.randn(2, cached + new, 32)
+            got = chunk(x[:, cached:], filled(attention, x[:, :cached]))
+            whole = attention(x, AttentionMask(causal=True))[:, cached:]
+            torch.testing.assert_close(got, whole, rtol=1e-5, atol=1e-6)
+
+
+class BeamStep(nn.Module):
+    """Beam search's step (decoding/beam.py's beam_search_steps, over LMNextTokens): keep the rows `rows` of the
+    hypotheses (rows may repeat, their number need not be the batch's), then the next token's log-probabilities over
+    the cache. The tokens before the last are not read with a cache: zeros of the cache's length stand for them."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @checked
+    def forward(
+        self, rows: Int[Tensor, " kept"], token: Int[Tensor, "kept 1"], cache: LMCache
+    ) -> Float[Tensor, "kept {self.model.config.vocab}"]:
+        steps = LMNextTokens(self.model)
+        steps.cache = cache
+        steps.reorder(rows)
+        history = torch.zeros(token.size(0), cache.length, dtype=token.dtype, device=token.device)
+        return steps(torch.cat([history, token], dim=1))
+
+
+@pytest.mark.parametrize("name", ["rotary-gqa", "functional"])
+def test_beam_search_s_step_is_proved_for_every_batch_kept_rows_and_cache_length(name):
+    model = lm(name)
+    # (rows 0: the eager runs at other sizes make rows of the example's values, which must index every batch)
+    rows = torch.tensor([0, 0, 0])
+    sizes = {**CACHED, "kept": (1, 16)}
+    report = prove(BeamStep(model), rows, torch.randint(0, VOCAB, (3, 1)), prompted(model, 2, 6), sizes=sizes)
+    assert report.proved, str(report)
+    assert any(c.call.endswith("Generator.decision_log_probs") for c in report.calls)
