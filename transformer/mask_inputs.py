@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from .common.dtypes import shape_text
 
@@ -25,8 +26,8 @@ def check_documents(documents: object) -> None:
             "AttentionMask: documents must be an integer tensor of shape (batch, k_len) (each position's document "
             f"id), got {shape_text(documents) if isinstance(documents, Tensor) else type(documents).__name__}"
         )
-    if documents.device.type != "cpu" or documents.size(1) < 2 or torch.compiler.is_compiling():
-        return
+    if documents.device.type != "cpu" or torch.compiler.is_compiling() or is_fake(documents) or documents.size(1) < 2:
+        return  # (fake, or compiling: torch.export rebuilding a mask input; no branch on a symbolic size first)
     drops = documents[:, 1:] < documents[:, :-1]
     if bool(drops.any()):
         row, pos = (int(x) for x in drops.nonzero()[0])
