@@ -16,6 +16,8 @@ tokens ``ys`` (batch, t), and ``steps.reorder(index)`` keeps the batch rows ``in
 * :mod:`~transformer.decoding.beam`: :func:`beam_search_steps`, :func:`beam_search`.
 * :mod:`~transformer.decoding.stop_strings`: :class:`StopStrings` (a row ends once its text holds a string, as
   transformers' ``stop_strings``) and :func:`token_bytes`, each token's bytes.
+* :mod:`~transformer.decoding.streaming`: :class:`TextStreamer`, the text of a generation given out as it comes, at
+  valid UTF-8 boundaries (transformers' ``TextStreamer``).
 
 Every search grows ``ys`` one token per step from ``start_symbol``. The result has exactly ``max_len``
 columns (start symbol included, as in the Annotated Transformer): with an ``end_symbol``, positions after a
@@ -59,8 +61,10 @@ from .requests import (
 from .sampling import TOP_P_SLACK, sample_decode, sampler, sampling_probabilities, seeded_generator
 from .steps import STEP_CHECKS, CheckedSteps, StepFunction, validate_step_checks
 from .stop_strings import StopStrings, token_bytes
+from .streaming import TextStreamer
 
 __all__ = [
+    "TextStreamer",
     "StopStrings",
     "token_bytes",
     "StepFunction",
