@@ -45,8 +45,8 @@ def _generate(checkpoint, *flags: str) -> str:
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Every call of ``generate`` and ``beam_generate`` by the command: its arguments, the attention backend and
-    thread count in force; the real function then runs."""
+    """Every call of ``generate`` and ``beam_generate`` by the command: its arguments (a streamer by its class),
+    the attention backend and thread count in force; the real function then runs."""
     from transformer.attention import current_backend
 
     seen = []
@@ -63,7 +63,7 @@ def calls(monkeypatch):
                     threads=torch.get_num_threads(),
                     device=next(model.parameters()).device.type,
                     training=model.training,
-                    **kwargs,
+                    **{k: type(v).__name__ if k == "streamer" else v for k, v in kwargs.items()},
                 )
             )
             return _real(model, prompt, new, **kwargs)
@@ -98,6 +98,7 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
         end_symbol=tok.eos_id,
         end_symbols=[],
         stop_strings=["ab", "("],
+        streamer="TextStreamer",  # the default: printed as the tokens come
     )
     given = [call.pop("tokenizer") for call in calls]  # the checkpoint's tokenizer, which the stop strings read
     assert [t.to_json() for t in given] == [tok.to_json()] * 2
@@ -125,8 +126,12 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
             end_symbols=[],
             stop_strings=[],
             tokenizer=None,
+            streamer="TextStreamer",
         )
     ]
+    calls.clear()
+    _generate(checkpoint, "--no-stream", "def")
+    assert "streamer" not in calls[0]
     calls.clear()
     _generate(checkpoint, "--beam-size", "3", "--max-new-tokens", "4", "def")
     assert calls == [
