@@ -112,3 +112,19 @@ def test_each_prompt_has_its_own_seed_alone_or_among_others(folder, capsys):
     assert "--seed was given 2 times for 3 prompts" in capsys.readouterr().err
     torch.manual_seed(0)  # the global generator is not what seeds a continuation
     assert _run(*flags, "--seed", "11", "the cat").rstrip("\n") == both[0]
+
+
+def test_beam_size_is_transformers_beam_search(folder, capsys):
+    path, theirs = folder
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    prompt = "the cat sat"
+    ids = hf_tok(prompt, return_tensors="pt")
+    flags = ["--model", str(path), "--max-new-tokens", "12", "--beam-size", "3", "--length-penalty", "0.5"]
+    for stopping in ("true", "never"):
+        new = theirs.generate(**ids, max_new_tokens=12, num_beams=3, do_sample=False, length_penalty=0.5,
+                              early_stopping=stopping == "true" or stopping, eos_token_id=[EOS, EOT],
+                              pad_token_id=PAD)[0, ids["input_ids"].size(1) :].tolist()  # fmt: skip
+        new = new[: min([new.index(e) for e in (EOS, EOT) if e in new], default=len(new))]
+        assert _run(*flags, "--early-stopping", stopping, prompt) == prompt + hf_tok.decode(new) + "\n"
+    assert main(["generate", "--model", str(path), "--length-penalty", "2", prompt]) == 2
+    assert "--length-penalty is a beam search option: add --beam-size K" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from ..checkpoint import Checkpoint, load_checkpoint, read_config
 from ..data.tokenizers import TokenizerMismatchError
 from ..decoding import StopStrings, TextStreamer, token_bytes
 from ..distributed import consolidate_checkpoint
-from ..lm.generation import beam_generate, generate
+from ..lm.generation import generate
 from ..lm.model import TransformerLM
 from ..lm.pretrained import PretrainedTokenizer
 from ..lm.pretrained.chat_template import ChatTemplateError
@@ -129,7 +129,16 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
             streamer = TextStreamer(_Decoder(tokenizer), skip_prompt=True, end_ids=ends, on_text=_write)
         try:
             if args.beam_size > 1:
-                out, _ = beam_generate(model, prompt, args.max_new_tokens, beam_size=args.beam_size, end_symbol=end)
+                out = generate(
+                    model,
+                    prompt,
+                    args.max_new_tokens,
+                    num_beams=args.beam_size,
+                    length_penalty=1.0 if args.length_penalty is None else args.length_penalty,
+                    early_stopping={"true": True, "never": "never"}.get(args.early_stopping, False),
+                    end_symbol=end,
+                    end_symbols=ends[1:],
+                )
             else:
                 out = generate(
                     model,
@@ -178,6 +187,10 @@ def _check_generate_flags(args: argparse.Namespace) -> list[int]:
         raise UsageError("--sample and --beam-size > 1 exclude each other")
     if args.stop and args.beam_size > 1:
         raise UsageError("--stop ends greedy and --sample continuations; beam search (--beam-size > 1) takes none")
+    beam = [flag for flag, value in (("--length-penalty", args.length_penalty), ("--early-stopping",
+            args.early_stopping)) if value is not None]  # fmt: skip
+    if beam and args.beam_size == 1:
+        raise UsageError(f"{beam[0]} is a beam search option: add --beam-size K (K > 1)")
     if args.system is not None and not args.chat:
         raise UsageError("--system is the system message of --chat: add --chat")
     seeds = args.seed or [0]

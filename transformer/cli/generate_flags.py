@@ -42,7 +42,24 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         help="--sample: random seed (default 0); once for every prompt, or once per prompt in their order: a prompt "
         "and its seed give the same text alone or among other prompts",
     )
-    p.add_argument("--beam-size", type=positive_int, default=1, help="beam search with K beams (greedy: 1)")
+    p.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=1,
+        help="beam search with K beams, as transformers' generate(num_beams=K) (greedy: 1)",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="--beam-size: transformers' length_penalty, score = sum log p / length ** P (default 1.0)",
+    )
+    p.add_argument(
+        "--early-stopping",
+        choices=("false", "true", "never"),
+        default=None,
+        help="--beam-size: transformers' early_stopping (default false)",
+    )
     p.add_argument(
         "--stop",
         action="append",
