@@ -1,6 +1,6 @@
 """The flags of ``generate`` and the dropout of ``train lm`` reach the call and the modules they document
 (``--help``, docs/lm.md, docs/data.md), checked by value: every ``generate`` flag (and every default) as the argument
-``generate``/``beam_generate`` receives, ``--sample`` without ``--seed`` as seed 0, an empty prompt as the document
+``generate`` receives, ``--sample`` without ``--seed`` as seed 0, an empty prompt as the document
 start the model was trained with, and ``train lm --dropout P`` as every dropout of the model, attention included.
 (tests/test_cli_flags_reach.py checks the other ``train lm`` flags; it is near its size limit.)"""
 
@@ -45,12 +45,12 @@ def _generate(checkpoint, *flags: str) -> str:
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Every call of ``generate`` and ``beam_generate`` by the command: its arguments, the attention backend and
-    thread count in force; the real function then runs."""
+    """Every call of ``generate`` by the command (beam search included): its arguments (a streamer by its class),
+    the attention backend and thread count in force; the real function then runs."""
     from transformer.attention import current_backend
 
     seen = []
-    for name in ("generate", "beam_generate"):
+    for name in ("generate",):
         real = getattr(commands, name)
 
         def record(model, prompt, new, *, _real=real, _name=name, **kwargs):
@@ -63,7 +63,7 @@ def calls(monkeypatch):
                     threads=torch.get_num_threads(),
                     device=next(model.parameters()).device.type,
                     training=model.training,
-                    **kwargs,
+                    **{k: type(v).__name__ if k == "streamer" else v for k, v in kwargs.items()},
                 )
             )
             return _real(model, prompt, new, **kwargs)
@@ -98,6 +98,7 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
         end_symbol=tok.eos_id,
         end_symbols=[],
         stop_strings=["ab", "("],
+        streamer="TextStreamer",  # the default: printed as the tokens come
     )
     given = [call.pop("tokenizer") for call in calls]  # the checkpoint's tokenizer, which the stop strings read
     assert [t.to_json() for t in given] == [tok.to_json()] * 2
@@ -125,23 +126,36 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
             end_symbols=[],
             stop_strings=[],
             tokenizer=None,
+            streamer="TextStreamer",
         )
     ]
     calls.clear()
+    _generate(checkpoint, "--no-stream", "def")
+    assert "streamer" not in calls[0]
+    calls.clear()
     _generate(checkpoint, "--beam-size", "3", "--max-new-tokens", "4", "def")
-    assert calls == [
-        dict(
-            function="beam_generate",
-            prompt=[tok.encode("def")],
-            max_new_tokens=4,
-            backend=None,
-            threads=1,
-            device="cpu",
-            training=False,
-            beam_size=3,
-            end_symbol=tok.eos_id,
-        )
-    ]
+    beam = dict(
+        function="generate",
+        prompt=[tok.encode("def")],
+        max_new_tokens=4,
+        backend=None,
+        threads=1,
+        device="cpu",
+        training=False,
+        num_beams=3,
+        length_penalty=1.0,  # transformers' defaults
+        early_stopping=False,
+        end_symbol=tok.eos_id,
+        end_symbols=[],
+    )
+    assert calls == [beam]
+    calls.clear()
+    _generate(checkpoint, "--beam-size", "3", "--max-new-tokens", "4", "--length-penalty", "-0.5",
+              "--early-stopping", "never", "def")  # fmt: skip
+    assert calls == [dict(beam, length_penalty=-0.5, early_stopping="never")]
+    calls.clear()
+    _generate(checkpoint, "--beam-size", "2", "--early-stopping", "true", "def")
+    assert calls[0]["early_stopping"] is True
 
 
 def test_sample_without_a_seed_is_seed_0(checkpoint, calls):

@@ -1,5 +1,5 @@
 """The command line's vocabulary: one set of argparse types (every number a flag takes is parsed here) and the groups
-of flags each command takes, with their defaults and help."""
+of flags each command takes, with their defaults and help (``generate``'s: :mod:`transformer.cli.generate_flags`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ __all__ = [
     "add_training_flags",
     "add_lm_flags",
     "add_translate_flags",
-    "add_generate_flags",
 ]
 
 
@@ -337,44 +336,4 @@ def add_translate_flags(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=500,
         help="held-out lines decoded for BLEU, chrF and exact match (default: %(default)s)",
-    )
-
-
-def add_generate_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of ``generate`` (besides the runtime flags)."""
-    model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument("--checkpoint", help="checkpoint directory written by `train lm`")
-    model.add_argument(
-        "--model",
-        metavar="DIR",
-        help="a Hugging Face checkpoint folder (config.json, model.safetensors, tokenizer.json; "
-        "generation_config.json's eos_token_id ends a continuation), e.g. a snapshot in ~/.cache/huggingface/hub",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=DTYPE_ARGUMENT_NAMES,
-        default=None,
-        help="--model: the dtype the weights are loaded in, as transformers names it; auto: the folder's "
-        "(config.json's dtype) (default: auto); float16 and bfloat16 choose tokens in float32 (docs/lm.md)",
-    )
-    p.add_argument("--max-new-tokens", type=positive_int, default=100, help="tokens to add (default 100)")
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=positive_float, default=None, help="--sample: softmax temperature (1.0)")
-    p.add_argument("--top-k", type=positive_int, default=None, help="--sample: keep the k most probable tokens")
-    p.add_argument("--top-p", type=positive_float, default=None, help="--sample: nucleus mass in (0, 1]")
-    p.add_argument("--seed", type=int, default=None, help="--sample: random seed (default 0): same seed, same text")
-    p.add_argument("--beam-size", type=positive_int, default=1, help="beam search with K beams (greedy: 1)")
-    p.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help="end a continuation at the token whose text completes TEXT, as transformers' stop_strings: inside a "
-        "token or across tokens, a leading space or none (the token is kept; repeatable)",
-    )
-    p.add_argument(
-        "prompt",
-        nargs="+",
-        help='prompt text ("" starts a new document after the end token; refused for a model trained by '
-        "`train lm --pack`, which never learned what starts a document)",
     )

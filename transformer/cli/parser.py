@@ -14,7 +14,6 @@ import torch
 from ..tasks import TASKS
 from .arguments import (
     CommandParser,
-    add_generate_flags,
     add_lm_flags,
     add_runtime_flags,
     add_training_flags,
@@ -22,6 +21,7 @@ from .arguments import (
     positive_int,
 )
 from .errors import EXIT_STATUSES
+from .generate_flags import add_generate_flags
 from .prove import add_prove_parser
 
 __all__ = ["PROG", "FILE_TASKS", "build_parser", "add_generate_parser", "parse"]

@@ -14,8 +14,12 @@ tokens ``ys`` (batch, t), and ``steps.reorder(index)`` keeps the batch rows ``in
 * :mod:`~transformer.decoding.sampling`: :func:`sampler` (temperature, top-k, top-p), the distribution it draws
   from (:func:`sampling_probabilities`), :func:`seeded_generator`, :func:`sample_decode`.
 * :mod:`~transformer.decoding.beam`: :func:`beam_search_steps`, :func:`beam_search`.
+* :mod:`~transformer.decoding.beam_transformers`: :func:`transformers_beam_search`, transformers' beam search
+  (its length penalty and ``early_stopping``), decision for decision.
 * :mod:`~transformer.decoding.stop_strings`: :class:`StopStrings` (a row ends once its text holds a string, as
   transformers' ``stop_strings``) and :func:`token_bytes`, each token's bytes.
+* :mod:`~transformer.decoding.streaming`: :class:`TextStreamer`, the text of a generation given out as it comes, at
+  valid UTF-8 boundaries (transformers' ``TextStreamer``).
 
 Every search grows ``ys`` one token per step from ``start_symbol``. The result has exactly ``max_len``
 columns (start symbol included, as in the Annotated Transformer): with an ``end_symbol``, positions after a
@@ -34,6 +38,7 @@ bookkeeping) run at every step whatever it says.
 
 from ..cache import DecoderCache
 from .beam import BeamResult, beam_search, beam_search_steps, length_penalty_factor
+from .beam_transformers import EARLY_STOPPING, transformers_beam_search
 from .greedy import (
     append_token,
     encode_and_search,
@@ -55,12 +60,18 @@ from .requests import (
     validate_sampling,
     validate_search,
     validate_token_id,
+    validate_transformers_beam,
 )
 from .sampling import TOP_P_SLACK, sample_decode, sampler, sampling_probabilities, seeded_generator
 from .steps import STEP_CHECKS, CheckedSteps, StepFunction, validate_step_checks
 from .stop_strings import StopStrings, token_bytes
+from .streaming import TextStreamer
 
 __all__ = [
+    "TextStreamer",
+    "transformers_beam_search",
+    "EARLY_STOPPING",
+    "validate_transformers_beam",
     "StopStrings",
     "token_bytes",
     "StepFunction",

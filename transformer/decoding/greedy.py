@@ -76,12 +76,15 @@ def search(
     pick: Callable[[Tensor], Tensor],
     also_end: tuple[int, ...] = (),
     stopped: Callable[[Tensor], Tensor] | None = None,
+    on_token: Callable[[Tensor, Tensor], None] | None = None,
 ) -> Tensor:
     """Grow ``ys`` (batch, t) to ``max_len`` columns, appending ``pick(log_probs)`` each step.
 
     After a row emits ``end_symbol`` (or a token of ``also_end``, used only with an ``end_symbol``), or once
     ``stopped(ys)`` (batch,) bool says it has ended with the token just appended (stop strings), its later
     positions hold ``pad_symbol``; once every row has ended the rest is padding and no step runs.
+    ``on_token(tokens, live)`` sees each step's tokens (batch,) and which rows had not ended before them (a
+    streamer: :mod:`transformer.decoding.streaming`).
     """
     batch = ys.size(0)
     finished = torch.zeros(batch, dtype=torch.bool, device=ys.device)
@@ -94,6 +97,8 @@ def search(
         ys = append_token(ys, pick(steps(ys)))
         if ends:
             ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])
+        if on_token is not None:
+            on_token(ys[:, -1], ~finished)
         if end_symbol is not None:
             finished |= ys[:, -1] == end_symbol
             for token in also_end:

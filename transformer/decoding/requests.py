@@ -29,6 +29,7 @@ __all__ = [
     "default_pad_symbol",
     "validate_sampling",
     "validate_beam",
+    "validate_transformers_beam",
 ]
 
 
@@ -183,3 +184,19 @@ def validate_beam(who: str, beam_size: object, length_penalty: object) -> None:
         raise ValueError(f"{who}: beam_size must be a positive int, got {beam_size!r}")
     if not (is_real(length_penalty) and math.isfinite(length_penalty) and length_penalty >= 0):
         raise ValueError(f"{who}: length_penalty must be a finite number >= 0, got {length_penalty!r}")
+
+
+def validate_transformers_beam(who: str, num_beams: object, length_penalty: object, early_stopping: object) -> int:
+    """transformers' beam options (``num_beams``, ``length_penalty``, ``early_stopping``): the number of beams, after
+    a ValueError naming a wrong value, or a beam option given without beams (``num_beams=1``)."""
+    if not is_integral(num_beams, at_least=1):
+        raise ValueError(f"{who}: num_beams must be a positive int, got {num_beams!r}")
+    if not (is_real(length_penalty) and math.isfinite(length_penalty)):
+        raise ValueError(f"{who}: length_penalty must be a finite number, got {length_penalty!r}")
+    if not any(early_stopping is value for value in (True, False)) and early_stopping != "never":
+        raise ValueError(
+            f"{who}: early_stopping must be True, False or 'never' (transformers'), got {early_stopping!r}"
+        )
+    if num_beams == 1 and (length_penalty != 1.0 or early_stopping is not False):
+        raise ValueError(f"{who}: length_penalty and early_stopping only apply to beam search; pass num_beams > 1")
+    return int(num_beams)

@@ -30,10 +30,12 @@ from ..decoding import (
     search,
     seeded_generator,
     token_bytes,
+    transformers_beam_search,
     validate_beam,
     validate_end_symbols,
     validate_generation,
     validate_sampling,
+    validate_transformers_beam,
 )
 
 __all__ = ["generate", "beam_generate"]
@@ -136,6 +138,10 @@ def generate(
     attention_mask: Tensor | None = None,
     stop_strings: Sequence[str] = (),
     tokenizer: object = None,
+    streamer: object = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
 ) -> Int[Tensor, "batch {max_new_tokens}+steps"]:
     """Continue ``prompt`` (batch, steps) by ``max_new_tokens`` tokens: greedy (``sample=False``), or drawn from
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
@@ -158,12 +164,38 @@ def generate(
     transformers fast tokenizer) end a row as transformers' ``generate(stop_strings=..., tokenizer=...)`` does: at
     the first token whose text completes one of them (inside a token, across tokens, from the prompt on; see
     :mod:`transformer.decoding.stop_strings`). The row keeps that token; its later positions hold ``pad_symbol``.
+
+    ``streamer`` (:class:`transformer.decoding.TextStreamer`, or any object with ``put(ids)`` and ``end()``, as
+    transformers' ``generate(streamer=...)``) follows a batch of one row: ``put`` gets the prompt's real tokens,
+    then each token as it is generated up to the one that ends the row, then ``end()``.
+
+    ``num_beams=K`` > 1 is transformers' beam search (``generate(num_beams=K, do_sample=False, length_penalty=...,
+    early_stopping=...)``, same defaults: 1.0 and False; :mod:`transformer.decoding.beam_transformers`), each row of
+    the batch searched on its own, the end tokens those of ``end_symbol`` and ``end_symbols``: the best finished
+    hypothesis, padded after it like the other rows. It takes no sampling, stop strings, stop sequences or streamer.
     """
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     stopped = _stop_strings("generate", stop_strings, tokenizer)
     prompt_mask = prompt_mask_from("generate", prompt, prompt_mask, attention_mask)
     validate_sampling("generate", temperature, top_k, top_p)
     also_end = validate_end_symbols("generate", end_symbols, end_symbol, model.config.vocab)
+    beams = validate_transformers_beam("generate", num_beams, length_penalty, early_stopping)
+    if beams > 1:
+        given = [name for name, value in (("sample=True", sample), ("stop_strings", stopped), ("stop_sequences",
+                 request.stops), ("streamer", streamer)) if value]  # fmt: skip
+        if given:
+            raise ValueError(f"generate: num_beams={beams} (beam search) takes no {', '.join(given)}")
+        ends = ([] if end_symbol is None else [end_symbol]) + list(also_end)
+        out = torch.full((prompt.size(0), request.max_len), request.pad, dtype=prompt.dtype, device=prompt.device)
+        with torch.no_grad():
+            for row in range(prompt.size(0)):
+                mask = None if prompt_mask is None else prompt_mask[row : row + 1]
+                steps = CheckedSteps(_next_tokens(model, use_cache, mask, "generate", None), checks, "generate")
+                tokens = transformers_beam_search(
+                    steps, prompt[row : row + 1], request.max_len, ends, beams, length_penalty, early_stopping
+                )
+                out[row, : len(tokens)] = torch.tensor(tokens, dtype=prompt.dtype)
+        return out
     steps = CheckedSteps(
         _next_tokens(model, use_cache, prompt_mask, "generate", prompt.size(1) + max_new_tokens), checks, "generate"
     )
@@ -185,10 +217,34 @@ def generate(
                 "out for greedy decoding)"
             )
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
+    on_token = _streaming("generate", streamer, prompt, prompt_mask)
     with torch.no_grad():
         if request.stops:
             steps = StopSequences(steps, request.stops, request.end, prompt.size(1))
-        return search(steps, prompt, request.max_len, request.end, request.pad, pick, also_end, stopped)
+        out = search(steps, prompt, request.max_len, request.end, request.pad, pick, also_end, stopped, on_token)
+    if streamer is not None:
+        streamer.end()
+    return out
+
+
+def _streaming(who: str, streamer: object, prompt: Tensor, prompt_mask: Tensor | None):
+    """The search's ``on_token`` for ``streamer`` (None without one), after giving it the prompt's real tokens; a
+    ValueError for a batch of several rows, a TypeError for an object without ``put`` and ``end``."""
+    if streamer is None:
+        return None
+    if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"{who}: streamer must have put(ids) and end() (a TextStreamer), got {type(streamer).__name__}")
+    if prompt.size(0) != 1:
+        raise ValueError(
+            f"{who}: a streamer follows one row (batch size 1, as transformers'), got a prompt of {prompt.size(0)} rows"
+        )
+    streamer.put(prompt[0] if prompt_mask is None else prompt[0][prompt_mask[0]])
+
+    def on_token(tokens: Tensor, live: Tensor) -> None:
+        if bool(live[0]):
+            streamer.put(tokens[:1])
+
+    return on_token
 
 
 def _stop_strings(who: str, stop_strings: object, tokenizer: object) -> StopStrings | None:
