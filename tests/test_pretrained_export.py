@@ -89,7 +89,8 @@ def fine_tune(tmp_path_factory, corpus):
     original = transformers.AutoTokenizer.from_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
     out = root / "run"
-    assert main(["train", "lm", "--init", str(folder), "--text", corpus, "--steps", "3", "--out", str(out), *TRAIN]) == 0
+    argv = ["train", "lm", "--init", str(folder), "--text", corpus, "--steps", "3", "--out", str(out), *TRAIN]
+    assert main(argv) == 0
     weights = {k: v.clone() for k, v in transformers.AutoModelForCausalLM.from_pretrained(folder).state_dict().items()}
     shutil.rmtree(folder)
     return out, original, config, weights
@@ -178,9 +179,25 @@ def test_a_model_trained_from_scratch_with_a_llama_config_exports_with_our_token
 
     tok = train_tokenizer(LINES * 20, "bpe", vocab_size=300, min_frequency=2)
     config = LMConfig(
-        vocab=tok.vocab_size, n_layers=2, d_model=32, d_ff=64, n_heads=4, n_kv_heads=2, max_len=64, dropout=0.1,
-        attention_dropout=0.1, norm="rms", positional_encoding="rotary", embedding_scale=1.0, activation="silu",
-        ffn_gated=True, ffn_hidden_dropout=False, qkv_bias=False, out_bias=False, ffn_bias=False, lm_head_bias=False,
+        vocab=tok.vocab_size,
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        n_kv_heads=2,
+        max_len=64,
+        dropout=0.1,
+        attention_dropout=0.1,
+        norm="rms",
+        positional_encoding="rotary",
+        embedding_scale=1.0,
+        activation="silu",
+        ffn_gated=True,
+        ffn_hidden_dropout=False,
+        qkv_bias=False,
+        out_bias=False,
+        ffn_bias=False,
+        lm_head_bias=False,
         pad_id=0,
     )  # fmt: skip (dropout 0.1: a training field Llama has no place for, zeroed on export)
     torch.manual_seed(0)
