@@ -99,7 +99,7 @@ def save_pretrained(model: TransformerLM, path: str | Path, *, architecture: str
     _remove_previous_shards(folder)
     write_json(folder / CONFIG_FILE, config_json)
     generation = origin.generation_config if origin is not None and carried else None
-    if generation is None and any(k in config_json for k in _CARRIED):
+    if generation is None and any(k in config_json for k in _CARRIED[:2]):  # a start or an end id to generate with
         generation = {k: config_json[k] for k in _CARRIED if k in config_json}
     if generation is not None:
         write_json(folder / GENERATION_CONFIG_FILE, generation)
