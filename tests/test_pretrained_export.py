@@ -233,3 +233,30 @@ def test_a_train_lm_model_of_our_own_formulation_is_refused_naming_the_closest_a
     assert "no Hugging Face architecture" in err and "the closest, GPT2LMHeadModel" in err
     assert "positional_encoding='sinusoidal'" in err and err.count("\n") == 1
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_fine_tune_saved_before_the_origin_was_recorded_exports_from_its_folder_while_it_is_there(corpus, tmp_path):
+    """A checkpoint without ``pretrained_origin.json`` (as saved before 2026-12-02) takes the architecture, token ids
+    and tokenizer files from the folder its metadata names; once that folder is gone, the export says so. The folder's
+    tokenizer is saved here by transformers itself, which writes the chat template as ``chat_template.jinja``."""
+    folder = write_folder(tmp_path / "pretrained")
+    transformers.AutoTokenizer.from_pretrained(folder).save_pretrained(folder)
+    assert (folder / "chat_template.jinja").read_text() == CHAT
+    run = tmp_path / "run"
+    assert (
+        main(["train", "lm", "--init", str(folder), "--text", corpus, "--steps", "1", "--out", str(run), *TRAIN]) == 0
+    )
+    ckpt = load_checkpoint(run)
+    assets = {name: open(ckpt.asset(name), "rb").read() for name in ckpt.assets if name != ORIGIN_ASSET}
+    save_checkpoint(tmp_path / "old", ckpt.model, metadata=ckpt.metadata, assets=assets)
+    assert ORIGIN_ASSET not in load_checkpoint(tmp_path / "old").assets
+    hf_dir = export_pretrained(tmp_path / "old", tmp_path / "hf")
+    assert (hf_dir / "chat_template.jinja").read_text() == CHAT
+    assert transformers.AutoTokenizer.from_pretrained(hf_dir).chat_template == CHAT
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(hf_dir)
+    assert type(theirs).__name__ == "MistralForCausalLM"
+    _assert_same_function(ckpt.model, theirs, tokenizer_from_checkpoint(ckpt).encode(TEXT))
+    shutil.rmtree(folder)
+    with pytest.raises(ExportError, match=f"continues the pretrained folder {folder} .train lm --init., which is gone"):
+        export_pretrained(tmp_path / "old", tmp_path / "hf2")
+    assert not (tmp_path / "hf2").exists()
