@@ -172,6 +172,19 @@ def test_the_cli_refusals_are_one_line_with_exit_status_2(fine_tune, tmp_path, c
     assert "holds a model of kind 'encoder_decoder'" in err and "export writes a language model" in err
     assert not (tmp_path / "a").exists()
     assert main(["export", "--checkpoint", str(tmp_path / "none"), "--to", str(tmp_path / "b")]) == 2
+    assert "typed-transformer export: error: " in capsys.readouterr().err
+    from transformer.distributed.sharded_checkpoint import SHARDED_FORMAT
+
+    (tmp_path / "sharded").mkdir()
+    (tmp_path / "sharded" / "meta.json").write_text(json.dumps({"format": SHARDED_FORMAT}))
+    assert main(["export", "--checkpoint", str(tmp_path / "sharded"), "--to", str(tmp_path / "c")]) == 2
+    assert "is sharded (train --strategy fsdp): gather it first with `typed-transformer consolidate" in (
+        capsys.readouterr().err
+    )
+    (tmp_path / "link").symlink_to(out)
+    with pytest.raises(ExportError, match="is the checkpoint .* or holds it"):
+        export_pretrained(out, tmp_path / "link", overwrite=True)  # a link to the checkpoint is the checkpoint
+    assert load_checkpoint(out).assets  # still there
 
 
 def test_a_model_trained_from_scratch_with_a_llama_config_exports_with_our_tokenizer(tmp_path):

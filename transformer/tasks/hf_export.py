@@ -163,7 +163,8 @@ def _check_destination(out: str, checkpoint: str, overwrite: bool) -> None:
     """Refuse a destination that is a file, holds anything (unless ``overwrite``), or is or holds the checkpoint."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise ExportError(f"--to {out}: exists and is not a directory")
-    if os.path.commonpath([out, checkpoint]) == out:
+    real_out = os.path.realpath(out)
+    if os.path.commonpath([real_out, os.path.realpath(checkpoint)]) == real_out:
         raise ExportError(f"--to {out}: is the checkpoint {checkpoint} or holds it: export into another folder")
     if os.path.isdir(out) and os.listdir(out) and not overwrite:
         raise ExportError(
