@@ -149,4 +149,5 @@ def test_console_entry_points_report_errors_without_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "transformer.cli", "--help"], capture_output=True, text=True, timeout=120
     )
-    assert result.returncode == 0 and "{train,decode,generate,consolidate,prove}" in result.stdout  # every sub-command
+    every = "{train,decode,generate,consolidate,export,prove}"
+    assert result.returncode == 0 and every in result.stdout  # every sub-command

@@ -13,6 +13,7 @@ from cli_helpers import (
 )
 
 from transformer.cli import main
+from transformer.data.tokenizers import tokenizer_from_texts
 from transformer.tasks import CopyTask, DatesTask
 from transformer.training import NoamSchedule, Trainer, noam_factor
 
@@ -149,9 +150,8 @@ def test_the_file_tasks_defaults_are_the_documented_ones(tmp_path, capture, monk
     with pytest.raises(_Captured):
         main(["train", "lm", "--text", "text.txt"])
     trainer, d = seen["trainer"], LM_DEFAULTS
-    tokenizer = trainer.model.checkpoint_assets and __import__("transformer").data.TextTokenizer.from_json(
-        trainer.model.checkpoint_assets["tokenizer.json"]
-    )
+    assets = trainer.model.checkpoint_assets
+    tokenizer = assets and tokenizer_from_texts(assets["tokenizer.json"], assets["tokenizer_extra.json"])
     assert tokenizer.kind == "bpe" and tokenizer.vocab_size <= d["vocab_size"]
     assert trainer.model.config == lm_config(
         tokenizer,
@@ -183,9 +183,8 @@ def test_the_file_tasks_defaults_are_the_documented_ones(tmp_path, capture, monk
     with pytest.raises(_Captured):
         main(["train", "translate", "--train", "pairs.tsv", "--valid", "pairs.tsv"])
     trainer, d = seen["trainer"], TRANSLATE_DEFAULTS
-    tokenizer = __import__("transformer").data.TextTokenizer.from_json(
-        trainer.model.checkpoint_assets["tokenizer.json"]
-    )
+    assets = trainer.model.checkpoint_assets
+    tokenizer = tokenizer_from_texts(assets["tokenizer.json"], assets["tokenizer_extra.json"])
     assert trainer.model.config == translation_config(
         tokenizer,
         max_len=d["max_len"],

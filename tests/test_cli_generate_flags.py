@@ -283,6 +283,7 @@ def test_the_other_train_lm_flags_reach_their_objects(tmp_path, monkeypatch):
 
 
 def tokenizer_from_trainer(trainer):
-    from transformer.data.tokenizers import TextTokenizer
+    from transformer.data.tokenizers import tokenizer_from_texts
 
-    return TextTokenizer.from_json(trainer.model.checkpoint_assets["tokenizer.json"])
+    assets = trainer.model.checkpoint_assets
+    return tokenizer_from_texts(assets["tokenizer.json"], assets["tokenizer_extra.json"])

@@ -83,7 +83,8 @@ def load_checkpoint(
     load_trainer_state: bool = True,
     allow_nonfinite: bool = False,
 ) -> Checkpoint:
-    """Load checkpoint ``path`` into ``model`` (or into a new model built from the stored config).
+    """Load checkpoint ``path`` into ``model`` (or into a new model built from the stored config, returned in eval
+    mode as transformers' ``from_pretrained`` returns one; a ``model`` given keeps its mode).
 
     Raises :class:`ConfigMismatchError` naming every mismatched field when ``model.config``'s architecture
     differs from the stored one (run-time fields such as ``attention_backend`` may differ), and
@@ -111,7 +112,8 @@ def load_checkpoint(
         )
     verify_files(path, meta["sha256"])
     kind, config = read_config(path, with_kind=True)
-    if model is None:
+    built = model is None
+    if built:
         model = import_reference(MODEL_KINDS[kind][1])(config)
     else:
         check_model_matches(model, kind, config, path, "load_checkpoint")
@@ -120,6 +122,8 @@ def load_checkpoint(
     except (SafetensorError, RuntimeError, OSError) as error:
         raise CheckpointError(f"checkpoint {path}: cannot load {MODEL_FILE}: {error}") from error
     model.to(map_location)
+    if built:
+        model.eval()
     bad = nonfinite_tensors(model.state_dict().items())
     if bad:
         message = (

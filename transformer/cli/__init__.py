@@ -9,6 +9,7 @@
     typed-transformer train lm --init HF_FOLDER --text FILE...                              (see docs/data.md)
     torchrun --nproc_per_node=N -m transformer train TASK [--strategy ddp|fsdp] ...   (see docs/distributed.md)
     typed-transformer consolidate SHARDED_DIR OUT_DIR
+    typed-transformer export --checkpoint DIR --to HF_DIR   (a train lm checkpoint as a Hugging Face folder)
     typed-transformer prove PACKAGE.MODULE:FACTORY [--sizes batch=1..64,seq=1..512]   (see docs/proved-shapes.md)
 
 ``train`` shows a progress bar (loss, tokens/s, learning rate), evaluates periodically, saves an
@@ -35,6 +36,7 @@ One concept per module; ``main`` is here, everything else is imported from here:
 * :mod:`~transformer.cli.train`: ``train TASK``, and the synthetic tasks (``copy``, ``dates``).
 * :mod:`~transformer.cli.train_files`: ``train lm``, ``train translate`` (your own files).
 * :mod:`~transformer.cli.checkpoint_commands`: ``decode``, ``generate``, ``consolidate``.
+* :mod:`~transformer.cli.export`: ``export`` (a ``train lm`` checkpoint as a Hugging Face folder).
 * :mod:`~transformer.cli.prove`: ``prove`` (a model's contracts for every size in ranges).
 """
 
@@ -55,6 +57,7 @@ from ..training import TrainingDiverged, TrainingInterrupted
 from .arguments import add_lm_flags, add_translate_flags
 from .checkpoint_commands import decode_translation, generate_command, run_consolidate, run_decode, run_generate
 from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_TERMINATED, EXIT_USAGE, CommandError, UsageError
+from .export import run_export
 from .messages import describe_schedule
 from .parser import FILE_TASKS, PROG, add_generate_parser, build_parser, parse
 from .prove import run_prove
@@ -92,6 +95,7 @@ _COMMANDS = {
     "decode": run_decode,
     "generate": run_generate,
     "consolidate": run_consolidate,
+    "export": run_export,
     "prove": run_prove,
 }
 

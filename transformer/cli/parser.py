@@ -21,6 +21,7 @@ from .arguments import (
     positive_int,
 )
 from .errors import EXIT_STATUSES
+from .export import add_export_parser
 from .generate_flags import add_generate_flags
 from .prove import add_prove_parser
 
@@ -119,12 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     consolidate.add_argument("src", help="sharded checkpoint directory written by `train --strategy fsdp`")
     consolidate.add_argument("out", help="where to write the consolidated checkpoint")
     consolidate.add_argument("--threads", type=positive_int, default=1, help="CPU threads for torch (default 1)")
+    export = add_export_parser(sub)
     prove = add_prove_parser(sub)
     parser.command_parsers = {
         "train": train,
         "decode": decode,
         "generate": generate,
         "consolidate": consolidate,
+        "export": export,
         "prove": prove,
     }
     return parser

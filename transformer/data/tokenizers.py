@@ -6,9 +6,14 @@
   never seen in training become ``<unk>`` and are dropped when decoding.
 
 Both reserve the same four special tokens, at the same ids: ``<pad>`` 0, ``<s>`` 1 (start), ``</s>`` 2 (end),
-``<unk>`` 3. A :class:`TextTokenizer` saves itself as one ``tokenizer.json`` (the library's own format, stored
-inside the checkpoint directory) and is identified by the SHA-256 of that file (:attr:`TextTokenizer.fingerprint`),
-which is how a checkpoint and a tokenizer that do not belong together are told apart.
+``<unk>`` 3. A :class:`TextTokenizer` saves itself as two files (:meth:`TextTokenizer.files`): ``tokenizer.json``,
+the library's own format and nothing else (``tokenizers.Tokenizer.from_file`` and transformers'
+``PreTrainedTokenizerFast(tokenizer_file=...)`` read it), and ``tokenizer_extra.json``, what is ours (the kind, a
+pretrained tokenizer's special ids). Files written before 2026-12-02 held both in ``tokenizer.json``, which is still
+read (:func:`tokenizer_from_texts`). A tokenizer is identified by its :attr:`TextTokenizer.fingerprint`, the SHA-256
+of :meth:`TextTokenizer.to_json` (the library's JSON with our fields, keys sorted: the one file of before, so the
+fingerprints recorded in older checkpoints and data caches still match), which is how a checkpoint and a tokenizer
+that do not belong together are told apart.
 
 A third kind, ``"pretrained"`` (:class:`PretrainedTextTokenizer`), is a pretrained model's own tokenizer (``train lm
 --init``): never trained here, its special ids are the model's (recorded in the JSON), and encoding adds what its
@@ -21,6 +26,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from ..common.arguments import is_int
 from ..common.optional import require
@@ -32,7 +38,9 @@ __all__ = [
     "load_tokenizer",
     "SPECIAL_TOKENS",
     "TOKENIZER_FILE",
+    "TOKENIZER_EXTRA_FILE",
     "TOKENIZER_KINDS",
+    "tokenizer_from_texts",
     "TokenizerMismatchError",
     "PretrainedTextTokenizer",
 ]
@@ -40,6 +48,10 @@ __all__ = [
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD, BOS, EOS, UNK = range(4)
 TOKENIZER_FILE = "tokenizer.json"
+#: Our fields of a saved tokenizer (its kind, a pretrained tokenizer's special ids), beside ``tokenizer.json``.
+TOKENIZER_EXTRA_FILE = "tokenizer_extra.json"
+#: The fields of ours, which files of before 2026-12-02 held inside ``tokenizer.json`` itself.
+_OUR_FIELDS = ("typed_transformer_kind", "typed_transformer_special_ids")
 TOKENIZER_KINDS = ("bpe", "char")
 
 
@@ -85,26 +97,47 @@ class TextTokenizer:
         """The text of ``ids``; special tokens (padding, start, end, unknown) are dropped."""
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
 
+    def extra(self) -> dict[str, Any]:
+        """Our fields (``typed_transformer_kind``; a pretrained tokenizer's ``typed_transformer_special_ids``): the
+        content of ``tokenizer_extra.json``."""
+        return {"typed_transformer_kind": self.kind}
+
     def to_json(self) -> str:
-        """The tokenizer as the library's JSON, with our kind recorded in it (``"typed_transformer_kind"``)."""
+        """The tokenizer as one JSON text: the library's JSON with :meth:`extra`'s fields in it, keys sorted (what
+        :attr:`fingerprint` hashes, what ranks exchange; not a file the library reads: :meth:`files` are)."""
         data = json.loads(self.tokenizer.to_str())
-        data["typed_transformer_kind"] = self.kind
+        data.update(self.extra())
         return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
+    def files(self) -> dict[str, str]:
+        """The files a saved tokenizer is: ``tokenizer.json`` (the library's JSON alone: ``tokenizers`` and
+        transformers read it) and ``tokenizer_extra.json`` (:meth:`extra`)."""
+        return {
+            TOKENIZER_FILE: self.tokenizer.to_str(),
+            TOKENIZER_EXTRA_FILE: json.dumps(self.extra(), sort_keys=True, ensure_ascii=False),
+        }
+
     def save(self, directory: str | os.PathLike) -> str:
-        """Write ``tokenizer.json`` into ``directory`` (an existing folder); returns its path. The file is written
-        beside its place and renamed into it, so a ``tokenizer.json`` is whole or as it was: a write the disk
-        refuses (full, read-only) raises :class:`~transformer.common.output_dirs.OutputWriteError`, one sentence
-        naming the path, and leaves nothing behind."""
+        """Write :meth:`files` (``tokenizer.json``, ``tokenizer_extra.json``) into ``directory`` (an existing folder);
+        returns the path of ``tokenizer.json``. Both are written beside their places, then renamed into them, so
+        each file is whole or as it was: a write the disk refuses (full, read-only) raises
+        :class:`~transformer.common.output_dirs.OutputWriteError`, one sentence naming the path, and leaves nothing
+        behind."""
         path = os.path.join(os.fspath(directory), TOKENIZER_FILE)
-        tmp = f"{path}.tmp-{os.getpid()}"
+        written = []
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self._json)
-            os.replace(tmp, path)
+            for name, content in self.files().items():
+                target = os.path.join(os.fspath(directory), name)
+                tmp = f"{target}.tmp-{os.getpid()}"
+                written.append((tmp, target))
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(content)
+            for tmp, target in written:
+                os.replace(tmp, target)
         except OSError as error:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            for tmp, _ in written:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
             if not is_write_failure(error):
                 raise
             before = "the previous tokenizer file is intact" if os.path.exists(path) else "nothing was left behind"
@@ -113,6 +146,7 @@ class TextTokenizer:
 
     @classmethod
     def from_json(cls, text: str, source: str = "tokenizer") -> TextTokenizer:
+        """The tokenizer of :meth:`to_json`'s text (the one ``tokenizer.json`` of before 2026-12-02)."""
         require("tokenizers", f"reading {source}")
         from tokenizers import Tokenizer
 
@@ -175,11 +209,8 @@ class PretrainedTextTokenizer(TextTokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
 
-    def to_json(self) -> str:
-        data = json.loads(self.tokenizer.to_str())
-        data["typed_transformer_kind"] = self.KIND
-        data["typed_transformer_special_ids"] = self.special_ids
-        return json.dumps(data, sort_keys=True, ensure_ascii=False)
+    def extra(self) -> dict[str, Any]:
+        return {"typed_transformer_kind": self.KIND, "typed_transformer_special_ids": self.special_ids}
 
     def __repr__(self) -> str:
         return (
@@ -188,8 +219,26 @@ class PretrainedTextTokenizer(TextTokenizer):
         )
 
 
+def tokenizer_from_texts(tokenizer_json: str, extra_json: str | None, source: str = "tokenizer") -> TextTokenizer:
+    """The tokenizer of a ``tokenizer.json``'s text and its ``tokenizer_extra.json``'s (None: a file of before
+    2026-12-02, our fields inside ``tokenizer.json``). A ``tokenizer.json`` of no typed-transformer tokenizer (no
+    fields of ours in either) raises ValueError naming ``source``."""
+    if extra_json is None:
+        return TextTokenizer.from_json(tokenizer_json, source=source)
+    try:
+        data, extra = json.loads(tokenizer_json), json.loads(extra_json)
+        if not isinstance(data, dict) or not isinstance(extra, dict):
+            raise TypeError(f"expected two JSON objects, got {type(data).__name__} and {type(extra).__name__}")
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{source} is not a typed-transformer tokenizer ({type(error).__name__}: {error})") from None
+    data.update({k: v for k, v in extra.items() if k in _OUR_FIELDS})
+    return TextTokenizer.from_json(json.dumps(data), source=source)
+
+
 def load_tokenizer(path: str | os.PathLike) -> TextTokenizer:
-    """Read a tokenizer saved by :meth:`TextTokenizer.save`: ``path`` is the file or the directory holding it."""
+    """Read a tokenizer saved by :meth:`TextTokenizer.save`: ``path`` is its ``tokenizer.json`` or the directory
+    holding it; ``tokenizer_extra.json`` is read from beside a ``tokenizer.json`` (a file of before 2026-12-02, or
+    of another name, holds our fields itself)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, TOKENIZER_FILE)
@@ -198,7 +247,22 @@ def load_tokenizer(path: str | os.PathLike) -> TextTokenizer:
             text = f.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such tokenizer file") from None
-    return TextTokenizer.from_json(text, source=path)
+    extra_path = os.path.join(os.path.dirname(path), TOKENIZER_EXTRA_FILE)
+    inline = _has_our_fields(text) or os.path.basename(path) != TOKENIZER_FILE
+    if inline or not os.path.isfile(extra_path):
+        source = path if inline else f"{path} (with no {TOKENIZER_EXTRA_FILE} beside it)"
+        return TextTokenizer.from_json(text, source=source)
+    with open(extra_path, encoding="utf-8") as f:
+        return tokenizer_from_texts(text, f.read(), source=path)
+
+
+def _has_our_fields(text: str) -> bool:
+    """Whether a ``tokenizer.json``'s text holds our fields itself (a file of before 2026-12-02)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return True  # let from_json name the error
+    return isinstance(data, dict) and "typed_transformer_kind" in data
 
 
 def _bpe(vocab_size: int, min_frequency: int):

@@ -7,9 +7,10 @@ schedule and a Trainer (:mod:`~transformer.tasks.recipe`).
 Besides the synthetic tasks, the recipes of training on your own files live here (imported from their modules, not
 from this face, so that ``import transformer.tasks`` stays light): :mod:`~transformer.tasks.text_lm` (``train lm``),
 :mod:`~transformer.tasks.translation_files` (``train translate``), :mod:`~transformer.tasks.file_trainer` (the
-Trainer both build) and :mod:`~transformer.tasks.tokenizer_assets` (a tokenizer inside a checkpoint). They are data
-and training recipes a program can call; the command line that parses flags, prints and exits is
-:mod:`transformer.cli`.
+Trainer both build), :mod:`~transformer.tasks.tokenizer_assets` (a tokenizer inside a checkpoint) and
+:mod:`~transformer.tasks.hf_export` (a ``train lm`` checkpoint as a Hugging Face folder, ``typed-transformer
+export``). They are data and training recipes a program can call; the command line that parses flags, prints and
+exits is :mod:`transformer.cli`.
 """
 
 from __future__ import annotations

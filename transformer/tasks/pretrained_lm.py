@@ -27,6 +27,7 @@ from torch import nn
 from ..data.tokenizers import PretrainedTextTokenizer
 from ..lm.model import TransformerLM
 from ..lm.pretrained import PretrainedFormatError, PretrainedTokenizer, load_pretrained
+from .hf_export import origin_assets
 
 __all__ = [
     "pretrained_text_tokenizer",
@@ -72,6 +73,7 @@ def load_pretrained_lm(
     :func:`~transformer.lm.pretrained.load_pretrained` takes it) on ``device``, whose context holds windows of
     ``block`` tokens."""
     model = load_pretrained(folder, dtype=dtype, device=device)
+    model.checkpoint_assets = origin_assets(folder, model)  # every checkpoint records the folder (export)
     if block > model.config.max_len:
         raise ValueError(
             f"--block-len {block} is longer than the pretrained model's context, max_len={model.config.max_len} "

@@ -1,7 +1,10 @@
 """A tokenizer inside a checkpoint: saved with the model, found again, and refused when it does not belong.
 
-The tokenizer is a checkpoint asset (``tokenizer.json``, covered by the SHA-256 manifest); the checkpoint's metadata
-records its kind, vocabulary size and fingerprint (``tokenizer_metadata``). :func:`tokenizer_from_checkpoint` reads
+The tokenizer is two checkpoint assets (covered by the SHA-256 manifest): ``tokenizer.json``, the ``tokenizers``
+library's file alone (``tokenizers.Tokenizer.from_file`` and transformers read it), and ``tokenizer_extra.json``,
+our fields (its kind, a pretrained tokenizer's special ids); a checkpoint of before 2026-12-02 holds one
+``tokenizer.json`` with our fields inside, still read. The checkpoint's metadata records the tokenizer's kind,
+vocabulary size and fingerprint (``tokenizer_metadata``). :func:`tokenizer_from_checkpoint` reads
 it back and raises :class:`~transformer.data.tokenizers.TokenizerMismatchError` when its vocabulary is not the
 model's or its fingerprint not the recorded one; :func:`check_same_tokenizer` refuses a resume whose tokenizer is
 another than the checkpoint's.
@@ -14,7 +17,14 @@ from typing import Any
 from torch import nn
 
 from ..checkpoint import Checkpoint
-from ..data.tokenizers import TOKENIZER_FILE, PretrainedTextTokenizer, TextTokenizer, TokenizerMismatchError
+from ..data.tokenizers import (
+    TOKENIZER_EXTRA_FILE,
+    TOKENIZER_FILE,
+    PretrainedTextTokenizer,
+    TextTokenizer,
+    TokenizerMismatchError,
+    tokenizer_from_texts,
+)
 
 __all__ = ["attach_tokenizer", "tokenizer_metadata", "tokenizer_from_checkpoint", "check_same_tokenizer", "model_vocab"]
 
@@ -37,20 +47,25 @@ def tokenizer_metadata(tokenizer: TextTokenizer) -> dict[str, Any]:
 
 
 def attach_tokenizer(model: nn.Module, tokenizer: TextTokenizer) -> None:
-    """Make every checkpoint of ``model`` carry ``tokenizer`` (``model.checkpoint_assets``, read by
-    :func:`~transformer.checkpoint.save_checkpoint`)."""
+    """Make every checkpoint of ``model`` carry ``tokenizer`` (its :meth:`~TextTokenizer.files` in
+    ``model.checkpoint_assets``, read by :func:`~transformer.checkpoint.save_checkpoint`; other assets kept)."""
     vocab = model_vocab(model.config)
     if not fits_vocab(tokenizer, vocab):
         raise TokenizerMismatchError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is {vocab}"
         )
-    model.checkpoint_assets = {TOKENIZER_FILE: tokenizer.to_json()}
+    model.checkpoint_assets = {**getattr(model, "checkpoint_assets", {}), **tokenizer.files()}
 
 
 def tokenizer_from_checkpoint(ckpt: Checkpoint) -> TextTokenizer:
     """The tokenizer saved in ``ckpt``, checked against the model and the recorded fingerprint."""
     with open(ckpt.asset(TOKENIZER_FILE), encoding="utf-8") as f:
-        tokenizer = TextTokenizer.from_json(f.read(), source=f"checkpoint {ckpt.path}: {TOKENIZER_FILE}")
+        text = f.read()
+    extra = None
+    if TOKENIZER_EXTRA_FILE in ckpt.assets:  # else a checkpoint of before 2026-12-02: our fields in tokenizer.json
+        with open(ckpt.asset(TOKENIZER_EXTRA_FILE), encoding="utf-8") as f:
+            extra = f.read()
+    tokenizer = tokenizer_from_texts(text, extra, source=f"checkpoint {ckpt.path}: {TOKENIZER_FILE}")
     vocab = model_vocab(ckpt.config)
     if not fits_vocab(tokenizer, vocab):
         raise TokenizerMismatchError(

@@ -13,8 +13,12 @@ without transformers, checked tensor by tensor, and written so that transformers
 * :mod:`~transformer.lm.pretrained.load` and :mod:`~transformer.lm.pretrained.save`: ``from_pretrained`` and
   ``save_pretrained`` (also :meth:`TransformerLM.from_pretrained` and :meth:`TransformerLM.save_pretrained`).
 * :mod:`~transformer.lm.pretrained.tokenizer`: ``tokenizer.json``, special tokens and the ids generation stops at.
+* :mod:`~transformer.lm.pretrained.adapters`: a PEFT LoRA adapter of our model renamed for transformers' model.
+
+A ``train lm`` checkpoint becomes such a folder with ``typed-transformer export`` (:mod:`transformer.tasks.hf_export`).
 """
 
+from .adapters import save_adapter_for_transformers
 from .errors import PretrainedFormatError
 from .load import PretrainedOrigin, load_pretrained
 from .save import save_pretrained
@@ -28,4 +32,5 @@ __all__ = [
     "PretrainedOrigin",
     "PretrainedTokenizer",
     "ARCHITECTURES",
+    "save_adapter_for_transformers",
 ]

@@ -4,10 +4,10 @@ own ``from_pretrained`` loads, computing the same logits.
 The folder holds ``config.json`` (``architectures``, ``model_type``, the fields of the architecture and the
 weights' ``dtype``), ``model.safetensors`` (their tensor names and layouts; a tied head is written once, as the
 embedding, as transformers writes it) and ``generation_config.json`` when the token ids are known (the loaded
-folder's, or ``bos_token_id`` / ``eos_token_id`` from its ``config.json``); the shards and index of an earlier save
-into the folder are removed. The architecture is the one the model
-was loaded as, the one named, or the first that computes the model's config exactly; a config no architecture can
-express is refused naming the field. Each file is written atomically.
+folder's, or ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` from its ``config.json``); the shards and
+index of an earlier save into the folder are removed. The architecture is the one the model was loaded as, the
+one named, or the first that computes the model's config exactly; a config no architecture can express is refused
+naming the field. Each file is written atomically.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .supported import architecture_for, architecture_named
 __all__ = ["save_pretrained"]
 
 #: Fields of the loaded ``config.json`` written back unchanged: the token ids, which no modelling code reads.
-_CARRIED = ("bos_token_id", "eos_token_id")
+_CARRIED = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def _check_parameters(model: TransformerLM, config: LMConfig) -> dict[str, torch.Tensor]:
@@ -99,7 +99,7 @@ def save_pretrained(model: TransformerLM, path: str | Path, *, architecture: str
     _remove_previous_shards(folder)
     write_json(folder / CONFIG_FILE, config_json)
     generation = origin.generation_config if origin is not None and carried else None
-    if generation is None and any(k in config_json for k in _CARRIED):
+    if generation is None and any(k in config_json for k in _CARRIED[:2]):  # a start or an end id to generate with
         generation = {k: config_json[k] for k in _CARRIED if k in config_json}
     if generation is not None:
         write_json(folder / GENERATION_CONFIG_FILE, generation)
