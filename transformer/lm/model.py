@@ -20,28 +20,22 @@ the step function that :mod:`transformer.decoding`'s searches and :func:`transfo
 
 from __future__ import annotations
 
-import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
 from ..embeddings import EmbeddingStack
-from ..layers import PositionwiseFeedForward, clones
+from ..layers import clones
 from ..masks import AttentionMask, subsequent_mask
 from ..model import Generator, decision_log_probs
-from .attention import CausalSelfAttention, PerHeadValueAttention
+from .blocks import decoder_layers, initialise, positional_table
 from .config import LMConfig
-from .gated_feed_forward import GatedFeedForward
-from .layers import (
-    DecoderOnlyLayer,
-    ScaledEmbeddings,
-    ScaledLearnedPositionalEncoding,
-    ScaledPositionalEncoding,
-    make_norm,
-)
+from .layers import DecoderOnlyLayer, ScaledEmbeddings, make_norm
 from .positions import (
     LMCache,
     hugging_face_mask,
@@ -53,7 +47,24 @@ from .positions import (
 )
 from .rotary import RotaryEmbedding
 
-__all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
+__all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm", "register_folder_io"]
+
+#: How checkpoint folders are read and written (``"load"``, ``"save"``): registered by
+#: :mod:`transformer.lm.pretrained`, which imports this module (so this module never imports it: no import circle);
+#: ``import transformer.lm`` imports both.
+_FOLDER_IO: dict[str, Callable[..., Any]] = {}
+
+
+def register_folder_io(load: Callable[..., Any], save: Callable[..., Any]) -> None:
+    """Make ``load`` and ``save`` what :meth:`TransformerLM.from_pretrained` and :meth:`TransformerLM.save_pretrained`
+    call (:func:`transformer.lm.pretrained.load_pretrained` and ``save_pretrained`` register themselves)."""
+    _FOLDER_IO.update(load=load, save=save)
+
+
+def _folder_io(name: str) -> Callable[..., Any]:
+    if name not in _FOLDER_IO:  # only when transformer.lm.model was loaded without its package (not by import)
+        raise RuntimeError(f"TransformerLM: no checkpoint {name}er registered; import transformer.lm.pretrained")
+    return _FOLDER_IO[name]
 
 
 class TransformerLM(nn.Module):
@@ -69,7 +80,7 @@ class TransformerLM(nn.Module):
     def __init__(
         self,
         embed: EmbeddingStack,
-        layer: DecoderOnlyLayer,
+        layer: DecoderOnlyLayer | nn.ModuleList,
         n_layers: int,
         generator: Generator,
         config: LMConfig | None = None,
@@ -78,7 +89,11 @@ class TransformerLM(nn.Module):
     ) -> None:
         super().__init__()
         self.embed = embed
-        self.layers = clones(layer, n_layers)
+        # one layer copied n_layers times, or every layer built on its own (build_lm: layers may differ)
+        self.layers = layer if isinstance(layer, nn.ModuleList) else clones(layer, n_layers)
+        if len(self.layers) != n_layers:
+            raise ValueError(f"TransformerLM: {len(self.layers)} layers given, n_layers={n_layers}")
+        layer = self.layers[0]
         self.norm = make_norm(norm, layer.size, layer.eps)
         self.generator = generator
         self.config = config
@@ -244,16 +259,12 @@ class TransformerLM(nn.Module):
         """The model of a Hugging Face checkpoint folder (GPT-2, Llama, Qwen2/3, Mistral, StarCoder2, Phi-3), in eval
         mode, in ``dtype`` (a torch dtype, a name as transformers spells it, ``"bfloat16"``, or ``"auto"``/None: the
         checkpoint's): :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
-        from .pretrained import load_pretrained
-
-        return load_pretrained(path, dtype=dtype, device=device)
+        return _folder_io("load")(path, dtype=dtype, device=device)
 
     def save_pretrained(self, path: str | os.PathLike, *, architecture: str | None = None) -> Path:
         """Write a Hugging Face checkpoint folder that transformers loads, and return it:
         :func:`transformer.lm.pretrained.save_pretrained`."""
-        from .pretrained import save_pretrained
-
-        return save_pretrained(self, path, architecture=architecture)
+        return _folder_io("save")(self, path, architecture=architecture)
 
     def new_cache(self) -> LMCache:
         """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W it keeps
@@ -318,81 +329,18 @@ class LMNextTokens:
 
 
 # ---------------------------------------------------------------------------- construction
-def _positions(config: LMConfig) -> nn.Module | None:
-    if config.positional_encoding in ("rotary", "none"):
-        return None
-    if config.positional_encoding == "learned":
-        return ScaledLearnedPositionalEncoding(
-            config.d_model, config.dropout, config.max_len, config.positional_scale, config.positional_init
-        )
-    return ScaledPositionalEncoding(config.d_model, config.dropout, config.max_len, config.positional_scale)
-
-
-def _attention(config: LMConfig) -> nn.Module:
-    kind = PerHeadValueAttention if config.value_projection == "per_head" else CausalSelfAttention
-    grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}  # GQA: the W^O form only
-    return kind(
-        config.n_heads,
-        config.d_model,
-        config.attention_dropout,
-        scale=config.tau,
-        backend=config.attention_backend,
-        d_k=config.d_k,
-        qkv_bias=config.qkv_bias,
-        out_bias=config.out_bias,
-        qk_norm=config.qk_norm,
-        qk_norm_eps=config.layer_norm_eps,
-        **grouped,
-    )
-
-
-def _feed_forward(config: LMConfig) -> nn.Module:
-    kind = GatedFeedForward if config.ffn_gated else PositionwiseFeedForward
-    hidden_dropout = config.dropout if config.ffn_hidden_dropout else 0.0
-    return kind(config.d_model, config.d_ff, hidden_dropout, config.activation, bias=config.ffn_bias)
-
-
-def _initialise(model: TransformerLM, config: LMConfig) -> None:
-    """``"xavier"``: Glorot-uniform matrices (each head's value map on its own), as build_model;
-    ``"functional"``: the functional transformer's N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero biases."""
-    for module in model.modules():
-        if isinstance(module, PerHeadValueAttention):
-            for w in module.value_weight:
-                bound = 1.0 / math.sqrt(config.d_model)
-                nn.init.uniform_(w, -bound, bound) if config.init == "functional" else nn.init.xavier_uniform_(w)
-            nn.init.zeros_(module.value_bias)
-        elif isinstance(module, nn.Linear):
-            if config.init == "functional":
-                bound = 1.0 / math.sqrt(module.in_features)
-                nn.init.uniform_(module.weight, -bound, bound)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            else:
-                nn.init.xavier_uniform_(module.weight)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight) if config.init == "functional" else nn.init.xavier_uniform_(module.weight)
-
-
 def build_lm(config: LMConfig) -> TransformerLM:
-    """Construct a language model from a validated config (initialised as ``config.init`` says, tied as
-    configured)."""
-    layer = DecoderOnlyLayer(
-        config.d_model,
-        _attention(config),
-        _feed_forward(config),
-        config.dropout,
-        config.norm_placement,
-        config.layer_norm_eps,
-        config.norm,
-    )
-    table = _positions(config)
+    """Construct a language model from a validated config (its blocks from :mod:`~transformer.lm.blocks`,
+    initialised as ``config.init`` says, tied as configured)."""
+    layers = decoder_layers(config)
+    table = positional_table(config)
     tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e)
     # without a table (rotary or no positions) the embeddings still get their dropout (section 5.4)
     embed = EmbeddingStack(tokens, table if table is not None else nn.Dropout(config.dropout))
     rotary = RotaryEmbedding.from_config(config) if config.positional_encoding == "rotary" else None
     generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
-    model = TransformerLM(embed, layer, config.n_layers, generator, config, config.norm, rotary)
-    _initialise(model, config)
+    model = TransformerLM(embed, layers, config.n_layers, generator, config, config.norm, rotary)
+    initialise(model, config)
     if config.tie_weights:
         model.generator.proj.weight = model.embed[0].lut.weight
     return model

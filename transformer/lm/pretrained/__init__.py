@@ -15,11 +15,14 @@ without transformers, checked tensor by tensor, and written so that transformers
 * :mod:`~transformer.lm.pretrained.tokenizer`: ``tokenizer.json``, special tokens and the ids generation stops at.
 """
 
+from ..model import register_folder_io
 from .errors import PretrainedFormatError
 from .load import PretrainedOrigin, load_pretrained
 from .save import save_pretrained
 from .supported import ARCHITECTURES
 from .tokenizer import PretrainedTokenizer
+
+register_folder_io(load_pretrained, save_pretrained)  # TransformerLM.from_pretrained and .save_pretrained
 
 __all__ = [
     "load_pretrained",
