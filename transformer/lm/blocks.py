@@ -58,6 +58,8 @@ def attention_for_layer(config: LMConfig, i: int) -> nn.Module:
         out_bias=config.out_bias,
         qk_norm=config.qk_norm,
         qk_norm_eps=config.layer_norm_eps,
+        qk_norm_unit_offset=config.norm_unit_offset,
+        softcap=config.attention_softcap,
         **grouped,
     )
 
@@ -80,6 +82,8 @@ def decoder_layer(config: LMConfig, i: int) -> DecoderOnlyLayer:
         config.norm_placement,
         config.layer_norm_eps,
         config.norm,
+        post_norm=config.post_sublayer_norm,
+        unit_offset=config.norm_unit_offset,
     )
 
 

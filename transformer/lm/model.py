@@ -35,6 +35,7 @@ from ..masks import AttentionMask, subsequent_mask
 from ..model import Generator, decision_log_probs
 from .blocks import decoder_layers, initialise, positional_table
 from .config import LMConfig
+from .config_checks import ROPE_DEFAULTS
 from .layers import DecoderOnlyLayer, ScaledEmbeddings, make_norm
 from .positions import (
     LMCache,
@@ -46,6 +47,7 @@ from .positions import (
     validate_positions,
 )
 from .rotary import RotaryEmbedding
+from .softcap import SoftCappedLinear
 
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm", "register_folder_io"]
 
@@ -94,13 +96,20 @@ class TransformerLM(nn.Module):
         if len(self.layers) != n_layers:
             raise ValueError(f"TransformerLM: {len(self.layers)} layers given, n_layers={n_layers}")
         layer = self.layers[0]
-        self.norm = make_norm(norm, layer.size, layer.eps)
+        self.norm = make_norm(norm, layer.size, layer.eps, config is not None and config.norm_unit_offset)
         self.generator = generator
         self.config = config
         self.rotary = rotary
         self.d_model = layer.size
         self.max_len = embed.max_len if config is None else config.max_len
         self.sliding_window = None if config is None else config.sliding_window
+        which = None if config is None else config.window_layers  # None: the window applies to every layer
+        #: each layer's window (None: it sees every earlier position); and the rotary embedding of the windowed
+        #: layers when their RoPE base differs (Gemma 3's local layers), else None
+        self.layer_windows = [self.sliding_window if which is None or which[i] else None for i in range(n_layers)]
+        self.local_rotary: RotaryEmbedding | None = None
+        if config is not None and config.rope_local_theta is not None:
+            self.local_rotary = RotaryEmbedding.from_config(_local_rope(config))
 
     @checked
     def forward(
@@ -153,19 +162,24 @@ class TransformerLM(nn.Module):
             following = None if positions is None else positions[:, -1] + 1
         elif real is not None:
             positions, following = positions_from_padding(real), real.long().sum(-1)
-        if cache is None or cache.length == 0:
-            mask = self._causal(mask, seq)
+        if cache is None or cache.length == 0:  # one mask per window the layers have (most models: one)
+            masks = {w: self._causal(mask, seq, w) for w in dict.fromkeys(self.layer_windows)}
         else:
-            mask = cache.step_mask(seq, self.sliding_window)
+            masks = {w: cache.step_mask(seq, w) for w in dict.fromkeys(self.layer_windows)}
         if cache is not None:
             cache.remember(seq, real, following)
-        rotation = None
+        rotation = local = None
         if self.rotary is not None:  # positions are below max_len (validated) or below the slots: no device read
             slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
-            rotation = self.rotary(slots if positions is None else positions, self.weights_dtype(), offset + seq)
+            at = slots if positions is None else positions
+            rotation = self.rotary(at, self.weights_dtype(), offset + seq)
+            if self.local_rotary is not None:
+                local = self.local_rotary(at, self.weights_dtype(), offset + seq)
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, None if cache is None else cache.layers[i], rotation)
+            window = self.layer_windows[i]
+            turn = local if local is not None and window is not None else rotation
+            x = layer(x, masks[window], None if cache is None else cache.layers[i], turn)
         if cache is not None:
             cache.trim()  # a windowed cache keeps the last sliding_window - 1 positions
         return self.norm(x)
@@ -228,14 +242,14 @@ class TransformerLM(nn.Module):
             )
         return positions_from_documents(documents)
 
-    def _causal(self, mask: Tensor | AttentionMask | None, seq: int) -> Tensor | AttentionMask:
-        """``mask`` and causality (and the sliding window, ``window_left = sliding_window - 1``, the tighter of it
+    def _causal(self, mask: Tensor | AttentionMask | None, seq: int, window: int | None) -> Tensor | AttentionMask:
+        """``mask`` and causality (and a layer's sliding ``window``, ``window_left = window - 1``, the tighter of it
         and the mask's own) for ``seq`` positions attending each other."""
         left = None
         # a symbolic seq (torch.export, transformer.proofs) always gets the window: for seq <= W it hides nothing, so
         # the mask is the same, and the program holds for every seq rather than branching on it
-        if self.sliding_window is not None and (isinstance(seq, torch.SymInt) or self.sliding_window < seq):
-            left = self.sliding_window - 1
+        if window is not None and (isinstance(seq, torch.SymInt) or window < seq):
+            left = window - 1
         if mask is None and left is None:
             return AttentionMask(causal=True)
         if isinstance(mask, Tensor):
@@ -267,9 +281,12 @@ class TransformerLM(nn.Module):
         return _folder_io("save")(self, path, architecture=architecture)
 
     def new_cache(self) -> LMCache:
-        """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W it keeps
-        only the last W - 1 positions between calls (:class:`~transformer.lm.positions.LMCache`'s ``window``)."""
-        return LMCache(len(self.layers), window=self.sliding_window)
+        """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W on every
+        layer it keeps only the last W - 1 positions between calls (:class:`~transformer.lm.positions.LMCache`'s
+        ``window``); with the window on some layers only (``window_layers``) it keeps every position, and the
+        windowed layers' masks hide the older ones."""
+        windows = set(self.layer_windows)
+        return LMCache(len(self.layers), window=windows.pop() if len(windows) == 1 else None)
 
     @checked
     def next_token_log_probs(
@@ -334,13 +351,21 @@ def build_lm(config: LMConfig) -> TransformerLM:
     initialised as ``config.init`` says, tied as configured)."""
     layers = decoder_layers(config)
     table = positional_table(config)
-    tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e)
+    tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e, rounded=config.embedding_scale_rounded)
     # without a table (rotary or no positions) the embeddings still get their dropout (section 5.4)
     embed = EmbeddingStack(tokens, table if table is not None else nn.Dropout(config.dropout))
     rotary = RotaryEmbedding.from_config(config) if config.positional_encoding == "rotary" else None
     generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
+    if config.logit_softcap is not None:  # Gemma 2's final-logit soft-capping, inside the output projection
+        generator.proj = SoftCappedLinear(config.d_model, config.vocab, config.logit_softcap, bias=config.lm_head_bias)
     model = TransformerLM(embed, layers, config.n_layers, generator, config, config.norm, rotary)
     initialise(model, config)
     if config.tie_weights:
         model.generator.proj.weight = model.embed[0].lut.weight
     return model
+
+
+def _local_rope(config: LMConfig) -> LMConfig:
+    """The config the windowed layers' rotary embedding is built from: base ``rope_local_theta``, the default rule."""
+    keep = {"rope_theta": config.rope_local_theta, "rope_fraction": config.rope_fraction}
+    return config.replace(**{**ROPE_DEFAULTS, **keep})
