@@ -77,3 +77,39 @@ def test_from_pretrained_and_save_pretrained_still_go_through_the_model(tmp_path
     back = TransformerLM.from_pretrained(folder)
     tokens = torch.tensor([[1, 2, 3, 4]])
     assert torch.equal(back.logits(tokens), model.logits(tokens))
+
+
+def test_a_seeded_model_initialises_as_one_layer_copied():
+    """``decoder_layers`` builds each layer from the random state layer 0 was built from: the weights are those of
+    the stack built as one layer's copies (as before the layers were built one by one), biases included."""
+    import copy
+
+    from transformer.lm.blocks import decoder_layer, initialise
+
+    config = LMConfig(vocab=30, n_layers=3, d_model=16, d_ff=24, n_heads=2)
+    torch.manual_seed(7)
+    model = build_lm(config)
+    torch.manual_seed(7)
+    first = decoder_layer(config, 0)
+    copied = build_lm(config)
+    copied.layers = torch.nn.ModuleList([first] + [copy.deepcopy(first) for _ in range(2)])
+    torch.random.set_rng_state(_state_after_one_layer(config))
+    initialise(copied, config)
+    for i in range(3):
+        assert all(torch.equal(model.layers[i].state_dict()[k], v) for k, v in copied.layers[i].state_dict().items())
+    assert torch.equal(model.layers[1].self_attn.q_proj.bias, model.layers[0].self_attn.q_proj.bias)
+
+
+def _state_after_one_layer(config: LMConfig) -> torch.Tensor:
+    """The random state build_lm reaches before ``initialise`` when the stack is one layer built (and copied)."""
+    from transformer.embeddings import EmbeddingStack
+    from transformer.lm.blocks import decoder_layer, positional_table
+    from transformer.lm.layers import ScaledEmbeddings
+    from transformer.model import Generator
+
+    torch.manual_seed(7)
+    decoder_layer(config, 0)
+    table = positional_table(config)
+    EmbeddingStack(ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e), table)
+    Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
+    return torch.random.get_rng_state()

@@ -107,7 +107,8 @@ def test_each_architecture_is_chosen_for_its_own_configs_and_reads_back_what_it_
     if name in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
         fields |= {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}
     if name == "Gemma3ForCausalLM":  # one RoPE per layer type
-        fields["rope_parameters"] = {"full_attention": fields["rope_parameters"], "sliding_attention": {"rope_theta": 10.0}}
+        local = {"rope_theta": 10.0}
+        fields["rope_parameters"] = {"full_attention": fields["rope_parameters"], "sliding_attention": local}
     config = _config(name, **fields)
     assert architecture_for(config).name == name
     written = ARCHITECTURES[name].writable(config)

@@ -62,7 +62,8 @@ GEMMA3_ROPE = {
 }
 CASES = {
     # Gemma 2: layer_types absent (every other layer slides, from the first), both caps
-    "gemma2": ("gemma2", {"attn_logit_softcapping": 1.0, "rope_parameters": {"rope_type": "default", "rope_theta": 1e3}}),
+    "gemma2": ("gemma2", {"attn_logit_softcapping": 1.0, "rope_parameters": {"rope_type": "default",
+                                                                              "rope_theta": 1e3}}),
     "gemma2-mqa-bias-untied-nocaps": ("gemma2", {"num_key_value_heads": 1, "attention_bias": True,
                                                  "tie_word_embeddings": False, "final_logit_softcapping": None,
                                                  "attn_logit_softcapping": None, "layer_types": LOCAL_GLOBAL[::-1],

@@ -5,6 +5,7 @@
 * :mod:`~transformer.lm.layers`: the blocks a decoder-only layer is made of.
 * :mod:`~transformer.lm.rotary`, :mod:`~transformer.lm.rms_norm`, :mod:`~transformer.lm.gated_feed_forward`: RoPE
   (and its scaling rules), RMSNorm, the gated feed-forward network (docs/lm_blocks.md).
+* :mod:`~transformer.lm.softcap`: final-logit soft-capping (Gemma 2), inside the output projection.
 * :mod:`~transformer.lm.attention`: causal self-attention (and the per-head value form), with QK-norm and RoPE.
 * :mod:`~transformer.lm.positions`: positions of padded rows, the cache that remembers them, the sliding window.
 * :mod:`~transformer.lm.blocks`: each layer's blocks built from the config (``feed_forward_for_layer``...).

@@ -9,7 +9,8 @@ express, as LayerNorm in a Llama) is refused naming the field. Fields transforme
 (``use_cache``, ``initializer_range``, token ids...) do not change the function and are not read.
 
 The architectures themselves are in :mod:`~transformer.lm.pretrained.gpt2`, :mod:`~transformer.lm.pretrained.llama`,
-:mod:`~transformer.lm.pretrained.starcoder2` and :mod:`~transformer.lm.pretrained.phi3`; ``supported.ARCHITECTURES``
+:mod:`~transformer.lm.pretrained.starcoder2`, :mod:`~transformer.lm.pretrained.phi3` and
+:mod:`~transformer.lm.pretrained.gemma`; ``supported.ARCHITECTURES``
 lists them by name.
 """
 
