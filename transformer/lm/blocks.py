@@ -84,6 +84,7 @@ def decoder_layer(config: LMConfig, i: int) -> DecoderOnlyLayer:
         config.norm,
         post_norm=config.post_sublayer_norm,
         unit_offset=config.norm_unit_offset,
+        parallel=config.parallel_residual,
     )
 
 

@@ -119,6 +119,9 @@ class LMConfig(ConfigRecord):
             ``embed_scale``, a tensor cast to the embedding's dtype).
         attention_softcap: c, the scaled scores become ``c * tanh(s / c)`` before the mask (Gemma 2), or None.
         logit_softcap: c, the output logits become ``c * tanh(z / c)`` (Gemma 2's final-logit soft-capping), or None.
+        parallel_residual: attention and the feed-forward network both read the layer's input, each through its own
+            norm, and are added to it together: ``x + Attn(Norm_1(x)) + FFN(Norm_2(x))`` (GPT-J, GPT-NeoX; needs
+            ``norm_placement="pre"``).
     """
 
     vocab: int
@@ -171,6 +174,7 @@ class LMConfig(ConfigRecord):
     embedding_scale_rounded: bool = False
     attention_softcap: float | None = None
     logit_softcap: float | None = None
+    parallel_residual: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.window_layers, list):  # as JSON gives it back

@@ -38,7 +38,7 @@ _USED_BY: dict[str, tuple[str, ...]] = {
     "rope_attention_factor": ("yarn",),
 }
 _BOOLS = ("ffn_gated", "qkv_bias", "out_bias", "ffn_bias", "qk_norm", "lm_head_bias", "norm_unit_offset",
-          "post_sublayer_norm", "embedding_scale_rounded")  # fmt: skip
+          "post_sublayer_norm", "embedding_scale_rounded", "parallel_residual")  # fmt: skip
 _POSITIVE_FLOATS = ("rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_beta_fast",
                     "rope_beta_slow")  # fmt: skip
 
@@ -134,6 +134,12 @@ def _check_gemma(config: Any) -> None:
         _fail(
             f"attention_softcap={config.attention_softcap!r} needs value_projection='output' (the per-head form's "
             "fused path has no score modifiers), got value_projection='per_head'"
+        )
+    if config.parallel_residual and (config.norm_placement != "pre" or config.post_sublayer_norm):
+        _fail(
+            "parallel_residual=True adds both sub-layers to the layer's input, each after its own norm: it needs "
+            f"norm_placement='pre' and post_sublayer_norm=False, got norm_placement={config.norm_placement!r}, "
+            f"post_sublayer_norm={config.post_sublayer_norm!r}"
         )
     if config.norm_unit_offset and config.norm != "rms":
         _fail(f"norm_unit_offset=True is RMSNorm's (1 + weight) gain, and norm={config.norm!r}; set norm='rms'")

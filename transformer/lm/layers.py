@@ -133,6 +133,8 @@ class DecoderOnlyLayer(nn.Module):
     ``post_norm`` (Gemma's sandwich norms, Team Gemma 2024 section 2.2): each sub-layer's output is normalised too
     before the residual sum, ``x + Norm'(Sublayer(Norm(x)))`` (``post_norms[0]`` after attention, ``[1]`` after the
     feed-forward network); ``unit_offset`` makes every RMSNorm of the layer Gemma's ``1 + weight`` one.
+    ``parallel`` (GPT-J, GPT-NeoX's ``use_parallel_residual``): ``x + Attn(Norm_1(x)) + FFN(Norm_2(x))``, both
+    sub-layers reading the layer's input (pre-norm placement only).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class DecoderOnlyLayer(nn.Module):
         *,
         post_norm: bool = False,
         unit_offset: bool = False,
+        parallel: bool = False,
     ) -> None:
         super().__init__()
         self.size, self.eps = size, eps
@@ -156,6 +159,7 @@ class DecoderOnlyLayer(nn.Module):
             SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)), 2
         )
         self.post_norms = clones(make_norm(norm, size, eps, unit_offset), 2) if post_norm else None
+        self.parallel = parallel
 
     @checked
     def forward(
@@ -166,6 +170,10 @@ class DecoderOnlyLayer(nn.Module):
         rotation: Rotation | None = None,
     ) -> Float[Tensor, "batch seq {self.size}"]:
         post = self.post_norms
+        if self.parallel:  # GPT-NeoX's x + Attn(Norm_1(x)) + FFN(Norm_2(x)), summed in transformers' order
+            first, second = self.sublayer
+            attended = first.dropout(self.self_attn(first.norm(x), mask, cache=cache, rotation=rotation))
+            return second.dropout(self.feed_forward(second.norm(x))) + attended + x
         if post is None:
             x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache, rotation=rotation))
             return self.sublayer[1](x, self.feed_forward)
