@@ -168,6 +168,9 @@ class Reference:
                 (lambda y, n=name, i=layer: self.attention(y, f"{n}.self_attn", i)),
                 (lambda y, n=name: self.feed_forward(y, f"{n}.feed_forward")),
             ]
+            if cfg.parallel_residual:  # x + Attn(Norm_1(x)) + FFN(Norm_2(x))
+                x = x + sum(f(self.norm(x, f"{name}.sublayer.{s}.norm")) for s, f in enumerate(sublayers))
+                continue
             for s, sublayer in enumerate(sublayers):
                 norm = f"{name}.sublayer.{s}.norm"
                 if cfg.post_sublayer_norm:  # x + Norm'(Sublayer(Norm(x)))

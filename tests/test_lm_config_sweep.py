@@ -89,6 +89,8 @@ CASES = {
         rope_scaling="linear",
         rope_factor=2.0,
     ),
+    "parallel_residual": dict(parallel_residual=True),
+    "parallel_residual+rotary": dict(ROTARY, parallel_residual=True, rope_fraction=0.5),
     "functional": "functional",
 }
 #: Fields whose effect is not the function of an eval-mode model: checked by the tests named beside them.

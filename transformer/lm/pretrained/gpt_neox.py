@@ -9,7 +9,8 @@ one after the other otherwise; rotary positions on the first ``partial_rotary_fa
 value maps stored as one ``query_key_value`` whose rows go head by head (head h's query, key, value: our three maps
 interleaved per head, the ``"interleaved"`` layout), with ``attention_bias`` on it and on ``dense``; a feed-forward
 network not gated with biases (``dense_h_to_4h``, ``hidden_act``, ``dense_4h_to_h``); an untied head by default
-(``lm_head``; older files: ``embed_out``). ``hidden_dropout`` drops the embeddings and both sub-layers' outputs (our
+(the module ``lm_head``, which transformers 5.24 writes as ``embed_out``, Pythia's name; a file naming it
+``lm_head`` loads too). ``hidden_dropout`` drops the embeddings and both sub-layers' outputs (our
 ``dropout``), ``attention_dropout`` the probabilities; ``classifier_dropout`` serves other heads and is not read.
 """
 
@@ -49,7 +50,7 @@ class GPTNeoX(Architecture):
         (r"layers\.(\d+)\.feed_forward\.w_1\.(weight|bias)", r"gpt_neox.layers.\1.mlp.dense_h_to_4h.\2"),
         (r"layers\.(\d+)\.feed_forward\.w_2\.(weight|bias)", r"gpt_neox.layers.\1.mlp.dense_4h_to_h.\2"),
         (r"norm\.(weight|bias)", r"gpt_neox.final_layer_norm.\1"),
-        (r"generator\.proj\.weight", "lm_head.weight"),
+        (r"generator\.proj\.weight", "embed_out.weight"),
     )
 
     def _rope(self, config: ConfigFields) -> dict[str, Any]:
@@ -144,8 +145,9 @@ class GPTNeoX(Architecture):
     def maps_for_file(
         self, our_names: list[str], file_names: list[str], config: LMConfig | None = None
     ) -> list[TensorMap]:
-        """As :meth:`Architecture.maps_for_file`; a file of before transformers 5 names the head ``embed_out``."""
+        """As :meth:`Architecture.maps_for_file`; the head may be named ``lm_head`` (the module's name) instead of
+        ``embed_out`` (the name transformers writes)."""
         maps = super().maps_for_file(our_names, file_names, config)
-        if "embed_out.weight" in file_names and "lm_head.weight" not in file_names:
-            maps = [TensorMap("embed_out.weight", m.ours) if m.theirs == "lm_head.weight" else m for m in maps]
+        if "lm_head.weight" in file_names and "embed_out.weight" not in file_names:
+            maps = [TensorMap("lm_head.weight", m.ours) if m.theirs == "embed_out.weight" else m for m in maps]
         return maps
