@@ -6,7 +6,8 @@ architecture implements, tied or untied head, biases, sliding windows), builds t
 config class with random weights (1-D parameters spread out, as ``pretrained_helpers``), writes it with
 ``save_pretrained`` in float32, bfloat16 and float16 folders, and loads each folder both ways: ours with
 ``TransformerLM.from_pretrained``, theirs with ``AutoModelForCausalLM.from_pretrained`` (sdpa attention; eager for
-Gemma 2 and 3, whose random configs draw windows on random layers, soft caps and Gemma 3's two RoPE bases). On a
+Gemma 2 and 3, whose random configs draw windows on random layers, soft caps and Gemma 3's two RoPE bases;
+GPT-NeoX's draw the parallel residual or not and the rotated fraction). On a
 left-padded batch of random prompts it compares, per dtype:
 
 * ``logits``: on the real positions. float32: within 1e-5 x max|logit| (the parity tests' bound). bfloat16 and
@@ -44,7 +45,7 @@ from transformer.decoding import sampling_probabilities
 from transformer.lm import TransformerLM, generate
 from transformer.masks import AttentionMask
 
-ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "starcoder2", "phi3", "gemma2", "gemma3")
+ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "starcoder2", "phi3", "gemma2", "gemma3", "gpt_neox")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 CLASSES = {
     "gpt2": "GPT2Config",
@@ -56,8 +57,10 @@ CLASSES = {
     "phi3": "Phi3Config",
     "gemma2": "Gemma2Config",
     "gemma3": "Gemma3TextConfig",
+    "gpt_neox": "GPTNeoXConfig",
 }
-ROPE_RULES = {"llama": 4, "qwen2": 4, "qwen3": 4, "mistral": 4, "starcoder2": 4, "phi3": 1, "gemma2": 4, "gemma3": 4}
+ROPE_RULES = {"llama": 4, "qwen2": 4, "qwen3": 4, "mistral": 4, "starcoder2": 4, "phi3": 1, "gemma2": 4, "gemma3": 4,
+              "gpt_neox": 2}  # fmt: skip
 #: transformers' attention for each architecture (sdpa where it has one; Gemma 2 has none)
 ATTENTION = {"gemma2": "eager", "gemma3": "eager"}
 RULES = ("default", "linear", "llama3", "yarn")
@@ -101,6 +104,16 @@ def random_config(transformers, kind: str, rng: random.Random):
             layer_norm_epsilon=eps, tie_word_embeddings=tied, initializer_range=scale,
             activation_function=rng.choice(["gelu_new", "gelu", "relu", "gelu_pytorch_tanh"]),
             scale_attn_weights=rng.random() < 0.8, **ids,
+        )  # fmt: skip
+    elif kind == "gpt_neox":
+        rope = _rope(rng, kind, head_dim)
+        rope["partial_rotary_factor"] = rng.choice([p for p in (0.25, 0.5, 1.0) if int(head_dim * p) % 2 == 0])
+        fields = dict(
+            vocab_size=vocab, hidden_size=n_heads * head_dim, intermediate_size=ffn, num_hidden_layers=layers,
+            num_attention_heads=n_heads, max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=tied,
+            initializer_range=scale, rope_parameters=rope, layer_norm_eps=eps,
+            use_parallel_residual=rng.random() < 0.7, attention_bias=rng.random() < 0.7,
+            hidden_act=rng.choice(["gelu", "gelu_pytorch_tanh", "relu"]), **ids,
         )  # fmt: skip
     else:
         fields = dict(
