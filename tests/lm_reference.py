@@ -119,7 +119,7 @@ class Reference:
         k = self.linear(x, f"{name}.k_proj", cfg.qkv_bias).view(batch, seq, kv, d_k).transpose(1, 2)
         if cfg.qk_norm:
             q, k = self.rms(q, self.p[f"{name}.q_norm.weight"]), self.rms(k, self.p[f"{name}.k_norm.weight"])
-        if cfg.positional_encoding == "rotary":
+        if cfg.positional_encoding == "rotary" and (cfg.rope_layers is None or cfg.rope_layers[layer]):
             rope = cfg
             if windowed and cfg.rope_local_theta is not None:  # the windowed layers: the default rule, their base
                 rope = dataclasses.replace(cfg, rope_theta=cfg.rope_local_theta, rope_scaling="none", rope_factor=1.0)

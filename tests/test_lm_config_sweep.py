@@ -91,6 +91,7 @@ CASES = {
     ),
     "parallel_residual": dict(parallel_residual=True),
     "parallel_residual+rotary": dict(ROTARY, parallel_residual=True, rope_fraction=0.5),
+    "rope_layers": dict(ROTARY, rope_layers=(False, True)),
     "functional": "functional",
 }
 #: Fields whose effect is not the function of an eval-mode model: checked by the tests named beside them.

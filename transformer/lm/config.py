@@ -122,6 +122,8 @@ class LMConfig(ConfigRecord):
         parallel_residual: attention and the feed-forward network both read the layer's input, each through its own
             norm, and are added to it together: ``x + Attn(Norm_1(x)) + FFN(Norm_2(x))`` (GPT-J, GPT-NeoX; needs
             ``norm_placement="pre"``).
+        rope_layers: which layers rotate their queries and keys, one bool per layer (SmolLM3's ``no_rope_layers``:
+            1 = RoPE, 0 = none, "NoPE"); None: every layer (needs ``positional_encoding="rotary"``).
     """
 
     vocab: int
@@ -175,10 +177,12 @@ class LMConfig(ConfigRecord):
     attention_softcap: float | None = None
     logit_softcap: float | None = None
     parallel_residual: bool = False
+    rope_layers: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.window_layers, list):  # as JSON gives it back
-            object.__setattr__(self, "window_layers", tuple(self.window_layers))
+        for name in ("window_layers", "rope_layers"):
+            if isinstance(getattr(self, name), list):  # as JSON gives it back
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES, prefix="LMConfig: ")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)

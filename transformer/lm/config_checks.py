@@ -114,14 +114,19 @@ def _check_gemma(config: Any) -> None:
         value = getattr(config, name)
         if value is not None and (not is_number(value, finite=True) or value <= 0):
             _fail(f"{name} must be a positive float or None, got {name}={value!r}")
+    for name in ("window_layers", "rope_layers"):
+        value = getattr(config, name)
+        if value is not None and (
+            not isinstance(value, tuple) or len(value) != config.n_layers or not all(isinstance(b, bool) for b in value)
+        ):
+            _fail(f"{name} must be None or {config.n_layers} bools (one per layer, n_layers), got {value!r}")
+    if config.rope_layers is not None and config.positional_encoding != "rotary":
+        _fail(
+            f"rope_layers={config.rope_layers!r} says which layers rotate, and positional_encoding="
+            f"{config.positional_encoding!r}; set positional_encoding='rotary'"
+        )
     layers = config.window_layers
     if layers is not None:
-        if (
-            not isinstance(layers, tuple)
-            or len(layers) != config.n_layers
-            or not all(isinstance(b, bool) for b in layers)
-        ):
-            _fail(f"window_layers must be None or {config.n_layers} bools (one per layer, n_layers), got {layers!r}")
         if config.sliding_window is None:
             _fail(f"window_layers={layers!r} says which layers the window applies to, and sliding_window is None")
     if config.rope_local_theta is not None:

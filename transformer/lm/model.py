@@ -107,6 +107,7 @@ class TransformerLM(nn.Module):
         #: each layer's window (None: it sees every earlier position); and the rotary embedding of the windowed
         #: layers when their RoPE base differs (Gemma 3's local layers), else None
         self.layer_windows = [self.sliding_window if which is None or which[i] else None for i in range(n_layers)]
+        self.rope_layers = None if config is None else config.rope_layers  # None: every layer rotates
         self.local_rotary: RotaryEmbedding | None = None
         if config is not None and config.rope_local_theta is not None:
             self.local_rotary = RotaryEmbedding.from_config(_local_rope(config))
@@ -179,6 +180,8 @@ class TransformerLM(nn.Module):
         for i, layer in enumerate(self.layers):
             window = self.layer_windows[i]
             turn = local if local is not None and window is not None else rotation
+            if self.rope_layers is not None and not self.rope_layers[i]:  # SmolLM3's layers without positions
+                turn = None
             x = layer(x, masks[window], None if cache is None else cache.layers[i], turn)
         if cache is not None:
             cache.trim()  # a windowed cache keeps the last sliding_window - 1 positions

@@ -12,6 +12,7 @@ from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .phi3 import Phi3
+from .smollm3 import SmolLM3
 from .starcoder2 import Starcoder2
 
 __all__ = ["ARCHITECTURES", "architecture_named", "architecture_of", "architecture_for"]
@@ -19,7 +20,19 @@ __all__ = ["ARCHITECTURES", "architecture_named", "architecture_of", "architectu
 #: Every supported architecture by its ``architectures`` name, in the order :func:`architecture_for` tries them.
 ARCHITECTURES: dict[str, Architecture] = {
     a.name: a
-    for a in (Llama(), Qwen2(), Qwen3(), Mistral(), GPT2(), Starcoder2(), Phi3(), Gemma2(), Gemma3(), GPTNeoX())
+    for a in (
+        Llama(),
+        Qwen2(),
+        Qwen3(),
+        Mistral(),
+        GPT2(),
+        Starcoder2(),
+        Phi3(),
+        Gemma2(),
+        Gemma3(),
+        GPTNeoX(),
+        SmolLM3(),
+    )
 }
 
 #: Architectures refused by name, with the reason (and what to load instead).
