@@ -5,7 +5,9 @@ not be powers of two: 3 or 6 heads with 1 or 3 key/value heads, head dims, vocab
 architecture implements, tied or untied head, biases, sliding windows), builds transformers' model from its own
 config class with random weights (1-D parameters spread out, as ``pretrained_helpers``), writes it with
 ``save_pretrained`` in float32, bfloat16 and float16 folders, and loads each folder both ways: ours with
-``TransformerLM.from_pretrained``, theirs with ``AutoModelForCausalLM.from_pretrained`` (sdpa attention). On a
+``TransformerLM.from_pretrained``, theirs with ``AutoModelForCausalLM.from_pretrained`` (sdpa attention; eager for
+Gemma 2 and 3, whose random configs draw windows on random layers, soft caps and Gemma 3's two RoPE bases;
+GPT-NeoX's draw the parallel residual or not and the rotated fraction). On a
 left-padded batch of random prompts it compares, per dtype:
 
 * ``logits``: on the real positions. float32: within 1e-5 x max|logit| (the parity tests' bound). bfloat16 and
@@ -43,7 +45,7 @@ from transformer.decoding import sampling_probabilities
 from transformer.lm import TransformerLM, generate
 from transformer.masks import AttentionMask
 
-ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "starcoder2", "phi3")
+ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "starcoder2", "phi3", "gemma2", "gemma3", "gpt_neox")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 CLASSES = {
     "gpt2": "GPT2Config",
@@ -53,8 +55,14 @@ CLASSES = {
     "mistral": "MistralConfig",
     "starcoder2": "Starcoder2Config",
     "phi3": "Phi3Config",
+    "gemma2": "Gemma2Config",
+    "gemma3": "Gemma3TextConfig",
+    "gpt_neox": "GPTNeoXConfig",
 }
-ROPE_RULES = {"llama": 4, "qwen2": 4, "qwen3": 4, "mistral": 4, "starcoder2": 4, "phi3": 1}  # how many of RULES
+ROPE_RULES = {"llama": 4, "qwen2": 4, "qwen3": 4, "mistral": 4, "starcoder2": 4, "phi3": 1, "gemma2": 4, "gemma3": 4,
+              "gpt_neox": 2}  # fmt: skip
+#: transformers' attention for each architecture (sdpa where it has one; Gemma 2 has none)
+ATTENTION = {"gemma2": "eager", "gemma3": "eager"}
 RULES = ("default", "linear", "llama3", "yarn")
 MAX_POSITIONS = 64
 
@@ -97,6 +105,16 @@ def random_config(transformers, kind: str, rng: random.Random):
             activation_function=rng.choice(["gelu_new", "gelu", "relu", "gelu_pytorch_tanh"]),
             scale_attn_weights=rng.random() < 0.8, **ids,
         )  # fmt: skip
+    elif kind == "gpt_neox":
+        rope = _rope(rng, kind, head_dim)
+        rope["partial_rotary_factor"] = rng.choice([p for p in (0.25, 0.5, 1.0) if int(head_dim * p) % 2 == 0])
+        fields = dict(
+            vocab_size=vocab, hidden_size=n_heads * head_dim, intermediate_size=ffn, num_hidden_layers=layers,
+            num_attention_heads=n_heads, max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=tied,
+            initializer_range=scale, rope_parameters=rope, layer_norm_eps=eps,
+            use_parallel_residual=rng.random() < 0.7, attention_bias=rng.random() < 0.7,
+            hidden_act=rng.choice(["gelu", "gelu_pytorch_tanh", "relu"]), **ids,
+        )  # fmt: skip
     else:
         fields = dict(
             vocab_size=vocab, hidden_size=d_model, intermediate_size=ffn, num_hidden_layers=layers,
@@ -104,7 +122,7 @@ def random_config(transformers, kind: str, rng: random.Random):
             tie_word_embeddings=tied, initializer_range=scale, rope_parameters=_rope(rng, kind, head_dim), **ids,
         )  # fmt: skip
         fields["norm_epsilon" if kind == "starcoder2" else "rms_norm_eps"] = eps
-        if kind in ("llama", "qwen3", "mistral"):
+        if kind in ("llama", "qwen3", "mistral", "gemma2", "gemma3"):
             fields["head_dim"] = head_dim
         if kind in ("llama", "qwen3"):
             fields["attention_bias"] = rng.random() < 0.5
@@ -119,14 +137,34 @@ def random_config(transformers, kind: str, rng: random.Random):
         if kind == "starcoder2":
             fields.update(use_bias=rng.random() < 0.6, residual_dropout=0.0, embedding_dropout=0.0)
             fields["hidden_act"] = rng.choice(["gelu_pytorch_tanh", "gelu"])
+        if kind in ("gemma2", "gemma3"):
+            fields.update(_gemma(rng, kind, layers, fields["rope_parameters"]))
     config = getattr(transformers, CLASSES[kind])(**fields)
     described = {k: v for k, v in fields.items() if k not in ids}
     return config, described
 
 
+def _gemma(rng: random.Random, kind: str, layers: int, rope: dict) -> dict:
+    """Gemma's own fields: windows on random layers, the score scale, biases, the soft caps (small enough to be
+    reached), and Gemma 3's two RoPE bases."""
+    fields = dict(
+        sliding_window=rng.choice([3, 4, 6]), attention_bias=rng.random() < 0.3,
+        layer_types=[rng.choice(["sliding_attention", "full_attention"]) for _ in range(layers)],
+        query_pre_attn_scalar=rng.choice([8, 16, 64]), hidden_activation=rng.choice(["gelu_pytorch_tanh", "gelu"]),
+        final_logit_softcapping=rng.choice([None, 0.5, 2.0]),
+    )  # fmt: skip
+    if kind == "gemma2":
+        fields["attn_logit_softcapping"] = rng.choice([None, 0.05, 0.5, 50.0])
+    else:
+        local = {"rope_type": "default", "rope_theta": rng.choice([10.0, 100.0, 10000.0])}
+        fields["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
+    return fields
+
+
 def _random_model(transformers, config, seed: int):
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa")
+    attention = ATTENTION.get(config.model_type.removesuffix("_text"), "sdpa")
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=attention)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
@@ -263,12 +301,13 @@ def run_case(transformers, seed: int, kind: str | None = None, new_tokens: int =
         worst = {}
         for dtype in DTYPES:
             name = str(dtype).split(".")[-1]
-            theirs = transformers.AutoModelForCausalLM.from_pretrained(folders[dtype], attn_implementation="sdpa")
+            attention = ATTENTION.get(kind, "sdpa")
+            theirs = transformers.AutoModelForCausalLM.from_pretrained(folders[dtype], attn_implementation=attention)
             theirs = theirs.eval()
             ours = TransformerLM.from_pretrained(folders[dtype])
             exact_model = transformers.AutoModelForCausalLM.from_pretrained(
-                folders[dtype], dtype=torch.float64, attn_implementation="sdpa"
-            )  # the float64 function of the dtype's own rounded weights
+                folders[dtype], dtype=torch.float64, attn_implementation=attention
+            )  # the float64 function of the dtype's own rounded weights (Gemma's eager softmax: float32)
             exact = _theirs_logits(exact_model.eval(), tokens, mask)
             theirs_l, ours_l = _theirs_logits(theirs, tokens, mask), _ours_logits(ours, tokens, mask)
             tol = logits_tolerance(dtype, theirs_l, exact, mask)
@@ -342,9 +381,11 @@ if __name__ == "__main__":
         "--out", default=str(Path(__file__).parent.parent / "benchmarks/results/differential/models.json")
     )
     parser.add_argument("--label", default="after", help="the key the run is stored under (before/after a fix)")
+    parser.add_argument("--kinds", nargs="+", default=list(ARCHITECTURES), choices=ARCHITECTURES)
     arguments = parser.parse_args()
     started = time.time()
-    report = run_cases(transformers, range(arguments.first_seed, arguments.first_seed + arguments.cases))
+    seeds = range(arguments.first_seed, arguments.first_seed + arguments.cases)
+    report = run_cases(transformers, seeds, kinds=tuple(arguments.kinds))
     out = Path(arguments.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     stored = json.loads(out.read_text()) if out.exists() else {}
@@ -352,6 +393,7 @@ if __name__ == "__main__":
         "command": " ".join(["python"] + sys.argv),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "seeds": [arguments.first_seed, arguments.first_seed + arguments.cases - 1],
+        "architectures": list(arguments.kinds),
         "seed_of_a_case": "seed * 1000 + index of the architecture in ARCHITECTURES",
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

@@ -7,6 +7,7 @@ config's fields as the docs define them, never from the model's modules. RoPE's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -96,7 +97,7 @@ class Reference:
         cfg, w = self.cfg, self.p[f"{name}.weight"]
         if cfg.norm == "rms":
             assert f"{name}.bias" not in self.p
-            return w * x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.layer_norm_eps)
+            return self.rms(x, w)
         centred = x - x.mean(-1, keepdim=True)
         if cfg.norm == "layer":  # biased variance, eps inside the square root
             scaled = centred / torch.sqrt((centred * centred).mean(-1, keepdim=True) + cfg.layer_norm_eps)
@@ -104,24 +105,34 @@ class Reference:
             scaled = centred / (torch.sqrt((centred * centred).mean(-1, keepdim=True)) + cfg.layer_norm_eps)
         return w * scaled + self.p[f"{name}.bias"]
 
-    def attention(self, x: torch.Tensor, name: str) -> torch.Tensor:
+    def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """RMSNorm: the gain ``w``, or ``1 + w`` with ``norm_unit_offset`` (Gemma)."""
+        gain = 1 + w if self.cfg.norm_unit_offset else w
+        return gain * x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.cfg.layer_norm_eps)
+
+    def attention(self, x: torch.Tensor, name: str, layer: int = 0) -> torch.Tensor:
         cfg = self.cfg
+        windowed = cfg.sliding_window is not None and (cfg.window_layers is None or cfg.window_layers[layer])
         batch, seq, _ = x.shape
         h, kv, d_k = cfg.n_heads, cfg.n_kv_heads or cfg.n_heads, cfg.d_k
         q = self.linear(x, f"{name}.q_proj", cfg.qkv_bias).view(batch, seq, h, d_k).transpose(1, 2)
         k = self.linear(x, f"{name}.k_proj", cfg.qkv_bias).view(batch, seq, kv, d_k).transpose(1, 2)
         if cfg.qk_norm:
-            q = self.p[f"{name}.q_norm.weight"] * q / torch.sqrt((q * q).mean(-1, keepdim=True) + cfg.layer_norm_eps)
-            k = self.p[f"{name}.k_norm.weight"] * k / torch.sqrt((k * k).mean(-1, keepdim=True) + cfg.layer_norm_eps)
-        if cfg.positional_encoding == "rotary":
-            cos, sin = rope_cos_sin(cfg, seq)
+            q, k = self.rms(q, self.p[f"{name}.q_norm.weight"]), self.rms(k, self.p[f"{name}.k_norm.weight"])
+        if cfg.positional_encoding == "rotary" and (cfg.rope_layers is None or cfg.rope_layers[layer]):
+            rope = cfg
+            if windowed and cfg.rope_local_theta is not None:  # the windowed layers: the default rule, their base
+                rope = dataclasses.replace(cfg, rope_theta=cfg.rope_local_theta, rope_scaling="none", rope_factor=1.0)
+            cos, sin = rope_cos_sin(rope, seq)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         k = k.repeat_interleave(h // kv, dim=1)  # query head i reads key/value head i // (h / kv)
         tau = 1 / math.sqrt(d_k) if cfg.attention_scale is None else cfg.attention_scale
         scores = tau * q @ k.transpose(-1, -2)
+        if cfg.attention_softcap is not None:
+            scores = cfg.attention_softcap * torch.tanh(scores / cfg.attention_softcap)
         i, j = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
         allowed = j <= i
-        if cfg.sliding_window is not None:
+        if windowed:
             allowed &= j > i - cfg.sliding_window
         probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         if cfg.value_projection == "per_head":  # sum_i A_i (X W_i + b_i)
@@ -154,11 +165,16 @@ class Reference:
         for layer in range(cfg.n_layers):
             name = f"layers.{layer}"
             sublayers = [
-                (lambda y, n=name: self.attention(y, f"{n}.self_attn")),
+                (lambda y, n=name, i=layer: self.attention(y, f"{n}.self_attn", i)),
                 (lambda y, n=name: self.feed_forward(y, f"{n}.feed_forward")),
             ]
+            if cfg.parallel_residual:  # x + Attn(Norm_1(x)) + FFN(Norm_2(x))
+                x = x + sum(f(self.norm(x, f"{name}.sublayer.{s}.norm")) for s, f in enumerate(sublayers))
+                continue
             for s, sublayer in enumerate(sublayers):
                 norm = f"{name}.sublayer.{s}.norm"
+                if cfg.post_sublayer_norm:  # x + Norm'(Sublayer(Norm(x)))
+                    sublayer = lambda y, f=sublayer, post=f"{name}.post_norms.{s}": self.norm(f(y), post)  # noqa: E731
                 x = (
                     x + sublayer(self.norm(x, norm))
                     if cfg.norm_placement == "pre"
@@ -168,8 +184,11 @@ class Reference:
         out = self.p["embed.0.lut.weight"] if cfg.tie_weights else self.p["generator.proj.weight"]
         logits = x @ out.T
         if cfg.lm_head_bias:
-            return logits + self.p["generator.proj.bias"]
-        assert "generator.proj.bias" not in self.p
+            logits = logits + self.p["generator.proj.bias"]
+        else:
+            assert "generator.proj.bias" not in self.p
+        if cfg.logit_softcap is not None:
+            logits = cfg.logit_softcap * torch.tanh(logits / cfg.logit_softcap)
         return logits
 
 

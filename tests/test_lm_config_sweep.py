@@ -75,6 +75,23 @@ CASES = {
     "lm_head_bias": dict(lm_head_bias=False, tie_weights=True),
     "sliding_window": dict(sliding_window=3),
     "sliding_window=1": dict(sliding_window=1, positional_encoding="learned"),
+    "norm_unit_offset": dict(ROTARY, norm="rms", norm_unit_offset=True, qk_norm=True),
+    "post_sublayer_norm": dict(post_sublayer_norm=True),
+    "post_sublayer_norm+rms+offset": dict(post_sublayer_norm=True, norm="rms", norm_unit_offset=True),
+    "attention_softcap": dict(attention_softcap=0.8),
+    "logit_softcap": dict(logit_softcap=1.5),
+    "window_layers": dict(sliding_window=3, window_layers=(False, True)),
+    "rope_local_theta": dict(
+        ROTARY,
+        sliding_window=3,
+        window_layers=(True, False),
+        rope_local_theta=50.0,
+        rope_scaling="linear",
+        rope_factor=2.0,
+    ),
+    "parallel_residual": dict(parallel_residual=True),
+    "parallel_residual+rotary": dict(ROTARY, parallel_residual=True, rope_fraction=0.5),
+    "rope_layers": dict(ROTARY, rope_layers=(False, True)),
     "functional": "functional",
 }
 #: Fields whose effect is not the function of an eval-mode model: checked by the tests named beside them.
@@ -88,6 +105,8 @@ ELSEWHERE = {
     "init": "test_init_initialises_exactly_the_documented_parameters",
     "pad_id": "tests/test_lm_generate_options.py",
     "attention_backend": "test_the_attention_backend_field_reaches_every_attention",
+    # a no-op in float64 (sqrt(d_model) rounded to float64): checked in bfloat16 against Gemma's embedding
+    "embedding_scale_rounded": "tests/test_pretrained_gemma.py::test_the_norms_and_the_embedding_scale_are_gemmas",
 }
 
 

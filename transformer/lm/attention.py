@@ -55,13 +55,21 @@ class LMSelfAttention(AttentionHeads):
     """
 
     def __init__(
-        self, h: int, d_model: int, dropout: float = 0.0, *, qk_norm: bool = False, qk_norm_eps: float = 1e-6, **heads
+        self,
+        h: int,
+        d_model: int,
+        dropout: float = 0.0,
+        *,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
+        qk_norm_unit_offset: bool = False,
+        **heads,
     ) -> None:
         super().__init__(h, d_model, dropout, **heads)
         self.qk_norm = qk_norm
-        if qk_norm:
-            self.q_norm = RMSNorm(self.d_k, qk_norm_eps)
-            self.k_norm = RMSNorm(self.d_k, qk_norm_eps)
+        if qk_norm:  # Gemma 3's: the (1 + weight) RMSNorm
+            self.q_norm = RMSNorm(self.d_k, qk_norm_eps, unit_offset=qk_norm_unit_offset)
+            self.k_norm = RMSNorm(self.d_k, qk_norm_eps, unit_offset=qk_norm_unit_offset)
 
     def default_scale(self) -> float:
         """tau as a number, the paper's 1/sqrt(d_k): the language model always multiplies its scores by it."""

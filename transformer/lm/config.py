@@ -107,6 +107,23 @@ class LMConfig(ConfigRecord):
             network's maps and of the output projection.
         qk_norm: RMSNorm over d_k on each head's queries and keys, before RoPE (Qwen3).
         sliding_window: query i attends key j only if i - sliding_window < j <= i (Mistral), or None.
+        window_layers: which layers the window applies to, one bool per layer (Gemma's ``layer_types``: True =
+            ``sliding_attention``, False = ``full_attention``); None: every layer (needs ``sliding_window``).
+        rope_local_theta: the RoPE base of the windowed layers (Gemma 3's local base), which rotate with the default
+            rule while the others keep ``rope_theta`` and ``rope_scaling``; None: every layer rotates alike.
+        norm_unit_offset: RMSNorm's gain is ``1 + weight`` (the weight starts at zero), in float32 (Gemma); it applies
+            to every RMSNorm of the model, QK-norm's too.
+        post_sublayer_norm: a normalisation of each sub-layer's output before the residual sum, besides the one
+            before it: ``x + Norm'(Sublayer(Norm(x)))`` (Gemma's sandwich norms).
+        embedding_scale_rounded: lambda_e rounded to the weights' dtype before it multiplies (Gemma's
+            ``embed_scale``, a tensor cast to the embedding's dtype).
+        attention_softcap: c, the scaled scores become ``c * tanh(s / c)`` before the mask (Gemma 2), or None.
+        logit_softcap: c, the output logits become ``c * tanh(z / c)`` (Gemma 2's final-logit soft-capping), or None.
+        parallel_residual: attention and the feed-forward network both read the layer's input, each through its own
+            norm, and are added to it together: ``x + Attn(Norm_1(x)) + FFN(Norm_2(x))`` (GPT-J, GPT-NeoX; needs
+            ``norm_placement="pre"``).
+        rope_layers: which layers rotate their queries and keys, one bool per layer (SmolLM3's ``no_rope_layers``:
+            1 = RoPE, 0 = none, "NoPE"); None: every layer (needs ``positional_encoding="rotary"``).
     """
 
     vocab: int
@@ -152,8 +169,20 @@ class LMConfig(ConfigRecord):
     qk_norm: bool = False
     lm_head_bias: bool = True
     sliding_window: int | None = None
+    window_layers: tuple[bool, ...] | None = None
+    rope_local_theta: float | None = None
+    norm_unit_offset: bool = False
+    post_sublayer_norm: bool = False
+    embedding_scale_rounded: bool = False
+    attention_softcap: float | None = None
+    logit_softcap: float | None = None
+    parallel_residual: bool = False
+    rope_layers: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("window_layers", "rope_layers"):
+            if isinstance(getattr(self, name), list):  # as JSON gives it back
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         self._check_ints_and_choices(_POSITIVE_INTS, _CHOICES, prefix="LMConfig: ")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)

@@ -37,7 +37,8 @@ _USED_BY: dict[str, tuple[str, ...]] = {
     "rope_beta_slow": ("yarn",),
     "rope_attention_factor": ("yarn",),
 }
-_BOOLS = ("ffn_gated", "qkv_bias", "out_bias", "ffn_bias", "qk_norm", "lm_head_bias")
+_BOOLS = ("ffn_gated", "qkv_bias", "out_bias", "ffn_bias", "qk_norm", "lm_head_bias", "norm_unit_offset",
+          "post_sublayer_norm", "embedding_scale_rounded", "parallel_residual")  # fmt: skip
 _POSITIVE_FLOATS = ("rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_beta_fast",
                     "rope_beta_slow")  # fmt: skip
 
@@ -106,9 +107,53 @@ def _check_rotary(config: Any) -> None:
         )
 
 
+def _check_gemma(config: Any) -> None:
+    """The blocks of Gemma (docs/lm_blocks.md): per-layer windows and their RoPE base, the (1 + weight) RMSNorm,
+    the soft caps."""
+    for name in ("attention_softcap", "logit_softcap", "rope_local_theta"):
+        value = getattr(config, name)
+        if value is not None and (not is_number(value, finite=True) or value <= 0):
+            _fail(f"{name} must be a positive float or None, got {name}={value!r}")
+    for name in ("window_layers", "rope_layers"):
+        value = getattr(config, name)
+        if value is not None and (
+            not isinstance(value, tuple) or len(value) != config.n_layers or not all(isinstance(b, bool) for b in value)
+        ):
+            _fail(f"{name} must be None or {config.n_layers} bools (one per layer, n_layers), got {value!r}")
+    if config.rope_layers is not None and config.positional_encoding != "rotary":
+        _fail(
+            f"rope_layers={config.rope_layers!r} says which layers rotate, and positional_encoding="
+            f"{config.positional_encoding!r}; set positional_encoding='rotary'"
+        )
+    layers = config.window_layers
+    if layers is not None:
+        if config.sliding_window is None:
+            _fail(f"window_layers={layers!r} says which layers the window applies to, and sliding_window is None")
+    if config.rope_local_theta is not None:
+        if config.positional_encoding != "rotary" or layers is None:
+            _fail(
+                f"rope_local_theta={config.rope_local_theta!r} is the RoPE base of the windowed layers: it needs "
+                f"positional_encoding='rotary' (got {config.positional_encoding!r}) and window_layers (got {layers!r})"
+            )
+    if config.attention_softcap is not None and config.value_projection == "per_head":
+        _fail(
+            f"attention_softcap={config.attention_softcap!r} needs value_projection='output' (the per-head form's "
+            "fused path has no score modifiers), got value_projection='per_head'"
+        )
+    if config.parallel_residual and (config.norm_placement != "pre" or config.post_sublayer_norm):
+        _fail(
+            "parallel_residual=True adds both sub-layers to the layer's input, each after its own norm: it needs "
+            f"norm_placement='pre' and post_sublayer_norm=False, got norm_placement={config.norm_placement!r}, "
+            f"post_sublayer_norm={config.post_sublayer_norm!r}"
+        )
+    if config.norm_unit_offset and config.norm != "rms":
+        _fail(f"norm_unit_offset=True is RMSNorm's (1 + weight) gain, and norm={config.norm!r}; set norm='rms'")
+
+
 def check_blocks(config: Any) -> None:
     """Raise ValueError naming the field when ``config``'s block fields describe no model (see the module)."""
     _check_types(config)
+    _check_gemma(config)
     if config.positional_encoding == "none" and config.positional_scale != 1.0:
         _fail(f"positional_scale={config.positional_scale!r} scales positions, and positional_encoding='none' has none")
     _check_rotary(config)

@@ -52,12 +52,16 @@ class StandardizedNorm(nn.Module):
         return self.weight * (x - mean) / (std + self.eps) + self.bias
 
 
-def make_norm(kind: str, features: int, eps: float) -> nn.Module:
+def make_norm(kind: str, features: int, eps: float, unit_offset: bool = False) -> nn.Module:
     """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`; ``"rms"``:
-    :class:`~transformer.lm.rms_norm.RMSNorm`."""
+    :class:`~transformer.lm.rms_norm.RMSNorm` (``unit_offset``: Gemma's ``1 + weight`` gain)."""
     norms = {"layer": LayerNorm, "std": StandardizedNorm, "rms": RMSNorm}
     if kind not in norms:
         raise ValueError(f"norm must be 'layer', 'std' or 'rms', got {kind!r}")
+    if unit_offset:
+        if kind != "rms":
+            raise ValueError(f"unit_offset=True is RMSNorm's (1 + weight) gain, got norm {kind!r}")
+        return RMSNorm(features, eps, unit_offset=True)
     return norms[kind](features, eps)
 
 
@@ -67,13 +71,17 @@ class ScaledEmbeddings(Embeddings):
     Token ids outside ``[0, vocab)`` raise ValueError naming the id and the vocabulary size, checks on or off.
     """
 
-    def __init__(self, d_model: int, vocab: int, scale: float) -> None:
+    def __init__(self, d_model: int, vocab: int, scale: float, *, rounded: bool = False) -> None:
         super().__init__(d_model, vocab)
-        self.scale = float(scale)
+        self.scale, self.rounded = float(scale), rounded
 
     @checked
     def forward(self, x: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq {self.d_model}"]:
+        """``lambda_e * E[x]``; with ``rounded`` lambda_e is first rounded to the table's dtype (Gemma's
+        ``embed_scale.to(weight.dtype)``: in bfloat16 sqrt(d_model) is not what float32 would multiply by)."""
         x = validate_token_ids(x, self.vocab, "tokens")  # on CUDA: clamped, checked asynchronously
+        if self.rounded:
+            return self.lut(x) * torch.tensor(self.scale, dtype=self.lut.weight.dtype, device=x.device)
         return self.lut(x) * self.scale
 
 
@@ -121,6 +129,12 @@ class DecoderOnlyLayer(nn.Module):
     With ``cache``, ``x`` holds the new positions only and the attention appends their keys and values; ``rotation``
     (rotary positions) is handed to the attention. ``feed_forward`` may be the gated network
     (:class:`~transformer.lm.gated_feed_forward.GatedFeedForward`) and ``norm`` ``"rms"`` (RMSNorm).
+
+    ``post_norm`` (Gemma's sandwich norms, Team Gemma 2024 section 2.2): each sub-layer's output is normalised too
+    before the residual sum, ``x + Norm'(Sublayer(Norm(x)))`` (``post_norms[0]`` after attention, ``[1]`` after the
+    feed-forward network); ``unit_offset`` makes every RMSNorm of the layer Gemma's ``1 + weight`` one.
+    ``parallel`` (GPT-J, GPT-NeoX's ``use_parallel_residual``): ``x + Attn(Norm_1(x)) + FFN(Norm_2(x))``, both
+    sub-layers reading the layer's input (pre-norm placement only).
     """
 
     def __init__(
@@ -132,14 +146,20 @@ class DecoderOnlyLayer(nn.Module):
         norm_placement: NormPlacement = "pre",
         eps: float = 1e-6,
         norm: str = "layer",
+        *,
+        post_norm: bool = False,
+        unit_offset: bool = False,
+        parallel: bool = False,
     ) -> None:
         super().__init__()
         self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.feed_forward = feed_forward
         self.sublayer = clones(
-            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), 2
+            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)), 2
         )
+        self.post_norms = clones(make_norm(norm, size, eps, unit_offset), 2) if post_norm else None
+        self.parallel = parallel
 
     @checked
     def forward(
@@ -149,5 +169,13 @@ class DecoderOnlyLayer(nn.Module):
         cache: KVCache | None = None,
         rotation: Rotation | None = None,
     ) -> Float[Tensor, "batch seq {self.size}"]:
-        x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache, rotation=rotation))
-        return self.sublayer[1](x, self.feed_forward)
+        post = self.post_norms
+        if self.parallel:  # GPT-NeoX's x + Attn(Norm_1(x)) + FFN(Norm_2(x)), summed in transformers' order
+            first, second = self.sublayer
+            attended = first.dropout(self.self_attn(first.norm(x), mask, cache=cache, rotation=rotation))
+            return second.dropout(self.feed_forward(second.norm(x))) + attended + x
+        if post is None:
+            x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache, rotation=rotation))
+            return self.sublayer[1](x, self.feed_forward)
+        x = self.sublayer[0](x, lambda x: post[0](self.self_attn(x, mask, cache=cache, rotation=rotation)))
+        return self.sublayer[1](x, lambda x: post[1](self.feed_forward(x)))

@@ -20,28 +20,23 @@ the step function that :mod:`transformer.decoding`'s searches and :func:`transfo
 
 from __future__ import annotations
 
-import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..contracts import Bool, Float, Int, Tensor, checked, validate_dtype_device, validate_length, validate_nonempty
 from ..embeddings import EmbeddingStack
-from ..layers import PositionwiseFeedForward, clones
+from ..layers import clones
 from ..masks import AttentionMask, subsequent_mask
 from ..model import Generator, decision_log_probs
-from .attention import CausalSelfAttention, PerHeadValueAttention
+from .blocks import decoder_layers, initialise, positional_table
 from .config import LMConfig
-from .gated_feed_forward import GatedFeedForward
-from .layers import (
-    DecoderOnlyLayer,
-    ScaledEmbeddings,
-    ScaledLearnedPositionalEncoding,
-    ScaledPositionalEncoding,
-    make_norm,
-)
+from .config_checks import ROPE_DEFAULTS
+from .layers import DecoderOnlyLayer, ScaledEmbeddings, make_norm
 from .positions import (
     LMCache,
     hugging_face_mask,
@@ -52,8 +47,26 @@ from .positions import (
     validate_positions,
 )
 from .rotary import RotaryEmbedding
+from .softcap import SoftCappedLinear
 
-__all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm"]
+__all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm", "register_folder_io"]
+
+#: How checkpoint folders are read and written (``"load"``, ``"save"``): registered by
+#: :mod:`transformer.lm.pretrained`, which imports this module (so this module never imports it: no import circle);
+#: ``import transformer.lm`` imports both.
+_FOLDER_IO: dict[str, Callable[..., Any]] = {}
+
+
+def register_folder_io(load: Callable[..., Any], save: Callable[..., Any]) -> None:
+    """Make ``load`` and ``save`` what :meth:`TransformerLM.from_pretrained` and :meth:`TransformerLM.save_pretrained`
+    call (:func:`transformer.lm.pretrained.load_pretrained` and ``save_pretrained`` register themselves)."""
+    _FOLDER_IO.update(load=load, save=save)
+
+
+def _folder_io(name: str) -> Callable[..., Any]:
+    if name not in _FOLDER_IO:  # only when transformer.lm.model was loaded without its package (not by import)
+        raise RuntimeError(f"TransformerLM: no checkpoint {name}er registered; import transformer.lm.pretrained")
+    return _FOLDER_IO[name]
 
 
 class TransformerLM(nn.Module):
@@ -69,7 +82,7 @@ class TransformerLM(nn.Module):
     def __init__(
         self,
         embed: EmbeddingStack,
-        layer: DecoderOnlyLayer,
+        layer: DecoderOnlyLayer | nn.ModuleList,
         n_layers: int,
         generator: Generator,
         config: LMConfig | None = None,
@@ -78,14 +91,26 @@ class TransformerLM(nn.Module):
     ) -> None:
         super().__init__()
         self.embed = embed
-        self.layers = clones(layer, n_layers)
-        self.norm = make_norm(norm, layer.size, layer.eps)
+        # one layer copied n_layers times, or every layer built on its own (build_lm: layers may differ)
+        self.layers = layer if isinstance(layer, nn.ModuleList) else clones(layer, n_layers)
+        if len(self.layers) != n_layers:
+            raise ValueError(f"TransformerLM: {len(self.layers)} layers given, n_layers={n_layers}")
+        layer = self.layers[0]
+        self.norm = make_norm(norm, layer.size, layer.eps, config is not None and config.norm_unit_offset)
         self.generator = generator
         self.config = config
         self.rotary = rotary
         self.d_model = layer.size
         self.max_len = embed.max_len if config is None else config.max_len
         self.sliding_window = None if config is None else config.sliding_window
+        which = None if config is None else config.window_layers  # None: the window applies to every layer
+        #: each layer's window (None: it sees every earlier position); and the rotary embedding of the windowed
+        #: layers when their RoPE base differs (Gemma 3's local layers), else None
+        self.layer_windows = [self.sliding_window if which is None or which[i] else None for i in range(n_layers)]
+        self.rope_layers = None if config is None else config.rope_layers  # None: every layer rotates
+        self.local_rotary: RotaryEmbedding | None = None
+        if config is not None and config.rope_local_theta is not None:
+            self.local_rotary = RotaryEmbedding.from_config(_local_rope(config))
 
     @checked
     def forward(
@@ -138,19 +163,26 @@ class TransformerLM(nn.Module):
             following = None if positions is None else positions[:, -1] + 1
         elif real is not None:
             positions, following = positions_from_padding(real), real.long().sum(-1)
-        if cache is None or cache.length == 0:
-            mask = self._causal(mask, seq)
+        if cache is None or cache.length == 0:  # one mask per window the layers have (most models: one)
+            masks = {w: self._causal(mask, seq, w) for w in dict.fromkeys(self.layer_windows)}
         else:
-            mask = cache.step_mask(seq, self.sliding_window)
+            masks = {w: cache.step_mask(seq, w) for w in dict.fromkeys(self.layer_windows)}
         if cache is not None:
             cache.remember(seq, real, following)
-        rotation = None
+        rotation = local = None
         if self.rotary is not None:  # positions are below max_len (validated) or below the slots: no device read
             slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
-            rotation = self.rotary(slots if positions is None else positions, self.weights_dtype(), offset + seq)
+            at = slots if positions is None else positions
+            rotation = self.rotary(at, self.weights_dtype(), offset + seq)
+            if self.local_rotary is not None:
+                local = self.local_rotary(at, self.weights_dtype(), offset + seq)
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, None if cache is None else cache.layers[i], rotation)
+            window = self.layer_windows[i]
+            turn = local if local is not None and window is not None else rotation
+            if self.rope_layers is not None and not self.rope_layers[i]:  # SmolLM3's layers without positions
+                turn = None
+            x = layer(x, masks[window], None if cache is None else cache.layers[i], turn)
         if cache is not None:
             cache.trim()  # a windowed cache keeps the last sliding_window - 1 positions
         return self.norm(x)
@@ -213,14 +245,14 @@ class TransformerLM(nn.Module):
             )
         return positions_from_documents(documents)
 
-    def _causal(self, mask: Tensor | AttentionMask | None, seq: int) -> Tensor | AttentionMask:
-        """``mask`` and causality (and the sliding window, ``window_left = sliding_window - 1``, the tighter of it
+    def _causal(self, mask: Tensor | AttentionMask | None, seq: int, window: int | None) -> Tensor | AttentionMask:
+        """``mask`` and causality (and a layer's sliding ``window``, ``window_left = window - 1``, the tighter of it
         and the mask's own) for ``seq`` positions attending each other."""
         left = None
         # a symbolic seq (torch.export, transformer.proofs) always gets the window: for seq <= W it hides nothing, so
         # the mask is the same, and the program holds for every seq rather than branching on it
-        if self.sliding_window is not None and (isinstance(seq, torch.SymInt) or self.sliding_window < seq):
-            left = self.sliding_window - 1
+        if window is not None and (isinstance(seq, torch.SymInt) or window < seq):
+            left = window - 1
         if mask is None and left is None:
             return AttentionMask(causal=True)
         if isinstance(mask, Tensor):
@@ -244,21 +276,20 @@ class TransformerLM(nn.Module):
         """The model of a Hugging Face checkpoint folder (GPT-2, Llama, Qwen2/3, Mistral, StarCoder2, Phi-3), in eval
         mode, in ``dtype`` (a torch dtype, a name as transformers spells it, ``"bfloat16"``, or ``"auto"``/None: the
         checkpoint's): :func:`transformer.lm.pretrained.load_pretrained` (docs/pretrained.md)."""
-        from .pretrained import load_pretrained
-
-        return load_pretrained(path, dtype=dtype, device=device)
+        return _folder_io("load")(path, dtype=dtype, device=device)
 
     def save_pretrained(self, path: str | os.PathLike, *, architecture: str | None = None) -> Path:
         """Write a Hugging Face checkpoint folder that transformers loads, and return it:
         :func:`transformer.lm.pretrained.save_pretrained`."""
-        from .pretrained import save_pretrained
-
-        return save_pretrained(self, path, architecture=architecture)
+        return _folder_io("save")(self, path, architecture=architecture)
 
     def new_cache(self) -> LMCache:
-        """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W it keeps
-        only the last W - 1 positions between calls (:class:`~transformer.lm.positions.LMCache`'s ``window``)."""
-        return LMCache(len(self.layers), window=self.sliding_window)
+        """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W on every
+        layer it keeps only the last W - 1 positions between calls (:class:`~transformer.lm.positions.LMCache`'s
+        ``window``); with the window on some layers only (``window_layers``) it keeps every position, and the
+        windowed layers' masks hide the older ones."""
+        windows = set(self.layer_windows)
+        return LMCache(len(self.layers), window=windows.pop() if len(windows) == 1 else None)
 
     @checked
     def next_token_log_probs(
@@ -318,81 +349,26 @@ class LMNextTokens:
 
 
 # ---------------------------------------------------------------------------- construction
-def _positions(config: LMConfig) -> nn.Module | None:
-    if config.positional_encoding in ("rotary", "none"):
-        return None
-    if config.positional_encoding == "learned":
-        return ScaledLearnedPositionalEncoding(
-            config.d_model, config.dropout, config.max_len, config.positional_scale, config.positional_init
-        )
-    return ScaledPositionalEncoding(config.d_model, config.dropout, config.max_len, config.positional_scale)
-
-
-def _attention(config: LMConfig) -> nn.Module:
-    kind = PerHeadValueAttention if config.value_projection == "per_head" else CausalSelfAttention
-    grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}  # GQA: the W^O form only
-    return kind(
-        config.n_heads,
-        config.d_model,
-        config.attention_dropout,
-        scale=config.tau,
-        backend=config.attention_backend,
-        d_k=config.d_k,
-        qkv_bias=config.qkv_bias,
-        out_bias=config.out_bias,
-        qk_norm=config.qk_norm,
-        qk_norm_eps=config.layer_norm_eps,
-        **grouped,
-    )
-
-
-def _feed_forward(config: LMConfig) -> nn.Module:
-    kind = GatedFeedForward if config.ffn_gated else PositionwiseFeedForward
-    hidden_dropout = config.dropout if config.ffn_hidden_dropout else 0.0
-    return kind(config.d_model, config.d_ff, hidden_dropout, config.activation, bias=config.ffn_bias)
-
-
-def _initialise(model: TransformerLM, config: LMConfig) -> None:
-    """``"xavier"``: Glorot-uniform matrices (each head's value map on its own), as build_model;
-    ``"functional"``: the functional transformer's N(0, 1) embeddings, U(+-1/sqrt(fan_in)) weights, zero biases."""
-    for module in model.modules():
-        if isinstance(module, PerHeadValueAttention):
-            for w in module.value_weight:
-                bound = 1.0 / math.sqrt(config.d_model)
-                nn.init.uniform_(w, -bound, bound) if config.init == "functional" else nn.init.xavier_uniform_(w)
-            nn.init.zeros_(module.value_bias)
-        elif isinstance(module, nn.Linear):
-            if config.init == "functional":
-                bound = 1.0 / math.sqrt(module.in_features)
-                nn.init.uniform_(module.weight, -bound, bound)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            else:
-                nn.init.xavier_uniform_(module.weight)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight) if config.init == "functional" else nn.init.xavier_uniform_(module.weight)
-
-
 def build_lm(config: LMConfig) -> TransformerLM:
-    """Construct a language model from a validated config (initialised as ``config.init`` says, tied as
-    configured)."""
-    layer = DecoderOnlyLayer(
-        config.d_model,
-        _attention(config),
-        _feed_forward(config),
-        config.dropout,
-        config.norm_placement,
-        config.layer_norm_eps,
-        config.norm,
-    )
-    table = _positions(config)
-    tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e)
+    """Construct a language model from a validated config (its blocks from :mod:`~transformer.lm.blocks`,
+    initialised as ``config.init`` says, tied as configured)."""
+    layers = decoder_layers(config)
+    table = positional_table(config)
+    tokens = ScaledEmbeddings(config.d_model, config.vocab, config.lambda_e, rounded=config.embedding_scale_rounded)
     # without a table (rotary or no positions) the embeddings still get their dropout (section 5.4)
     embed = EmbeddingStack(tokens, table if table is not None else nn.Dropout(config.dropout))
     rotary = RotaryEmbedding.from_config(config) if config.positional_encoding == "rotary" else None
     generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
-    model = TransformerLM(embed, layer, config.n_layers, generator, config, config.norm, rotary)
-    _initialise(model, config)
+    if config.logit_softcap is not None:  # Gemma 2's final-logit soft-capping, inside the output projection
+        generator.proj = SoftCappedLinear(config.d_model, config.vocab, config.logit_softcap, bias=config.lm_head_bias)
+    model = TransformerLM(embed, layers, config.n_layers, generator, config, config.norm, rotary)
+    initialise(model, config)
     if config.tie_weights:
         model.generator.proj.weight = model.embed[0].lut.weight
     return model
+
+
+def _local_rope(config: LMConfig) -> LMConfig:
+    """The config the windowed layers' rotary embedding is built from: base ``rope_local_theta``, the default rule."""
+    keep = {"rope_theta": config.rope_local_theta, "rope_fraction": config.rope_fraction}
+    return config.replace(**{**ROPE_DEFAULTS, **keep})

@@ -1,5 +1,6 @@
 """RMSNorm (Zhang and Sennrich 2019, "Root Mean Square Layer Normalization", equation 4): the layer normalisation
-of Llama, Mistral and Qwen, without re-centring and without a bias."""
+of Llama, Mistral and Qwen, without re-centring and without a bias; with ``unit_offset`` Gemma's, whose gain is
+``1 + weight`` (Team Gemma 2024, the ``gemma_pytorch`` RMSNorm)."""
 
 from __future__ import annotations
 
@@ -19,19 +20,24 @@ class RMSNorm(nn.Module):
     ``compute_dtype`` (float32) whatever the input's dtype, the result cast back to it and then multiplied by the
     gain: a bfloat16 model normalises in float32, and a float64 model computes exactly what Hugging Face's does in
     float64 (with float32 statistics). Set ``compute_dtype = torch.float64`` for float64 statistics (gradient checks).
+
+    ``unit_offset`` (Gemma's ``Gemma2RMSNorm``): ``(x / sqrt(mean(x^2) + eps)) * (1 + weight)``, the weight starting
+    at zero, the product computed in ``compute_dtype`` too and only then cast back (as Gemma's does).
     """
 
-    def __init__(self, features: int, eps: float = 1e-6) -> None:
+    def __init__(self, features: int, eps: float = 1e-6, *, unit_offset: bool = False) -> None:
         super().__init__()
-        self.features, self.eps = features, eps
-        self.weight = nn.Parameter(torch.ones(features))
+        self.features, self.eps, self.unit_offset = features, eps, unit_offset
+        self.weight = nn.Parameter(torch.zeros(features) if unit_offset else torch.ones(features))
         self.compute_dtype = torch.float32
 
     @checked
     def forward(self, x: Float[Tensor, "*batch {self.features}"]) -> Float[Tensor, "*batch {self.features}"]:
         wide = x.to(self.compute_dtype)
         normalised = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.unit_offset:
+            return (normalised * (1.0 + self.weight.to(self.compute_dtype))).to(x.dtype)
         return self.weight * normalised.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.features}, eps={self.eps}"
+        return f"{self.features}, eps={self.eps}" + (", unit_offset=True" if self.unit_offset else "")

@@ -8,7 +8,7 @@ without transformers, checked tensor by tensor, and written so that transformers
 * :mod:`~transformer.lm.pretrained.tensor_map`: one tensor of theirs as parameters of ours (transposes, fusions).
 * :mod:`~transformer.lm.pretrained.architectures`: what an architecture is; :mod:`~transformer.lm.pretrained.gpt2`,
   :mod:`~transformer.lm.pretrained.llama`, :mod:`~transformer.lm.pretrained.starcoder2` and
-  :mod:`~transformer.lm.pretrained.phi3` the supported ones;
+  :mod:`~transformer.lm.pretrained.phi3`, :mod:`~transformer.lm.pretrained.gemma` the supported ones;
   :mod:`~transformer.lm.pretrained.supported` their registry.
 * :mod:`~transformer.lm.pretrained.load` and :mod:`~transformer.lm.pretrained.save`: ``from_pretrained`` and
   ``save_pretrained`` (also :meth:`TransformerLM.from_pretrained` and :meth:`TransformerLM.save_pretrained`).
@@ -18,12 +18,15 @@ without transformers, checked tensor by tensor, and written so that transformers
 A ``train lm`` checkpoint becomes such a folder with ``typed-transformer export`` (:mod:`transformer.tasks.hf_export`).
 """
 
+from ..model import register_folder_io
 from .adapters import save_adapter_for_transformers
 from .errors import PretrainedFormatError
 from .load import PretrainedOrigin, load_pretrained
 from .save import save_pretrained
 from .supported import ARCHITECTURES
 from .tokenizer import PretrainedTokenizer
+
+register_folder_io(load_pretrained, save_pretrained)  # TransformerLM.from_pretrained and .save_pretrained
 
 __all__ = [
     "load_pretrained",

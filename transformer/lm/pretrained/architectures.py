@@ -9,7 +9,8 @@ express, as LayerNorm in a Llama) is refused naming the field. Fields transforme
 (``use_cache``, ``initializer_range``, token ids...) do not change the function and are not read.
 
 The architectures themselves are in :mod:`~transformer.lm.pretrained.gpt2`, :mod:`~transformer.lm.pretrained.llama`,
-:mod:`~transformer.lm.pretrained.starcoder2` and :mod:`~transformer.lm.pretrained.phi3`; ``supported.ARCHITECTURES``
+:mod:`~transformer.lm.pretrained.starcoder2`, :mod:`~transformer.lm.pretrained.phi3` and
+:mod:`~transformer.lm.pretrained.gemma`; ``supported.ARCHITECTURES``
 lists them by name.
 """
 
@@ -79,14 +80,17 @@ class Architecture(ABC):
                 return re.sub(pattern, theirs, ours)
         raise PretrainedFormatError(f"{self.name}: our parameter {ours!r} has no tensor in this architecture")
 
-    def tensor_maps(self, our_names: list[str]) -> list[TensorMap]:
-        """One map per tensor of a file, for our (deduplicated: a tied head is the embedding) parameter names."""
+    def tensor_maps(self, our_names: list[str], config: LMConfig | None = None) -> list[TensorMap]:
+        """One map per tensor of a file, for our (deduplicated: a tied head is the embedding) parameter names (of a
+        model of ``config``: the layouts that split heads need it)."""
         return [TensorMap(self.their_name(name), (name,)) for name in our_names]
 
-    def maps_for_file(self, our_names: list[str], file_names: list[str]) -> list[TensorMap]:
+    def maps_for_file(
+        self, our_names: list[str], file_names: list[str], config: LMConfig | None = None
+    ) -> list[TensorMap]:
         """:meth:`tensor_maps`, without ``base_prefix`` when no tensor of the file has it (as transformers loads a
         base model's file into the causal LM)."""
-        maps = self.tensor_maps(our_names)
+        maps = self.tensor_maps(our_names, config)
         if any(name.startswith(self.base_prefix) for name in file_names):
             return maps
         return [dataclasses.replace(m, theirs=m.theirs.removeprefix(self.base_prefix)) for m in maps]

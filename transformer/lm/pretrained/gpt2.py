@@ -99,7 +99,7 @@ class GPT2(Architecture):
             "pad_token_id": config.pad_id,
         }
 
-    def tensor_maps(self, our_names: list[str]) -> list[TensorMap]:
+    def tensor_maps(self, our_names: list[str], config: LMConfig | None = None) -> list[TensorMap]:
         """As :meth:`Architecture.tensor_maps`, with each layer's query, key and value maps one fused tensor and
         ``Conv1D`` weights transposed."""
         fused: dict[str, list[str]] = {}

@@ -69,6 +69,10 @@ class Llama(Architecture):
         """The sliding window every layer attends through (None: none)."""
         return None
 
+    def layer_fields(self, config: ConfigFields, n_layers: int) -> dict[str, Any]:
+        """The fields that say what each layer does: the window (:meth:`window`, the same for every layer here)."""
+        return {"sliding_window": self.window(config, n_layers)}
+
     def rotary_attention(self, config: ConfigFields) -> dict[str, Any]:
         """The LMConfig fields every rotary architecture reads alike: sizes, grouped-query heads, RoPE, attention
         dropout, the activation, the bias-free head (tied when ``tie_word_embeddings``) and the pad id."""
@@ -124,7 +128,7 @@ class Llama(Architecture):
             layer_norm_eps=config.number("rms_norm_eps", self.norm_eps_default),
             ffn_gated=True,
             qk_norm=self.qk_norm,
-            sliding_window=self.window(config, fields["n_layers"]),
+            **self.layer_fields(config, fields["n_layers"]),
             **self.biases(config),
         )
 

@@ -168,7 +168,7 @@ def load_pretrained(
     with parameters_on_meta():
         model = build_lm(config)
     params = dict(model.named_parameters())  # a tied head is listed once, as the embedding
-    maps = architecture.maps_for_file(list(params), tensors.names())
+    maps = architecture.maps_for_file(list(params), tensors.names(), config)
     _check_tensors(maps, params, tensors, architecture)
     dtype = _dtype(dtype, fields, tensors, maps)
     device = torch.device("cpu" if device is None else device)

@@ -60,7 +60,7 @@ class Phi3(Llama):
     def written_window(self, config: LMConfig) -> dict[str, Any]:
         return {"sliding_window": config.sliding_window}
 
-    def tensor_maps(self, our_names: list[str]) -> list[TensorMap]:
+    def tensor_maps(self, our_names: list[str], config: LMConfig | None = None) -> list[TensorMap]:
         """As :meth:`Architecture.tensor_maps`, with q, k, v and the gate and up maps each one stacked tensor."""
         stacked: dict[str, list[str]] = {}
         maps: list[TensorMap] = []

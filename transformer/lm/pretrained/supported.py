@@ -7,21 +7,47 @@ from ..config import LMConfig
 from .architectures import Architecture
 from .config_fields import ConfigFields
 from .errors import PretrainedFormatError
+from .gemma import Gemma2, Gemma3
 from .gpt2 import GPT2
+from .gpt_neox import GPTNeoX
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .phi3 import Phi3
+from .smollm3 import SmolLM3
 from .starcoder2 import Starcoder2
 
 __all__ = ["ARCHITECTURES", "architecture_named", "architecture_of", "architecture_for"]
 
 #: Every supported architecture by its ``architectures`` name, in the order :func:`architecture_for` tries them.
 ARCHITECTURES: dict[str, Architecture] = {
-    a.name: a for a in (Llama(), Qwen2(), Qwen3(), Mistral(), GPT2(), Starcoder2(), Phi3())
+    a.name: a
+    for a in (
+        Llama(),
+        Qwen2(),
+        Qwen3(),
+        Mistral(),
+        GPT2(),
+        Starcoder2(),
+        Phi3(),
+        Gemma2(),
+        Gemma3(),
+        GPTNeoX(),
+        SmolLM3(),
+    )
+}
+
+#: Architectures refused by name, with the reason (and what to load instead).
+REFUSED: dict[str, str] = {
+    "Gemma3ForConditionalGeneration": (
+        "the multimodal Gemma 3 (a vision tower and its projector around the text model) is not implemented; its "
+        "text model alone is Gemma3ForCausalLM (a folder of that architecture, as the 1B model's)"
+    ),
 }
 
 
 def architecture_named(name: str, where: str) -> Architecture:
     """The architecture called ``name``; another name is refused, listing the supported ones."""
+    if isinstance(name, str) and name in REFUSED:
+        raise PretrainedFormatError(f"{where}: architecture {name!r} is not supported: {REFUSED[name]}")
     try:
         return ARCHITECTURES[name]
     except (KeyError, TypeError):

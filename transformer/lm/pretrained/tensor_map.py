@@ -4,8 +4,9 @@ A :class:`TensorMap` pairs a tensor name of the file (``theirs``) with one or mo
 layout: ``"same"`` (the same tensor), ``"transposed"`` (GPT-2's ``Conv1D`` stores ``(in, out)``, ``nn.Linear``
 ``(out, in)``), ``"fused"`` (GPT-2's ``c_attn``: queries, keys and values side by side along the last dimension,
 each transposed when 2-D), ``"stacked"`` (Phi-3's ``qkv_proj`` and ``gate_up_proj``: ours one above the other,
-along the first dimension) and ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1, max_len,
-d_model)``). :meth:`TensorMap.to_theirs` lays our tensors out as theirs (views, but for a fused tensor): saving
+along the first dimension), ``"interleaved"`` (GPT-NeoX's ``query_key_value``: head by head, that head's query,
+key and value rows, ``heads`` heads) and ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1,
+max_len, d_model)``). :meth:`TensorMap.to_theirs` lays our tensors out as theirs (views, but for a fused tensor): saving
 writes it; :meth:`TensorMap.their_shape` gives, from the sizes alone, the shape their tensor must have, so every
 tensor is checked against the model before a byte is read. :meth:`TensorMap.their_views` are views of our tensors
 in their layout, into which the loader copies their tensor block by block of rows, in the model's dtype and on its
@@ -21,7 +22,7 @@ import torch
 
 __all__ = ["TensorMap", "Layout"]
 
-Layout = Literal["same", "transposed", "fused", "stacked", "batched"]
+Layout = Literal["same", "transposed", "fused", "stacked", "batched", "interleaved"]
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,10 @@ class TensorMap:
     theirs: str
     ours: tuple[str, ...]
     layout: Layout = "same"
+    heads: int = 1  #: ``"interleaved"``: the heads each of ours is split into
 
     def __post_init__(self) -> None:
-        if (len(self.ours) > 1) != (self.layout in ("fused", "stacked")):
+        if (len(self.ours) > 1) != (self.layout in ("fused", "stacked", "interleaved")):
             raise ValueError(f"TensorMap {self.theirs}: layout {self.layout!r} with {len(self.ours)} of our tensors")
 
     def to_theirs(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -46,6 +48,9 @@ class TensorMap:
             return torch.cat([t.t() if t.dim() == 2 else t for t in tensors], dim=-1)
         if self.layout == "stacked":
             return torch.cat(tensors, dim=0)
+        if self.layout == "interleaved":  # head h's rows of each of ours, one after the other, head after head
+            split = [t.reshape(self.heads, t.size(0) // self.heads, *t.shape[1:]) for t in tensors]
+            return torch.stack(split, dim=1).reshape(-1, *tensors[0].shape[1:])
         return tensors[0]
 
     def their_views(self, tensors: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, int, slice]]:
@@ -55,6 +60,15 @@ class TensorMap:
         if self.layout == "fused":
             width = tensors[0].size(0)
             return [(t.t() if t.dim() == 2 else t, 0, slice(k * width, (k + 1) * width)) for k, t in enumerate(tensors)]
+        if self.layout == "interleaved":
+            parts, first = [], 0
+            for h in range(self.heads):
+                for t in tensors:
+                    rows = t.size(0) // self.heads
+                    piece = t[h * rows : (h + 1) * rows]
+                    parts.append((piece, first, slice(None)) if t.dim() > 1 else (piece, 0, slice(first, first + rows)))
+                    first += rows
+            return parts
         if self.layout == "stacked":
             parts, first = [], 0
             for t in tensors:
@@ -78,7 +92,9 @@ class TensorMap:
         if self.layout == "fused":
             laid = [shape[::-1] if len(shape) == 2 else shape for shape in shapes]
             return self._joined(laid, axis=-1)
-        if self.layout == "stacked":
+        if self.layout in ("stacked", "interleaved"):
+            if self.layout == "interleaved" and any(shape[0] % self.heads for shape in shapes):
+                raise ValueError(f"TensorMap {self.theirs}: {shapes} do not split into {self.heads} heads")
             return self._joined(shapes, axis=0)
         return shapes[0]
 
