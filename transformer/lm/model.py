@@ -42,6 +42,7 @@ from .layers import (
     ScaledPositionalEncoding,
     make_norm,
 )
+from .moe.block import install_experts
 from .positions import (
     LMCache,
     hugging_face_mask,
@@ -392,6 +393,7 @@ def build_lm(config: LMConfig) -> TransformerLM:
     rotary = RotaryEmbedding.from_config(config) if config.positional_encoding == "rotary" else None
     generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
     model = TransformerLM(embed, layer, config.n_layers, generator, config, config.norm, rotary)
+    install_experts(model, config)  # the sparse layers' mixture of experts (transformer.lm.moe)
     _initialise(model, config)
     if config.tie_weights:
         model.generator.proj.weight = model.embed[0].lut.weight

@@ -83,6 +83,11 @@ class Architecture(ABC):
         """One map per tensor of a file, for our (deduplicated: a tied head is the embedding) parameter names."""
         return [TensorMap(self.their_name(name), (name,)) for name in our_names]
 
+    def expand_maps(self, maps: list[TensorMap], shapes: dict[str, tuple[int, ...]]) -> list[TensorMap]:
+        """``maps`` once our parameters' ``shapes`` are known: a mixture of experts' stacked parameter becomes one
+        map per expert (:mod:`~transformer.lm.pretrained.mixtral`); the others' are ``maps``."""
+        return maps
+
     def maps_for_file(self, our_names: list[str], file_names: list[str]) -> list[TensorMap]:
         """:meth:`tensor_maps`, without ``base_prefix`` when no tensor of the file has it (as transformers loads a
         base model's file into the causal LM)."""

@@ -9,6 +9,7 @@ from .config_fields import ConfigFields
 from .errors import PretrainedFormatError
 from .gpt2 import GPT2
 from .llama import Llama, Mistral, Qwen2, Qwen3
+from .mixtral import Mixtral
 from .phi3 import Phi3
 from .starcoder2 import Starcoder2
 
@@ -16,7 +17,7 @@ __all__ = ["ARCHITECTURES", "architecture_named", "architecture_of", "architectu
 
 #: Every supported architecture by its ``architectures`` name, in the order :func:`architecture_for` tries them.
 ARCHITECTURES: dict[str, Architecture] = {
-    a.name: a for a in (Llama(), Qwen2(), Qwen3(), Mistral(), GPT2(), Starcoder2(), Phi3())
+    a.name: a for a in (Llama(), Qwen2(), Qwen3(), Mistral(), GPT2(), Starcoder2(), Phi3(), Mixtral())
 }
 
 
