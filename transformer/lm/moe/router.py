@@ -6,9 +6,11 @@ the ``k`` best experts by score, their weights the scores, divided by their sum 
 ``top_k_value /= sum``; Qwen's ``norm_topk_prob``). The scores are computed in float32 whatever the model's dtype,
 as transformers' routers do (``softmax(router_logits.float())``), so a float64 or bfloat16 model routes as theirs.
 
-Ties: the k experts are ``torch.topk`` of the float32 scores, transformers' own call on the same values, so equal
-scores pick the same experts as theirs (on the CPU that is not the lowest index: eight equal scores give experts
-6 and 5 with torch 2.13; tests/test_moe_router.py checks the choice against transformers').
+Ties: the k experts are ``torch.topk`` of the float32 scores, transformers' own two calls (softmax, topk) on the
+same logits, so equal scores pick the same experts as theirs. On the CPU that is not the lowest indices: five
+exactly equal scores pick experts (2, 4), eight pick (6, 5), with torch 2.13; and router rows that are equal give
+logits equal only up to the matmul's rounding, so the pick follows the last bits (tests/test_pretrained_mixtral.py
+checks both against transformers).
 """
 
 from __future__ import annotations

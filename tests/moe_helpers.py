@@ -1,0 +1,40 @@
+"""Tiny mixture-of-experts models of transformers (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) for the checkpoint tests:
+built from its config classes with random weights (never downloaded); every weight drawn wide (std 0.3, 1-D ones
+around their initial value) so that routing differs from token to token and an expert read into the wrong place
+changes the logits. Float64 models run transformers' eager experts (its default ``grouped_mm`` refuses float64)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from pretrained_helpers import VOCAB
+
+COMMON = dict(
+    vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=48, rms_norm_eps=0.02, bos_token_id=1, eos_token_id=2,
+    pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}, num_experts_per_tok=2,
+)  # fmt: skip
+
+CONFIGS = {
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=5)),
+}
+
+
+def moe_config(transformers, kind: str, **overrides):
+    config_class, _, fields = CONFIGS[kind]
+    return getattr(transformers, config_class)(**{**COMMON, **fields, **overrides})
+
+
+def moe_model(transformers, kind: str, dtype=torch.float32, seed: int = 0, **overrides):
+    """A random tiny model of ``kind`` in eval mode, in ``dtype``."""
+    config = moe_config(transformers, kind, **overrides)
+    torch.manual_seed(seed)
+    model_class = getattr(transformers, CONFIGS[kind][1])
+    model = model_class._from_config(copy.deepcopy(config), attn_implementation="sdpa")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if p.dim() == 1 and "norm" in name else 0.0, 0.3)
+    if dtype == torch.float64:
+        model.config._experts_implementation = "eager"
+    return model.eval().to(dtype)

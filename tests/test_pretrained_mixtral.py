@@ -1,0 +1,198 @@
+"""Mixtral checkpoint folders (``MixtralForCausalLM``) against transformers: logits (float32 within 1e-5 x
+max|logit|, float64 1e-10), routing ties, greedy generation with the cache on a left-padded batch, gradients, the
+load-balancing loss, saving back; tiny random models from its config class, never downloaded (docs/moe.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from moe_helpers import moe_model
+from pretrained_helpers import assert_logits_close, hf_logits, left_padded_batch, our_logits, positions_of
+
+from transformer.lm import TransformerLM, generate
+from transformer.lm.moe import MoEFeedForward, model_aux_loss
+from transformer.lm.pretrained import PretrainedFormatError
+from transformer.lm.pretrained.supported import ARCHITECTURES
+
+transformers = pytest.importorskip("transformers")
+
+CASES = {
+    "top2": {},
+    "top1-window": dict(num_experts_per_tok=1, sliding_window=4),
+    "top3-tied-head_dim": dict(num_experts_per_tok=3, tie_word_embeddings=True, head_dim=12),
+}
+
+
+def _pair(tmp_path, dtype=torch.float32, **overrides):
+    theirs = moe_model(transformers, "mixtral", dtype, **overrides)
+    theirs.save_pretrained(tmp_path / "theirs")
+    return theirs, TransformerLM.from_pretrained(tmp_path / "theirs")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logits_equal_transformers(tmp_path, case, dtype):
+    theirs, ours = _pair(tmp_path, dtype, **CASES[case])
+    assert ours.weights_dtype() == dtype and ours.config.n_experts == 5
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask, dtype)
+
+
+def test_the_experts_matter_in_this_case(tmp_path):
+    """The tokens go to every expert, with unequal weights, and two experts swapped change the logits far beyond
+    the tolerance: the test above sees an expert or a router row read into the wrong place."""
+    theirs, ours = _pair(tmp_path)
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        before = our_logits(ours, tokens, mask)
+        block = ours.layers[0].feed_forward
+        assert isinstance(block, MoEFeedForward)
+        weights, chosen = block.router.choose(block.router_logits)
+        assert torch.bincount(chosen.reshape(-1), minlength=5).min() > 0  # every expert gets tokens
+        assert (weights[:, 0] - weights[:, 1]).abs().max() > 0.1  # weights far from uniform
+        for p in (block.experts.gate_up_proj, block.experts.down_proj):
+            p.copy_(p[[1, 0, 2, 3, 4]])
+        after = our_logits(ours, tokens, mask)
+    assert (after - before)[mask].abs().max() > 100 * 1e-5 * before.abs().max()
+
+
+def test_equal_router_scores_pick_the_experts_transformers_picks(tmp_path):
+    """Ties. Every router row equal: a token's router logits are equal up to the matmul's rounding, so the choice
+    is a tie-break of near-equal scores; the experts differ, so another choice would change the logits. Then exact
+    ties (dyadic weights and inputs: every logit the same float): transformers' float32 softmax and torch.topk pick
+    experts (2, 4) of 5 on the CPU, not the lowest indices, and so do we."""
+    theirs = moe_model(transformers, "mixtral")
+    with torch.no_grad():
+        for layer in theirs.model.layers:
+            layer.mlp.gate.weight.copy_(layer.mlp.gate.weight[:1].expand(5, -1))
+    theirs.save_pretrained(tmp_path)
+    ours = TransformerLM.from_pretrained(tmp_path)
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
+        row = torch.randint(-4, 5, (1, 32), generator=torch.Generator().manual_seed(1)) / 4
+        theirs.model.layers[0].mlp.gate.weight.copy_(row.expand(5, -1))
+        ours.layers[0].feed_forward.router.weight.copy_(row.expand(5, -1))
+        hidden = torch.randint(-4, 5, (64, 32), generator=torch.Generator().manual_seed(2)) / 4
+        routing = ours.layers[0].feed_forward.router(hidden)
+        _, their_weights, their_experts = theirs.model.layers[0].mlp.gate(hidden)
+    assert torch.equal(routing.logits, routing.logits[:, :1].expand(-1, 5))  # every logit the same float: a tie
+    assert torch.equal(routing.experts, their_experts) and torch.equal(routing.weights, their_weights)
+    assert torch.equal(routing.weights, torch.full_like(routing.weights, 0.5))
+    assert {tuple(r) for r in routing.experts.tolist()} == {(2, 4)}
+
+
+def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path):
+    theirs, ours = _pair(tmp_path)
+    tokens, mask = left_padded_batch(steps=7, pads=(0, 2, 4))
+    expected = theirs.generate(
+        input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=8, min_new_tokens=8,
+        pad_token_id=0, eos_token_id=None,
+    )[:, tokens.size(1) :]  # fmt: skip
+    got = generate(ours, tokens, 8, prompt_mask=mask, pad_symbol=0)[:, tokens.size(1) :]
+    assert torch.equal(got, expected)
+
+
+def _their_grads(ours, theirs):
+    architecture = ARCHITECTURES["MixtralForCausalLM"]
+    params = dict(ours.named_parameters())
+    maps = architecture.expand_maps(architecture.tensor_maps(list(params)), {n: p.shape for n, p in params.items()})
+    names = {n.replace(".block_sparse_moe.", ".mlp."): p for n, p in theirs.named_parameters()}
+    for m in maps:
+        got = m.to_theirs(tuple(params[n].grad for n in m.ours))
+        name = m.theirs.replace(".block_sparse_moe.", ".mlp.")
+        if ".experts." in name:  # their stacked gate_up_proj / down_proj, per expert: compare the same rows
+            layer, rest = name.split(".mlp.experts.")
+            expert, kind = int(rest.split(".")[0]), rest.split(".")[1]
+            stacked = names[f"{layer}.mlp.experts.{'down_proj' if kind == 'w2' else 'gate_up_proj'}"].grad[expert]
+            half = stacked.size(0) // 2
+            expected = {"w1": stacked[:half], "w3": stacked[half:], "w2": stacked}[kind]
+        else:
+            expected = names[name].grad
+        yield name, got, expected
+
+
+def test_gradients_of_a_loss_equal_transformers(tmp_path):
+    theirs, ours = _pair(tmp_path, torch.float64)
+    tokens, mask = left_padded_batch()
+    labels = torch.randint(3, 97, tokens.shape, generator=torch.Generator().manual_seed(5))
+
+    def loss(logits):
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+        return (nll * mask.double()).sum()
+
+    loss(our_logits(ours, tokens, mask)).backward()
+    loss(hf_logits(theirs, tokens, mask)).backward()
+    compared = 0
+    for name, got, expected in _their_grads(ours, theirs):
+        torch.testing.assert_close(got, expected, rtol=1e-8, atol=1e-10, msg=name)
+        compared += 1
+    assert compared == 2 * (4 + 2 + 1 + 3 * 5) + 3
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_load_balancing_loss_equals_transformers_aux_loss(tmp_path, masked):
+    theirs, ours = _pair(tmp_path, torch.float64)
+    tokens, mask = left_padded_batch()
+    attention = mask if masked else torch.ones_like(mask)
+    out = theirs(
+        input_ids=tokens, attention_mask=attention.long(), position_ids=positions_of(attention),
+        output_router_logits=True,
+    )  # fmt: skip
+    our_logits(ours, tokens, attention)
+    ours_loss = model_aux_loss(ours, attention if masked else None)
+    torch.testing.assert_close(ours_loss.double(), out.aux_loss.double(), rtol=1e-6, atol=1e-7)
+    assert ours.config.router_aux_loss_coef == theirs.config.router_aux_loss_coef == 0.001
+    if masked:  # the pads change the loss: the mask is read
+        unmasked = model_aux_loss(ours, None)
+        assert abs(unmasked.item() - ours_loss.item()) > 1e-4
+
+
+def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path):
+    theirs, ours = _pair(tmp_path, torch.float64, sliding_window=5)
+    folder = ours.save_pretrained(tmp_path / "ours")
+    again = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    again.config._experts_implementation = "eager"
+    assert type(again).__name__ == "MixtralForCausalLM" and again.dtype == torch.float64
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        assert_logits_close(hf_logits(again, tokens, mask), hf_logits(theirs, tokens, mask), mask, torch.float64)
+    written = json.loads((folder / "config.json").read_text())
+    assert (written["num_local_experts"], written["num_experts_per_tok"], written["sliding_window"]) == (5, 2, 5)
+
+
+def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path):
+    """A model of ours (its own random weights), written as the architecture its config chooses: Mixtral."""
+    _, ours = _pair(tmp_path)
+    del ours.pretrained_origin
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.normal_(0.0, 0.5)
+    folder = ours.save_pretrained(tmp_path / "ours")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    assert type(theirs).__name__ == "MixtralForCausalLM"
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
+
+
+def test_router_jitter_and_a_missing_expert_are_refused_by_name(tmp_path):
+    theirs = moe_model(transformers, "mixtral", router_jitter_noise=0.1)
+    theirs.save_pretrained(tmp_path / "jitter")
+    with pytest.raises(PretrainedFormatError, match=r"router_jitter_noise=0\.1 is not supported"):
+        TransformerLM.from_pretrained(tmp_path / "jitter")
+    from safetensors.torch import load_file, save_file
+
+    theirs = moe_model(transformers, "mixtral")
+    theirs.save_pretrained(tmp_path / "cut")
+    tensors = load_file(tmp_path / "cut" / "model.safetensors")
+    del tensors["model.layers.1.block_sparse_moe.experts.4.w3.weight"]
+    save_file(tensors, tmp_path / "cut" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(
+        PretrainedFormatError, match=r"missing tensor 'model\.layers\.1\.block_sparse_moe\.experts\.4\.w3"
+    ):
+        TransformerLM.from_pretrained(tmp_path / "cut")
