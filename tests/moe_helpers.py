@@ -16,8 +16,34 @@ COMMON = dict(
     pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}, num_experts_per_tok=2,
 )  # fmt: skip
 
-CONFIGS = {
+CONFIGS = {  # fmt: skip
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=5)),
+    # layer 1 of 3 dense (mlp_only_layers), experts narrower than the dense network, a shared expert
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            num_experts=5,
+            num_hidden_layers=3,
+            mlp_only_layers=[1],
+            moe_intermediate_size=12,
+            shared_expert_intermediate_size=20,
+            norm_topk_prob=False,
+        ),
+    ),
+    # every second layer sparse (decoder_sparse_step 2: layers 1 and 3), QK-norm, head_dim 12, renormalised top-k
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(
+            num_experts=5,
+            num_hidden_layers=4,
+            decoder_sparse_step=2,
+            moe_intermediate_size=12,
+            head_dim=12,
+            norm_topk_prob=True,
+        ),
+    ),
 }
 
 

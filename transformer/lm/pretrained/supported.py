@@ -11,13 +11,15 @@ from .gpt2 import GPT2
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .mixtral import Mixtral
 from .phi3 import Phi3
+from .qwen_moe import Qwen2Moe, Qwen3Moe
 from .starcoder2 import Starcoder2
 
 __all__ = ["ARCHITECTURES", "architecture_named", "architecture_of", "architecture_for"]
 
 #: Every supported architecture by its ``architectures`` name, in the order :func:`architecture_for` tries them.
 ARCHITECTURES: dict[str, Architecture] = {
-    a.name: a for a in (Llama(), Qwen2(), Qwen3(), Mistral(), GPT2(), Starcoder2(), Phi3(), Mixtral())
+    a.name: a
+    for a in (Llama(), Qwen2(), Qwen3(), Mistral(), GPT2(), Starcoder2(), Phi3(), Mixtral(), Qwen2Moe(), Qwen3Moe())
 }
 
 

@@ -1,10 +1,9 @@
-"""Mixtral checkpoint folders (``MixtralForCausalLM``) against transformers: logits (float32 within 1e-5 x
-max|logit|, float64 1e-10), routing ties, greedy generation with the cache on a left-padded batch, gradients, the
-load-balancing loss, saving back; tiny random models from its config class, never downloaded (docs/moe.md)."""
+"""Mixture-of-experts checkpoint folders (Mixtral, Qwen2-MoE with its shared expert and a dense layer, Qwen3-MoE
+with every second layer sparse) against transformers: logits (float32 within 1e-5 x max|logit|, float64 1e-10),
+routing ties, greedy generation with the cache on a left-padded batch, gradients, the load-balancing loss, saving
+back both ways; tiny random models from its config classes, never downloaded (docs/moe.md)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
@@ -19,14 +18,24 @@ from transformer.lm.pretrained.supported import ARCHITECTURES
 transformers = pytest.importorskip("transformers")
 
 CASES = {
-    "top2": {},
-    "top1-window": dict(num_experts_per_tok=1, sliding_window=4),
-    "top3-tied-head_dim": dict(num_experts_per_tok=3, tie_word_embeddings=True, head_dim=12),
-}
+    "mixtral-top2": ("mixtral", {}),
+    "mixtral-top1-window": ("mixtral", dict(num_experts_per_tok=1, sliding_window=4)),
+    "mixtral-top3-tied-head_dim": ("mixtral", dict(num_experts_per_tok=3, tie_word_embeddings=True, head_dim=12)),
+    "qwen2_moe-shared-dense1": ("qwen2_moe", {}),
+    "qwen2_moe-norm_topk-nobias-window": (
+        "qwen2_moe", dict(norm_topk_prob=True, qkv_bias=False, use_sliding_window=True, sliding_window=4,
+                          max_window_layers=0),
+    ),
+    "qwen3_moe-step2": ("qwen3_moe", {}),
+    "qwen3_moe-top1-bias-mlp_only": ("qwen3_moe", dict(num_experts_per_tok=1, attention_bias=True,
+                                                       mlp_only_layers=[1, 3], decoder_sparse_step=1)),
+}  # fmt: skip
+KINDS = ["mixtral", "qwen2_moe", "qwen3_moe"]
+DENSE = {"mixtral": (), "qwen2_moe": (1,), "qwen3_moe": (0, 2)}
 
 
-def _pair(tmp_path, dtype=torch.float32, **overrides):
-    theirs = moe_model(transformers, "mixtral", dtype, **overrides)
+def _pair(tmp_path, dtype=torch.float32, kind="mixtral", **overrides):
+    theirs = moe_model(transformers, kind, dtype, **overrides)
     theirs.save_pretrained(tmp_path / "theirs")
     return theirs, TransformerLM.from_pretrained(tmp_path / "theirs")
 
@@ -34,8 +43,11 @@ def _pair(tmp_path, dtype=torch.float32, **overrides):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_logits_equal_transformers(tmp_path, case, dtype):
-    theirs, ours = _pair(tmp_path, dtype, **CASES[case])
+    kind, overrides = CASES[case]
+    theirs, ours = _pair(tmp_path, dtype, kind, **overrides)
     assert ours.weights_dtype() == dtype and ours.config.n_experts == 5
+    if not overrides:
+        assert ours.config.dense_layers == DENSE[kind]
     tokens, mask = left_padded_batch()
     with torch.no_grad():
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask, dtype)
@@ -85,8 +97,9 @@ def test_equal_router_scores_pick_the_experts_transformers_picks(tmp_path):
     assert {tuple(r) for r in routing.experts.tolist()} == {(2, 4)}
 
 
-def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path):
-    theirs, ours = _pair(tmp_path)
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path, kind):
+    theirs, ours = _pair(tmp_path, kind=kind)
     tokens, mask = left_padded_batch(steps=7, pads=(0, 2, 4))
     expected = theirs.generate(
         input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=8, min_new_tokens=8,
@@ -97,26 +110,28 @@ def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path):
 
 
 def _their_grads(ours, theirs):
-    architecture = ARCHITECTURES["MixtralForCausalLM"]
+    """(name, our gradient in their layout, theirs) for every tensor of the file: a per-expert tensor against the
+    same rows of their stacked parameter's gradient."""
+    architecture = ARCHITECTURES[theirs.config.architectures[0]]
     params = dict(ours.named_parameters())
     maps = architecture.expand_maps(architecture.tensor_maps(list(params)), {n: p.shape for n, p in params.items()})
-    names = {n.replace(".block_sparse_moe.", ".mlp."): p for n, p in theirs.named_parameters()}
+    grads = {n: p.grad for n, p in theirs.named_parameters()}
     for m in maps:
         got = m.to_theirs(tuple(params[n].grad for n in m.ours))
-        name = m.theirs.replace(".block_sparse_moe.", ".mlp.")
-        if ".experts." in name:  # their stacked gate_up_proj / down_proj, per expert: compare the same rows
-            layer, rest = name.split(".mlp.experts.")
-            expert, kind = int(rest.split(".")[0]), rest.split(".")[1]
-            stacked = names[f"{layer}.mlp.experts.{'down_proj' if kind == 'w2' else 'gate_up_proj'}"].grad[expert]
-            half = stacked.size(0) // 2
-            expected = {"w1": stacked[:half], "w3": stacked[half:], "w2": stacked}[kind]
+        name = m.theirs.replace(f".{architecture.legacy_block}.", ".mlp.")
+        if m.layout == "part":
+            layer, projection = name.split(".experts.")[0], name.split(".")[-2]
+            stacked = "down_proj" if projection in architecture.expert_files["down_proj"] else "gate_up_proj"
+            expert, first, rows = m.part
+            expected = grads[f"{layer}.experts.{stacked}"][expert, first : first + rows]
         else:
-            expected = names[name].grad
+            expected = grads[name]
         yield name, got, expected
 
 
-def test_gradients_of_a_loss_equal_transformers(tmp_path):
-    theirs, ours = _pair(tmp_path, torch.float64)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradients_of_a_loss_equal_transformers(tmp_path, kind):
+    theirs, ours = _pair(tmp_path, torch.float64, kind)
     tokens, mask = left_padded_batch()
     labels = torch.randint(3, 97, tokens.shape, generator=torch.Generator().manual_seed(5))
 
@@ -130,12 +145,14 @@ def test_gradients_of_a_loss_equal_transformers(tmp_path):
     for name, got, expected in _their_grads(ours, theirs):
         torch.testing.assert_close(got, expected, rtol=1e-8, atol=1e-10, msg=name)
         compared += 1
-    assert compared == 2 * (4 + 2 + 1 + 3 * 5) + 3
+    their_experts = sum(p.numel() for n, p in theirs.named_parameters() if ".experts." in n)
+    assert compared >= len(list(ours.parameters())) and their_experts > 0
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_load_balancing_loss_equals_transformers_aux_loss(tmp_path, masked):
-    theirs, ours = _pair(tmp_path, torch.float64)
+@pytest.mark.parametrize("kind", KINDS)
+def test_load_balancing_loss_equals_transformers_aux_loss(tmp_path, kind, masked):
+    theirs, ours = _pair(tmp_path, torch.float64, kind)
     tokens, mask = left_padded_batch()
     attention = mask if masked else torch.ones_like(mask)
     out = theirs(
@@ -151,30 +168,33 @@ def test_load_balancing_loss_equals_transformers_aux_loss(tmp_path, masked):
         assert abs(unmasked.item() - ours_loss.item()) > 1e-4
 
 
-def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path):
-    theirs, ours = _pair(tmp_path, torch.float64, sliding_window=5)
+@pytest.mark.parametrize("kind", KINDS)
+def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path, kind):
+    theirs, ours = _pair(tmp_path, torch.float64, kind)
     folder = ours.save_pretrained(tmp_path / "ours")
     again = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
     again.config._experts_implementation = "eager"
-    assert type(again).__name__ == "MixtralForCausalLM" and again.dtype == torch.float64
+    assert type(again).__name__ == type(theirs).__name__ and again.dtype == torch.float64
     tokens, mask = left_padded_batch()
     with torch.no_grad():
         assert_logits_close(hf_logits(again, tokens, mask), hf_logits(theirs, tokens, mask), mask, torch.float64)
-    written = json.loads((folder / "config.json").read_text())
-    assert (written["num_local_experts"], written["num_experts_per_tok"], written["sliding_window"]) == (5, 2, 5)
+    assert (again.config.num_experts_per_tok, len(again.model.layers)) == (2, len(theirs.model.layers))
+    assert [type(layer.mlp).__name__ for layer in again.model.layers] == [
+        type(layer.mlp).__name__ for layer in theirs.model.layers
+    ]
 
 
-def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path):
-    """A model of ours (its own random weights), written as the architecture its config chooses: Mixtral."""
-    _, ours = _pair(tmp_path)
-    del ours.pretrained_origin
+@pytest.mark.parametrize("kind", KINDS)
+def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, kind):
+    """A model of ours (its own random weights), written as the architecture it was loaded as."""
+    template, ours = _pair(tmp_path, kind=kind)
     torch.manual_seed(3)
     with torch.no_grad():
         for p in ours.parameters():
             p.normal_(0.0, 0.5)
     folder = ours.save_pretrained(tmp_path / "ours")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
-    assert type(theirs).__name__ == "MixtralForCausalLM"
+    assert type(theirs).__name__ == type(template).__name__
     tokens, mask = left_padded_batch()
     with torch.no_grad():
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
