@@ -1,7 +1,7 @@
 """Mixtures of experts for the language model (docs/moe.md): the router, dispatch by expert and back, stacked gated
 experts, Qwen2-MoE's shared expert, the block and the load-balancing loss."""
 
-from .aux_loss import load_balancing_loss, model_aux_loss, router_logits_of
+from .aux_loss import WithLoadBalancing, load_balancing_loss, model_aux_loss, router_logits_of
 from .block import MoEFeedForward, install_experts
 from .checks import check_experts, sparse_layers
 from .dispatch import Dispatch, dispatch
@@ -10,6 +10,7 @@ from .router import Routing, TopKRouter
 from .shared import SharedExpert
 
 __all__ = [
-    "Dispatch", "GatedExperts", "MoEFeedForward", "Routing", "SharedExpert", "TopKRouter", "check_experts",
-    "dispatch", "install_experts", "load_balancing_loss", "model_aux_loss", "router_logits_of", "sparse_layers",
+    "Dispatch", "GatedExperts", "MoEFeedForward", "Routing", "SharedExpert", "TopKRouter", "WithLoadBalancing",
+    "check_experts", "dispatch", "install_experts", "load_balancing_loss", "model_aux_loss", "router_logits_of",
+    "sparse_layers",
 ]  # fmt: skip

@@ -17,7 +17,7 @@ from torch import nn
 
 from ...contracts import Tensor
 
-__all__ = ["load_balancing_loss", "router_logits_of", "model_aux_loss"]
+__all__ = ["load_balancing_loss", "router_logits_of", "model_aux_loss", "WithLoadBalancing"]
 
 
 def load_balancing_loss(router_logits: Sequence[Tensor], n_experts: int, k: int, mask: Tensor | None = None) -> Tensor:
@@ -62,3 +62,29 @@ def model_aux_loss(model: nn.Module, mask: Tensor | None = None) -> Tensor:
     ``experts_per_token``), over the tokens ``mask`` marks real."""
     config = model.config
     return load_balancing_loss(router_logits_of(model), config.n_experts, config.experts_per_token, mask)
+
+
+class WithLoadBalancing(nn.Module):
+    """A training criterion plus the load-balancing loss of ``model``'s last forward, as transformers' causal LMs
+    add it (``loss = CE_mean + router_aux_loss_coef * aux_loss``): ``criterion(x, y) + coef * n * aux``, ``n`` the
+    labels ``criterion`` counts (all but its ``ignore_index``), so that the trainer's division by the batch's label
+    count gives ``CE_mean + coef * aux``. Only while ``model`` trains: evaluation's loss is the cross-entropy alone.
+    Every token of the batch counts in ``aux`` (the training windows of ``train lm`` are never padded)."""
+
+    def __init__(self, criterion: nn.Module, model: nn.Module) -> None:
+        super().__init__()
+        self.criterion = criterion
+        self._model = (model,)  # not a submodule: the criterion holds no parameters of its own
+        self.coef = float(model.config.router_aux_loss_coef)
+
+    @property
+    def ignore_index(self) -> int | None:
+        return getattr(self.criterion, "ignore_index", None)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        loss = self.criterion(x, y)
+        model = self._model[0]
+        if not model.training or self.coef == 0.0:
+            return loss
+        counted = y.numel() if self.ignore_index is None else (y != self.ignore_index).sum()
+        return loss + self.coef * counted * model_aux_loss(model).to(loss.dtype)
