@@ -168,3 +168,23 @@ def test_dense_layers_keep_the_dense_network_and_the_config_survives_json():
     assert model.layers[0].feed_forward.experts.down_proj.shape == (4, 8, 6)
     again = LMConfig.from_json(config.to_json())
     assert again == config and again.dense_layers == (1,)
+
+
+def test_the_grouped_matmul_and_the_loop_over_experts_agree(monkeypatch):
+    """float32 rows of 32 bytes take torch's grouped_mm where it exists; without it (torch 2.9, float64) the loop
+    over experts runs: the same outputs and gradients, and both the loop over tokens."""
+    import transformer.lm.moe.experts as experts_module
+
+    block = _block(n_experts=5, d_model=8, d_ff=8, k=2).float()
+    x = torch.randn(13, 8, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    results = []
+    for grouped in (experts_module._GROUPED_MM, None):
+        monkeypatch.setattr(experts_module, "_GROUPED_MM", grouped)
+        block.zero_grad()
+        x.grad = None
+        y = block(x)
+        (y * torch.linspace(-1, 1, 8)).sum().backward()
+        results.append((y.detach(), x.grad.clone(), block.experts.gate_up_proj.grad.clone()))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(results[0][0], _loop_over_tokens(block.double(), x.detach().double()).float())

@@ -5,7 +5,11 @@ Expert ``e`` computes ``down_e(act(gate_e x) * up_e x)``. ``gate_up_proj`` (n_ex
 ``gate_e`` (its first d_ff rows) above ``up_e`` (the next d_ff), ``down_proj`` (n_experts, d_model, d_ff): the
 tensors ``mlp.experts.gate_up_proj`` and ``mlp.experts.down_proj`` of a transformers 5 checkpoint, row for row.
 :meth:`GatedExperts.forward` takes the rows a :class:`~transformer.lm.moe.dispatch.Dispatch` laid out by expert
-and runs each expert once on its block of rows (a loop over the experts, never over tokens).
+and runs each expert once on its block of rows, never a loop over tokens: with ``torch.nn.functional.grouped_mm``
+(torch 2.10 and later) one grouped matmul per projection for all the experts, where it applies (float32, bfloat16,
+float16, rows of a multiple of 16 bytes, as transformers' ``grouped_mm`` path); otherwise (float64, torch 2.9) a
+loop over the experts, one pair of matmuls each. Both compute each row with its expert's weights alone
+(tests/test_moe.py checks both against a loop over tokens).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ class GatedExperts(nn.Module):
                 f"got {sizes}"
             )
         act = ACTIVATIONS[self.activation]
+        if self._grouped(x):
+            offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+            gate, up = _GROUPED_MM(x, self.gate_up_proj.transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
+            return _GROUPED_MM((act(gate) * up).contiguous(), self.down_proj.transpose(-2, -1), offs=offsets)
         outputs = []
         for e, block in enumerate(torch.split(x, sizes)):
             if block.size(0) == 0:
@@ -53,3 +61,21 @@ class GatedExperts(nn.Module):
             gate, up = nn.functional.linear(block, self.gate_up_proj[e]).chunk(2, dim=-1)
             outputs.append(nn.functional.linear(act(gate) * up, self.down_proj[e]))
         return torch.cat(outputs) if outputs else x.new_zeros(0, self.d_model)
+
+    def _grouped(self, x: Tensor) -> bool:
+        """Whether ``grouped_mm`` takes these rows: it exists, the dtype is one it multiplies, every row's stride
+        a multiple of 16 bytes (its requirement), and the weights have x's dtype and device."""
+        size = x.element_size()
+        return (
+            _GROUPED_MM is not None
+            and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            and (self.d_model * size) % 16 == 0
+            and (self.d_ff * size) % 16 == 0
+            and self.gate_up_proj.dtype == x.dtype
+            and x.is_contiguous()
+            and x.size(0) > 0
+        )
+
+
+#: torch.nn.functional.grouped_mm (torch 2.10 and later), or None
+_GROUPED_MM = getattr(nn.functional, "grouped_mm", None)
