@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--variants", default="theirs,theirs-eager,ours,ours-unchecked")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "moe.json"))
     args = parser.parse_args()
     import transformers
@@ -157,7 +158,7 @@ def main() -> None:
         config = transformers.MixtralConfig(**shape, rms_norm_eps=1e-5, tie_word_embeddings=False)
         transformers.MixtralForCausalLM(config).save_pretrained(tmp)
         variants = {}
-        for variant in ("theirs", "theirs-eager", "ours", "ours-unchecked"):
+        for variant in args.variants.split(","):
             env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
             argv = [sys.executable, "-c", CHILD, tmp, variant, str(batch), str(seq), str(repeats), str(args.threads)]
             run = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
@@ -166,7 +167,7 @@ def main() -> None:
         breakdown = dispatch_breakdown(tmp, batch, seq, args.threads)
     theirs = variants["theirs"]
     result = {
-        "command": "python benchmarks/moe.py" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python", "benchmarks/moe.py", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "versions": {
             "python": platform.python_version(),
