@@ -88,6 +88,16 @@ ELSEWHERE = {
     "init": "test_init_initialises_exactly_the_documented_parameters",
     "pad_id": "tests/test_lm_generate_options.py",
     "attention_backend": "test_the_attention_backend_field_reaches_every_attention",
+    # the mixture-of-experts block against its definition token by token, and against transformers' checkpoints
+    "n_experts": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "experts_per_token": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "expert_d_ff": "tests/test_moe.py::test_dense_layers_keep_the_dense_network_and_the_config_survives_json",
+    "router_score": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "router_norm_topk": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "router_bias": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "shared_expert_d_ff": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "dense_layers": "tests/test_pretrained_moe.py::test_logits_equal_transformers",
+    "router_aux_loss_coef": "tests/test_moe_training.py::test_the_training_loss_and_its_gradients_are_transformers",
 }
 
 
