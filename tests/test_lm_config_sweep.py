@@ -107,6 +107,16 @@ ELSEWHERE = {
     "attention_backend": "test_the_attention_backend_field_reaches_every_attention",
     # a no-op in float64 (sqrt(d_model) rounded to float64): checked in bfloat16 against Gemma's embedding
     "embedding_scale_rounded": "tests/test_pretrained_gemma.py::test_the_norms_and_the_embedding_scale_are_gemmas",
+    # the mixture-of-experts block against its definition token by token, and against transformers' checkpoints
+    "n_experts": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "experts_per_token": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "expert_d_ff": "tests/test_moe.py::test_dense_layers_keep_the_dense_network_and_the_config_survives_json",
+    "router_score": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "router_norm_topk": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "router_bias": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "shared_expert_d_ff": "tests/test_moe.py::test_the_block_is_the_loop_over_tokens",
+    "dense_layers": "tests/test_pretrained_moe.py::test_logits_equal_transformers",
+    "router_aux_loss_coef": "tests/test_moe_training.py::test_the_training_loss_and_its_gradients_are_transformers",
 }
 
 

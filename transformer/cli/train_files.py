@@ -206,7 +206,7 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
             config,
             **_trainer_settings(args, run, fine_tune, config.d_model),
             model=model,
-            criterion=fine_tune_criterion(),
+            criterion=fine_tune_criterion(model),
             metadata={"init": os.path.abspath(init)},
         )
         what = f"pretrained {model.pretrained_origin.architecture} from {init}"

@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 from ..common.arguments import is_int, is_number
 from ..config import AttentionBackend, ConfigRecord, NormPlacement, _divisors, check_kv_heads
 from .config_checks import check_blocks
+from .moe.checks import check_experts
 
 __all__ = ["LMConfig"]
 
@@ -124,6 +125,13 @@ class LMConfig(ConfigRecord):
             ``norm_placement="pre"``).
         rope_layers: which layers rotate their queries and keys, one bool per layer (SmolLM3's ``no_rope_layers``:
             1 = RoPE, 0 = none, "NoPE"); None: every layer (needs ``positional_encoding="rotary"``).
+
+    Mixtures of experts (docs/moe.md; :mod:`~transformer.lm.moe`): ``n_experts`` gated experts (None: dense) of
+    width ``expert_d_ff`` (None: d_ff), ``experts_per_token`` of them per token chosen by a router scoring with
+    ``router_score`` (``"softmax"`` or ``"sigmoid"``), the chosen weights renormalised when ``router_norm_topk``,
+    with a bias when ``router_bias``; ``shared_expert_d_ff``: Qwen2-MoE's shared expert (None: none);
+    ``dense_layers``: the layers that keep the dense network (d_ff); ``router_aux_loss_coef``: the load-balancing
+    loss's weight in training.
     """
 
     vocab: int
@@ -178,6 +186,16 @@ class LMConfig(ConfigRecord):
     logit_softcap: float | None = None
     parallel_residual: bool = False
     rope_layers: tuple[bool, ...] | None = None
+    # Mixtures of experts (docs/moe.md; checked by transformer.lm.moe.checks): None, every layer dense
+    n_experts: int | None = None
+    experts_per_token: int = 2
+    expert_d_ff: int | None = None
+    router_score: Literal["softmax", "sigmoid"] = "softmax"
+    router_norm_topk: bool = True
+    router_bias: bool = False
+    shared_expert_d_ff: int | None = None
+    dense_layers: tuple[int, ...] = ()
+    router_aux_loss_coef: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("window_layers", "rope_layers"):
@@ -198,6 +216,7 @@ class LMConfig(ConfigRecord):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LMConfig: {name} must be a bool, got {getattr(self, name)!r}")
         check_blocks(self)
+        check_experts(self)
         if (self.head_dim is None or self.value_projection == "per_head") and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "

@@ -37,6 +37,7 @@ from .blocks import decoder_layers, initialise, positional_table
 from .config import LMConfig
 from .config_checks import ROPE_DEFAULTS
 from .layers import DecoderOnlyLayer, ScaledEmbeddings, make_norm
+from .moe.block import install_experts
 from .positions import (
     LMCache,
     hugging_face_mask,
@@ -362,6 +363,7 @@ def build_lm(config: LMConfig) -> TransformerLM:
     if config.logit_softcap is not None:  # Gemma 2's final-logit soft-capping, inside the output projection
         generator.proj = SoftCappedLinear(config.d_model, config.vocab, config.logit_softcap, bias=config.lm_head_bias)
     model = TransformerLM(embed, layers, config.n_layers, generator, config, config.norm, rotary)
+    install_experts(model, config)  # the sparse layers' mixture of experts (transformer.lm.moe)
     initialise(model, config)
     if config.tie_weights:
         model.generator.proj.weight = model.embed[0].lut.weight

@@ -26,6 +26,7 @@ from torch import nn
 
 from ..data.tokenizers import PretrainedTextTokenizer
 from ..lm.model import TransformerLM
+from ..lm.moe.aux_loss import WithLoadBalancing
 from ..lm.pretrained import PretrainedFormatError, PretrainedTokenizer, load_pretrained
 from .hf_export import origin_assets
 
@@ -82,7 +83,11 @@ def load_pretrained_lm(
     return model
 
 
-def fine_tune_criterion() -> nn.Module:
+def fine_tune_criterion(model: TransformerLM | None = None) -> nn.Module:
     """The summed cross-entropy of every label but :data:`IGNORED_LABEL` (the model's generator gives
-    log-probabilities)."""
-    return nn.NLLLoss(reduction="sum", ignore_index=IGNORED_LABEL)
+    log-probabilities); for a mixture of experts (``model.config.n_experts``) plus its load-balancing loss weighted
+    by ``router_aux_loss_coef`` while training (:class:`~transformer.lm.moe.aux_loss.WithLoadBalancing`)."""
+    criterion = nn.NLLLoss(reduction="sum", ignore_index=IGNORED_LABEL)
+    if model is not None and getattr(model.config, "n_experts", None) is not None:
+        return WithLoadBalancing(criterion, model)
+    return criterion

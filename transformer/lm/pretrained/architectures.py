@@ -85,6 +85,11 @@ class Architecture(ABC):
         model of ``config``: the layouts that split heads need it)."""
         return [TensorMap(self.their_name(name), (name,)) for name in our_names]
 
+    def expand_maps(self, maps: list[TensorMap], shapes: dict[str, tuple[int, ...]]) -> list[TensorMap]:
+        """``maps`` once our parameters' ``shapes`` are known: a mixture of experts' stacked parameter becomes one
+        map per expert (:mod:`~transformer.lm.pretrained.mixtral`); the others' are ``maps``."""
+        return maps
+
     def maps_for_file(
         self, our_names: list[str], file_names: list[str], config: LMConfig | None = None
     ) -> list[TensorMap]:

@@ -128,10 +128,12 @@ def _check_tensors(
         tensors.dtype(m.theirs)
 
 
-def _read_into(m: TensorMap, params: dict[str, nn.Parameter], tensors: SafetensorsFolder, dtype, device) -> None:
-    """Fill fresh tensors in ``dtype`` on ``device`` with their tensor ``m.theirs``, block by block, and swap them
-    into our parameters ``m.ours``."""
-    ours = tuple(torch.empty(params[name].shape, dtype=dtype, device=device) for name in m.ours)
+def _read_into(
+    m: TensorMap, params: dict[str, nn.Parameter], tensors: SafetensorsFolder, dtype, device, fresh: dict
+) -> None:
+    """Fill fresh tensors (``fresh``, by our name: several ``"part"`` maps fill one) in ``dtype`` on ``device``
+    with their tensor ``m.theirs``, block by block; :func:`load_pretrained` swaps them into our parameters."""
+    ours = tuple(fresh.setdefault(name, torch.empty(params[name].shape, dtype=dtype, device=device)) for name in m.ours)
     views = m.their_views(ours)
     for start, block in tensors.read_blocks(m.theirs):
         for view, first, columns in views:
@@ -141,8 +143,6 @@ def _read_into(m: TensorMap, params: dict[str, nn.Parameter], tensors: Safetenso
             low, high = max(start, first), min(start + block.size(0), first + view.size(0))  # rows in both
             if low < high:
                 view[low - first : high - first].copy_(block[low - start : high - start][..., columns])
-    for name, tensor in zip(m.ours, ours, strict=True):
-        torch.utils.swap_tensors(params[name], nn.Parameter(tensor, requires_grad=params[name].requires_grad))
 
 
 def load_pretrained(
@@ -168,12 +168,16 @@ def load_pretrained(
     with parameters_on_meta():
         model = build_lm(config)
     params = dict(model.named_parameters())  # a tied head is listed once, as the embedding
-    maps = architecture.maps_for_file(list(params), tensors.names(), config)
+    shapes = {name: tuple(p.shape) for name, p in params.items()}
+    maps = architecture.expand_maps(architecture.maps_for_file(list(params), tensors.names(), config), shapes)
     _check_tensors(maps, params, tensors, architecture)
     dtype = _dtype(dtype, fields, tensors, maps)
     device = torch.device("cpu" if device is None else device)
+    fresh: dict[str, torch.Tensor] = {}
     for m in maps:
-        _read_into(m, params, tensors, dtype, device)
+        _read_into(m, params, tensors, dtype, device, fresh)
+    for name, tensor in fresh.items():
+        torch.utils.swap_tensors(params[name], nn.Parameter(tensor, requires_grad=params[name].requires_grad))
     model.to(device=device)  # the buffers, in their own dtype (RoPE's frequencies stay float32, as transformers');
     # the parameters are there already
     model.eval()

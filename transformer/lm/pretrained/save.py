@@ -92,9 +92,9 @@ def save_pretrained(model: TransformerLM, path: str | Path, *, architecture: str
     }
     if len(dtypes) == 1:
         config_json["dtype"] = str(dtypes.pop()).removeprefix("torch.")
-    tensors = {
-        m.theirs: m.to_theirs(tuple(params[n] for n in m.ours)) for m in chosen.tensor_maps(list(params), model.config)
-    }
+    shapes = {n: tuple(p.shape) for n, p in params.items()}
+    maps = chosen.expand_maps(chosen.tensor_maps(list(params), model.config), shapes)
+    tensors = {m.theirs: m.to_theirs(tuple(params[n] for n in m.ours)) for m in maps}
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     write_safetensors(folder / WEIGHTS_FILE, tensors)

@@ -11,7 +11,9 @@ from .gemma import Gemma2, Gemma3
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
 from .llama import Llama, Mistral, Qwen2, Qwen3
+from .mixtral import Mixtral
 from .phi3 import Phi3
+from .qwen_moe import Qwen2Moe, Qwen3Moe
 from .smollm3 import SmolLM3
 from .starcoder2 import Starcoder2
 
@@ -32,6 +34,9 @@ ARCHITECTURES: dict[str, Architecture] = {
         Gemma3(),
         GPTNeoX(),
         SmolLM3(),
+        Mixtral(),
+        Qwen2Moe(),
+        Qwen3Moe(),
     )
 }
 

@@ -5,8 +5,10 @@ layout: ``"same"`` (the same tensor), ``"transposed"`` (GPT-2's ``Conv1D`` store
 ``(out, in)``), ``"fused"`` (GPT-2's ``c_attn``: queries, keys and values side by side along the last dimension,
 each transposed when 2-D), ``"stacked"`` (Phi-3's ``qkv_proj`` and ``gate_up_proj``: ours one above the other,
 along the first dimension), ``"interleaved"`` (GPT-NeoX's ``query_key_value``: head by head, that head's query,
-key and value rows, ``heads`` heads) and ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1,
-max_len, d_model)``). :meth:`TensorMap.to_theirs` lays our tensors out as theirs (views, but for a fused tensor): saving
+key and value rows, ``heads`` heads), ``"batched"`` (GPT-2's ``wpe`` ``(positions, d_model)`` is our ``(1,
+max_len, d_model)``) and ``"part"`` (a mixture of experts' per-expert tensor, ``experts.E.w1.weight``, is rows
+``first .. first + rows`` of expert ``E`` of our stacked parameter: ``part = (E, first, rows)``).
+:meth:`TensorMap.to_theirs` lays our tensors out as theirs (views, but for a fused tensor): saving
 writes it; :meth:`TensorMap.their_shape` gives, from the sizes alone, the shape their tensor must have, so every
 tensor is checked against the model before a byte is read. :meth:`TensorMap.their_views` are views of our tensors
 in their layout, into which the loader copies their tensor block by block of rows, in the model's dtype and on its
@@ -22,7 +24,7 @@ import torch
 
 __all__ = ["TensorMap", "Layout"]
 
-Layout = Literal["same", "transposed", "fused", "stacked", "batched", "interleaved"]
+Layout = Literal["same", "transposed", "fused", "stacked", "batched", "interleaved", "part"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,13 @@ class TensorMap:
     ours: tuple[str, ...]
     layout: Layout = "same"
     heads: int = 1  #: ``"interleaved"``: the heads each of ours is split into
+    part: tuple[int, int, int] | None = None  #: ``"part"``: (expert, first row, rows) of our stacked parameter
 
     def __post_init__(self) -> None:
         if (len(self.ours) > 1) != (self.layout in ("fused", "stacked", "interleaved")):
             raise ValueError(f"TensorMap {self.theirs}: layout {self.layout!r} with {len(self.ours)} of our tensors")
+        if (self.part is not None) != (self.layout == "part"):
+            raise ValueError(f"TensorMap {self.theirs}: layout {self.layout!r} with part={self.part!r}")
 
     def to_theirs(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Their tensor from ours (a view, or a new tensor for ``"fused"``)."""
@@ -51,6 +56,9 @@ class TensorMap:
         if self.layout == "interleaved":  # head h's rows of each of ours, one after the other, head after head
             split = [t.reshape(self.heads, t.size(0) // self.heads, *t.shape[1:]) for t in tensors]
             return torch.stack(split, dim=1).reshape(-1, *tensors[0].shape[1:])
+        if self.layout == "part":
+            expert, first, rows = self.part
+            return tensors[0][expert, first : first + rows]
         return tensors[0]
 
     def their_views(self, tensors: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, int, slice]]:
@@ -96,6 +104,11 @@ class TensorMap:
             if self.layout == "interleaved" and any(shape[0] % self.heads for shape in shapes):
                 raise ValueError(f"TensorMap {self.theirs}: {shapes} do not split into {self.heads} heads")
             return self._joined(shapes, axis=0)
+        if self.layout == "part":
+            expert, first, rows = self.part
+            if len(shapes[0]) < 2 or not 0 <= expert < shapes[0][0] or first + rows > shapes[0][1]:
+                raise ValueError(f"TensorMap {self.theirs}: part {self.part} outside our tensor of shape {shapes[0]}")
+            return (rows, *shapes[0][2:])
         return shapes[0]
 
     def _joined(self, shapes: list[tuple[int, ...]], axis: int) -> tuple[int, ...]:
