@@ -45,7 +45,7 @@ def run(tmp_path_factory):
     return root / "run"
 
 
-def test_the_tokenizer_json_of_a_train_lm_checkpoint_is_read_by_tokenizers_and_transformers(run):
+def test_the_tokenizer_of_a_train_lm_checkpoint_is_read_by_tokenizers_and_transformers(run):
     ckpt = load_checkpoint(run)
     ours = tokenizer_from_checkpoint(ckpt)
     ids = ours.encode(TEXT)
@@ -56,6 +56,11 @@ def test_the_tokenizer_json_of_a_train_lm_checkpoint_is_read_by_tokenizers_and_t
     transformers = pytest.importorskip("transformers")
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(run / "tokenizer.json"))
     assert fast(TEXT, add_special_tokens=False)["input_ids"] == ids
+    # the checkpoint directory itself, with its tokenizer_config.json (AutoTokenizer reads our config.json first, which
+    # is no transformers config: the exported folder is for AutoTokenizer)
+    auto = transformers.PreTrainedTokenizerFast.from_pretrained(run)
+    assert auto(TEXT)["input_ids"] == ids and auto.decode(ids) == ours.decode(ids)
+    assert (auto.pad_token_id, auto.bos_token_id, auto.eos_token_id, auto.unk_token_id) == (0, 1, 2, 3)
 
 
 def _model(vocab):

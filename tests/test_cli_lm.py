@@ -107,6 +107,7 @@ def test_train_lm_saves_the_tokenizer_with_the_model_and_reports_perplexity(lm_r
         "state.json",
         "state.safetensors",
         "tokenizer.json",
+        "tokenizer_config.json",
         "tokenizer_extra.json",
     ]
     results = _results(printed)

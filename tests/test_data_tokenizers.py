@@ -105,13 +105,14 @@ def _save_with(tokenizer, path, model=None):
 def test_the_tokenizer_is_saved_inside_the_checkpoint_and_loaded_from_it(tmp_path, bpe):
     model = _save_with(bpe, tmp_path / "ck")
     assert sorted(os.listdir(tmp_path / "ck")) == [
-        "config.json", "meta.json", "model.safetensors", "tokenizer.json", "tokenizer_extra.json"
+        "config.json", "meta.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+        "tokenizer_extra.json",
     ]  # fmt: skip
     meta = json.loads((tmp_path / "ck" / "meta.json").read_text())
     assert {"tokenizer.json", "tokenizer_extra.json"} <= set(meta["sha256"])  # in the manifest
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["kind"] == "lm"
     ckpt = load_checkpoint(tmp_path / "ck")
-    assert ckpt.kind == "lm" and ckpt.assets == ["tokenizer.json", "tokenizer_extra.json"]
+    assert ckpt.kind == "lm" and ckpt.assets == ["tokenizer.json", "tokenizer_config.json", "tokenizer_extra.json"]
     assert isinstance(ckpt.config, LMConfig)
     assert tokenizer_from_checkpoint(ckpt).fingerprint == bpe.fingerprint
     x = torch.tensor([bpe.encode(UNSEEN)[:20]])

@@ -121,6 +121,7 @@ def test_a_fine_tune_exports_as_its_pretrained_folder_with_its_chat_template(fin
     ours_tokenizer = tokenizer_from_checkpoint(ckpt)
     ids = ours_tokenizer.encode(TEXT)
     assert ids[0] == 1  # the post-processor's <s>
+    assert transformers.PreTrainedTokenizerFast.from_pretrained(out)(TEXT)["input_ids"] == ids  # the checkpoint itself
     _assert_same_function(ckpt.model, theirs, ids)
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)

@@ -42,7 +42,7 @@ from ..lm.pretrained import ARCHITECTURES, PretrainedFormatError, PretrainedOrig
 from ..lm.pretrained.config_fields import ConfigFields
 from ..lm.pretrained.files import CONFIG_FILE, GENERATION_CONFIG_FILE, read_json
 from ..lm.pretrained.supported import architecture_of
-from .tokenizer_assets import tokenizer_from_checkpoint
+from .tokenizer_assets import tokenizer_config, tokenizer_from_checkpoint
 
 __all__ = ["export_pretrained", "origin_assets", "ExportError", "ORIGIN_ASSET"]
 
@@ -121,14 +121,6 @@ def _architecture(config: LMConfig, path: str) -> tuple[str, LMConfig]:
     )
 
 
-def _special_tokens(tokenizer: TextTokenizer) -> dict[str, str]:
-    """``tokenizer_config.json``'s special tokens of ``tokenizer``: bos, eos (its first end id), pad, unk."""
-    ids = {"bos_token": tokenizer.bos_id, "eos_token": tokenizer.eos_id, "pad_token": tokenizer.pad_id}
-    ids["unk_token"] = tokenizer.unk_id
-    tokens = {field: tokenizer.tokenizer.id_to_token(i) for field, i in ids.items() if i is not None}
-    return {field: token for field, token in tokens.items() if token is not None}
-
-
 def _token_ids(tokenizer: TextTokenizer | None) -> dict[str, Any]:
     """``config.json``'s and ``generation_config.json``'s token ids for a model trained from scratch."""
     if tokenizer is None:
@@ -146,13 +138,7 @@ def _write_tokenizer(folder: str, tokenizer: TextTokenizer, origin: dict[str, An
         f.write(tokenizer.tokenizer.to_str())
     texts = {key: (origin or {}).get(key) for key in _TOKENIZER_FILES}
     if texts["tokenizer_config"] is None:
-        settings = {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": max_len,
-            "clean_up_tokenization_spaces": False,
-            **_special_tokens(tokenizer),
-        }
-        texts["tokenizer_config"] = json.dumps(settings, indent=2, sort_keys=True) + "\n"
+        texts["tokenizer_config"] = tokenizer_config(tokenizer, max_len)
     for key, name in _TOKENIZER_FILES.items():
         if texts[key] is not None:
             with open(os.path.join(folder, name), "w", encoding="utf-8") as f:

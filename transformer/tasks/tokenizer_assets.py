@@ -2,9 +2,13 @@
 
 The tokenizer is two checkpoint assets (covered by the SHA-256 manifest): ``tokenizer.json``, the ``tokenizers``
 library's file alone (``tokenizers.Tokenizer.from_file`` and transformers read it), and ``tokenizer_extra.json``,
-our fields (its kind, a pretrained tokenizer's special ids); a checkpoint of before 2026-12-02 holds one
-``tokenizer.json`` with our fields inside, still read. The checkpoint's metadata records the tokenizer's kind,
-vocabulary size and fingerprint (``tokenizer_metadata``). :func:`tokenizer_from_checkpoint` reads
+our fields (its kind, a pretrained tokenizer's special ids); beside them ``tokenizer_config.json``
+(:func:`tokenizer_config`: the special tokens, ``tokenizer_class`` ``PreTrainedTokenizerFast``), so that
+transformers' ``PreTrainedTokenizerFast.from_pretrained`` reads the checkpoint directory itself, special tokens
+included (``AutoTokenizer`` reads the directory's ``config.json`` first, which is ours, not transformers': the folder
+``typed-transformer export`` writes is the one for it). A checkpoint of before
+2026-12-02 holds one ``tokenizer.json`` with our fields inside, still read. The checkpoint's metadata records the
+tokenizer's kind, vocabulary size and fingerprint (``tokenizer_metadata``). :func:`tokenizer_from_checkpoint` reads
 it back and raises :class:`~transformer.data.tokenizers.TokenizerMismatchError` when its vocabulary is not the
 model's or its fingerprint not the recorded one; :func:`check_same_tokenizer` refuses a resume whose tokenizer is
 another than the checkpoint's.
@@ -12,6 +16,7 @@ another than the checkpoint's.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from torch import nn
@@ -26,7 +31,35 @@ from ..data.tokenizers import (
     tokenizer_from_texts,
 )
 
-__all__ = ["attach_tokenizer", "tokenizer_metadata", "tokenizer_from_checkpoint", "check_same_tokenizer", "model_vocab"]
+__all__ = [
+    "tokenizer_config",
+    "TOKENIZER_CONFIG_FILE",
+    "attach_tokenizer",
+    "tokenizer_metadata",
+    "tokenizer_from_checkpoint",
+    "check_same_tokenizer",
+    "model_vocab",
+]
+
+
+#: transformers' settings of a tokenizer: its class, special tokens and longest input.
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+
+def tokenizer_config(tokenizer: TextTokenizer, max_len: int) -> str:
+    """``tokenizer_config.json`` for ``tokenizer`` and a model of context ``max_len``: ``tokenizer_class``
+    ``PreTrainedTokenizerFast`` (transformers then reads ``tokenizer.json`` as it is, adding only what its
+    post-processor adds, as ours encodes), the bos, eos (the first end id), pad and unk tokens, ``model_max_length``."""
+    ids = {"bos_token": tokenizer.bos_id, "eos_token": tokenizer.eos_id, "pad_token": tokenizer.pad_id}
+    ids["unk_token"] = tokenizer.unk_id
+    tokens = {field: tokenizer.tokenizer.id_to_token(i) for field, i in ids.items() if i is not None}
+    settings = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_len,
+        "clean_up_tokenization_spaces": False,
+        **{field: token for field, token in tokens.items() if token is not None},
+    }
+    return json.dumps(settings, indent=2, sort_keys=True) + "\n"
 
 
 def fits_vocab(tokenizer: TextTokenizer, vocab: int) -> bool:
@@ -54,7 +87,8 @@ def attach_tokenizer(model: nn.Module, tokenizer: TextTokenizer) -> None:
         raise TokenizerMismatchError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is {vocab}"
         )
-    model.checkpoint_assets = {**getattr(model, "checkpoint_assets", {}), **tokenizer.files()}
+    files = {**tokenizer.files(), TOKENIZER_CONFIG_FILE: tokenizer_config(tokenizer, model.config.max_len)}
+    model.checkpoint_assets = {**getattr(model, "checkpoint_assets", {}), **files}
 
 
 def tokenizer_from_checkpoint(ckpt: Checkpoint) -> TextTokenizer:
