@@ -44,8 +44,8 @@ MUTANTS = [
         "transformer/tasks/tokenizer_assets.py",
         (
             (
-                '    model.checkpoint_assets = {**getattr(model, "checkpoint_assets", {}), **tokenizer.files()}\n',
-                "    model.checkpoint_assets = tokenizer.files()\n",
+                '    model.checkpoint_assets = {**getattr(model, "checkpoint_assets", {}), **files}\n',
+                "    model.checkpoint_assets = files\n",
             ),
         ),
         "attach_tokenizer replaces the model's checkpoint_assets instead of adding to them ('other assets kept'): "
@@ -58,8 +58,8 @@ MUTANTS = [
         "transformer/tasks/hf_export.py",
         (
             (
-                "    if os.path.commonpath([out, checkpoint]) == out:\n",
-                "    if os.path.commonpath([out, checkpoint]) == checkpoint:\n",
+                "    if os.path.commonpath([real_out, os.path.realpath(checkpoint)]) == real_out:\n",
+                "    if os.path.commonpath([real_out, os.path.realpath(checkpoint)]) == os.path.realpath(checkpoint):\n",
             ),
         ),
         "The containment test is turned around: a --to that holds the checkpoint (its parent folder) is no longer "
@@ -77,7 +77,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-x43-bos-eos-tokens-swapped",
-        "transformer/tasks/hf_export.py",
+        "transformer/tasks/tokenizer_assets.py",
         (
             (
                 '    ids = {"bos_token": tokenizer.bos_id, "eos_token": tokenizer.eos_id, "pad_token": tokenizer.pad_id}\n',
