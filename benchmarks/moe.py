@@ -117,7 +117,7 @@ def dispatch_breakdown(folder: str, batch: int, seq: int, threads: int) -> dict:
         "router (logits, float32 softmax, top-k)": lambda: block.router(x),
         "dispatch (stable sort, inverse, counts)": lambda: dispatch(routing.experts, block.router.n_experts),
         "gather (rows by expert)": lambda: pairs.gather(x),
-        "experts (one pair of matmuls per expert)": lambda: block.experts(rows, pairs.counts),
+        "experts (grouped_mm: one grouped matmul per projection)": lambda: block.experts(rows, pairs.counts),
         "combine (inverse, weights, sum of k)": lambda: pairs.combine(y, routing.weights),
         "whole block": lambda: block(x),
     }

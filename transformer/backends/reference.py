@@ -29,6 +29,7 @@ def attention(
     *,
     softcap: float | int | None = None,
     alibi_slopes: Float[Tensor, "..."] | None = None,  # noqa: UP037 (a jaxtyping shape: checked below)
+    sinks: Float[Tensor, "..."] | None = None,  # noqa: UP037 (a jaxtyping shape: checked below)
 ) -> tuple[Float[Tensor, "*batch q_len d_v"], Float[Tensor, "*batch q_len k_len"]]:
     """Compute 'Scaled Dot Product Attention' (section 3.2.1); returns (output, probabilities).
 
@@ -41,6 +42,12 @@ def attention(
     Score modifiers (:mod:`transformer.backends.score_mods`), applied to the scaled scores before the mask:
     ``softcap`` c gives ``c * tanh(s / c)`` (Gemma 2); ``alibi_slopes`` (heads,) or (batch, heads), one per query head
     (the query's dim -3), adds ``-slope * |p(i) - j|`` with ``p(i) = k_len - q_len + i`` (ALiBi), after the cap.
+
+    ``sinks`` (heads,), one learned logit ``z_h`` per query head (gpt-oss's attention sinks; Xiao et al. 2024,
+    "Efficient Streaming Language Models with Attention Sinks"), joins the softmax's denominator and nothing else:
+    ``p_ij = exp(s_ij) / (exp(z_h) + sum_j' exp(s_ij'))``, so a row's probabilities sum to less than 1 (the rest goes
+    to no value). Computed as transformers' gpt-oss does: the sink as one more column, the row's maximum subtracted,
+    the softmax, the column dropped. Only this backend has them (docs/moe.md, "Attention sinks").
     """
     validate_dtype_device("attention", query, "argument 'query'", key=key, value=value, mask=mask)
     if softcap is not None or alibi_slopes is not None:
@@ -54,9 +61,29 @@ def attention(
     scores = modify_scores(scores, softcap, alibi_slopes)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    p_attn = scores.softmax(dim=-1)
+    if sinks is None:
+        p_attn = scores.softmax(dim=-1)
+    else:
+        p_attn = _softmax_with_sinks(scores, sinks, query)
     if mask is not None:
         p_attn = p_attn * mask
     if dropout is not None:
         p_attn = dropout(p_attn)
     return torch.matmul(p_attn, value), p_attn
+
+
+def _softmax_with_sinks(scores: Tensor, sinks: Tensor, query: Tensor) -> Tensor:
+    """The softmax of ``scores`` (..., heads, q_len, k_len) with one more logit per head in each denominator."""
+    heads = query.size(-3) if query.dim() >= 3 else 1
+    if not isinstance(sinks, Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (heads,):
+        shape = tuple(sinks.shape) if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise ValueError(
+            f"attention: argument 'sinks' must be a float tensor of one logit per query head, shape ({heads},), "
+            f"got {shape}"
+        )
+    if sinks.device != scores.device:
+        raise ValueError(f"attention: argument 'sinks' is on {sinks.device}, the queries on {scores.device}")
+    column = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
+    combined = torch.cat([scores, column], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    return combined.softmax(dim=-1)[..., :-1]
