@@ -128,6 +128,7 @@ class TransformerLM(nn.Module):
         real = self._check_cache_mask(cache, mask, seq)
         real = None if real is None else real.expand(batch, seq)
         following = None  # each row's next position, for the cache: None while positions are the slots
+        positions_given = positions is not None
         if positions is not None:
             validate_positions(positions, self.max_len)
             following = positions.expand(batch, seq)[:, -1] + 1
@@ -145,9 +146,10 @@ class TransformerLM(nn.Module):
         if cache is not None:
             cache.remember(seq, real, following)
         rotation = None
-        if self.rotary is not None:  # positions are below max_len (validated) or below the slots: no device read
+        if self.rotary is not None:  # derived positions lie below the slots; given ones are read (rotary.py: a sync)
             slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
-            rotation = self.rotary(slots if positions is None else positions, self.weights_dtype(), offset + seq)
+            bound = None if positions_given else offset + seq
+            rotation = self.rotary(slots if positions is None else positions, self.weights_dtype(), bound)
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.layers[i], rotation)
