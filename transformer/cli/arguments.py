@@ -18,7 +18,7 @@ from ..tasks import get_task
 from ..tasks.pretrained_lm import FINE_TUNE_PEAK_LR
 from ..tasks.text_lm import LM_DEFAULTS
 from ..tasks.translation_files import TRANSLATE_DEFAULTS
-from ..training import NoamSchedule
+from ..training import DEFAULT_WARMUP_RATIO, SCHEDULES, NoamSchedule
 
 __all__ = [
     "CommandParser",
@@ -149,12 +149,35 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
     peak = NoamSchedule(d["d_model"], d["factor"], d["warmup"]).peak
     lr = p.add_argument_group(
         "learning rate",
-        "Adam on the Noam schedule (section 5.3): the rate rises linearly for --warmup steps to its "
-        "peak, then decays as 1/sqrt(step). Set the peak with --lr, or the schedule's factor with "
-        "--lr-factor (peak = factor / sqrt(d_model * warmup)); not both. A resumed run keeps its "
-        "checkpoint's schedule unless one of these is given.",
+        "Adam on a schedule. noam (section 5.3; the default, but linear with --init): the rate rises linearly for "
+        "--warmup steps to its peak, then decays as 1/sqrt(step); set the peak with --lr, or the schedule's factor "
+        "with --lr-factor (peak = factor / sqrt(d_model * warmup)); not both. constant, linear, cosine (transformers' "
+        "get_*_schedule_with_warmup): a linear warm-up to --lr, then constant, or down to 0 at the last step; their "
+        f"warm-up defaults to --warmup-ratio {DEFAULT_WARMUP_RATIO} of --steps. A resumed run keeps its checkpoint's "
+        "schedule unless one of these is given.",
     )
-    lr.add_argument("--warmup", type=positive_int, default=None, help=f"warm-up steps (default: {d['warmup']})")
+    lr.add_argument(
+        "--lr-schedule",
+        choices=SCHEDULES,
+        default=None,
+        help="the learning-rate schedule (default: noam; linear for train lm --init)",
+    )
+    warm = lr.add_mutually_exclusive_group()
+    warm.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=None,
+        help=f"warm-up steps (default: {d['warmup']}) for noam; for constant, linear and cosine --warmup-ratio "
+        f"{DEFAULT_WARMUP_RATIO} of --steps",
+    )
+    warm.add_argument(
+        "--warmup-ratio",
+        type=fraction,
+        default=None,
+        metavar="FRACTION",
+        help="warm up for this share of --steps, rounded up, as transformers' warmup_ratio (0.1 of 30 steps: 3) "
+        f"(default: {DEFAULT_WARMUP_RATIO} for constant, linear and cosine)",
+    )
     either = lr.add_mutually_exclusive_group()
     either.add_argument(
         "--lr",
@@ -162,10 +185,13 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
         default=None,
         metavar="PEAK",
         help=f"the peak learning rate, reached at step --warmup (default: the factor's peak, {peak:.3g} "
-        f"with the default model and warm-up)",
+        f"with the default model and warm-up; {FINE_TUNE_PEAK_LR:g} with --init)",
     )
     either.add_argument(
-        "--lr-factor", type=positive_float, default=None, help=f"the Noam schedule's factor (default: {d['factor']})"
+        "--lr-factor",
+        type=positive_float,
+        default=None,
+        help=f"the Noam schedule's factor (default: {d['factor']})",
     )
     out = p.add_argument_group("checkpoints")
     out.add_argument("--out", default=os.path.join("runs", task), help="checkpoint directory (default: %(default)s)")

@@ -20,12 +20,13 @@ from ..distributed import (
     torchrun_world,
 )
 from ..tasks import Task, get_task, make_trainer
+from ..training import NoamSchedule
 from .errors import UsageError
-from .messages import describe_schedule, saved_message
+from .messages import saved_message
 from .parser import FILE_TASKS
 from .runtime import attention_backend, check_backend_runs_on, resolve_device, torchrun_rank
 from .train_files import train_file_task
-from .train_setup import check_out, loss_lines, require_finite, resume, schedule_settings
+from .train_setup import apply_schedule, check_out, loss_lines, require_finite, resume, schedule_line, training_schedule
 
 __all__ = ["run_train"]
 
@@ -83,9 +84,9 @@ def _train_task(
     args: argparse.Namespace, task: Task, out: str, device: torch.device, strategy: Strategy | None = None
 ) -> int:
     defaults = task.default_training()
-    factor, warmup = schedule_settings(
-        args, task.default_config().d_model, {"factor": defaults.factor, "warmup": defaults.warmup}
-    )
+    noam = {"factor": defaults.factor, "warmup": defaults.warmup}
+    schedule = training_schedule(args, task.default_config().d_model, noam, args.steps)
+    factor, warmup = (schedule.factor, schedule.warmup) if isinstance(schedule, NoamSchedule) else noam.values()
     trainer = make_trainer(
         task,
         steps=args.steps,
@@ -97,6 +98,7 @@ def _train_task(
         warmup=warmup,
         factor=factor,
     )
+    apply_schedule(trainer, schedule)
     if strategy is not None:
         trainer.distribute(strategy)
     trainer.config.out_dir = out
@@ -110,7 +112,7 @@ def _train_task(
         f"{torch.get_num_threads()} thread(s), torch {torch.__version__}"
         + (f", {strategy.describe()}" if strategy is not None else "")
     )
-    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    print(schedule_line(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     train_seconds = time.perf_counter() - start

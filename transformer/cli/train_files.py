@@ -54,11 +54,11 @@ from ..tasks.translation_files import (
     translation_config,
     translation_results,
 )
-from ..training import noam_factor
+from ..training import NoamSchedule, WarmupDecaySchedule
 from .errors import UsageError
 from .file_run import FileRun
-from .messages import describe_schedule, saved_message
-from .train_setup import loss_lines, require_finite, schedule_settings
+from .messages import saved_message
+from .train_setup import apply_schedule, loss_lines, require_finite, schedule_line, training_schedule
 
 __all__ = ["train_file_task"]
 
@@ -146,22 +146,28 @@ def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[st
     )
 
 
-def _trainer_settings(args: argparse.Namespace, run: FileRun, defaults: dict[str, Any], d_model: int) -> dict[str, Any]:
+def _trainer_settings(
+    args: argparse.Namespace, run: FileRun, defaults: dict[str, Any], d_model: int, fine_tune: bool = False
+) -> tuple[dict[str, Any], NoamSchedule | WarmupDecaySchedule]:
     """The settings both file tasks' trainers take from the command line (else the task's ``defaults``): batch
-    budget, steps, the learning rate (:func:`~transformer.cli.train_setup.schedule_settings`), seed, device, progress
-    bar, evaluation period and ``--out``."""
-    factor, warmup = schedule_settings(args, d_model, defaults)
-    return dict(
+    budget, steps, seed, device, progress bar, evaluation period and ``--out``; and the learning-rate schedule
+    (:func:`~transformer.cli.train_setup.training_schedule`), which the recipe's Noam schedule is replaced by
+    (:func:`~transformer.cli.train_setup.apply_schedule`) when it is another."""
+    steps = args.steps or defaults["steps"]
+    schedule = training_schedule(args, d_model, defaults, steps, fine_tune)
+    noam = isinstance(schedule, NoamSchedule)
+    settings = dict(
         max_tokens=_pick(args, "max_tokens", defaults),
-        steps=args.steps or defaults["steps"],
-        warmup=warmup,
-        factor=factor,
+        steps=steps,
+        warmup=schedule.warmup if noam else defaults["warmup"],
+        factor=schedule.factor if noam else defaults["factor"],
         seed=args.seed,
         device=run.device,
         progress=not args.no_progress,
         eval_every=defaults["eval_every"] if args.eval_every is None else args.eval_every,
         out_dir=run.out,
     )
+    return settings, schedule
 
 
 def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
@@ -193,23 +199,24 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
         if args.max_len is not None:
             fields["max_len"] = args.max_len
         config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
-        trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
+        settings, schedule = _trainer_settings(args, run, d, config.d_model)
+        trainer = make_lm_trainer(data, config, **settings)
         what = f"{args.formulation or 'paper'} formulation"
     else:
         dtype = torch.float32 if args.dtype is None else args.dtype
         model = load_pretrained_lm(init, run.device, block, dtype)
         config = model.config
-        warmup = d["warmup"] if args.warmup is None else args.warmup
-        fine_tune = {**d, "factor": noam_factor(FINE_TUNE_PEAK_LR, config.d_model, warmup)}
+        settings, schedule = _trainer_settings(args, run, {**d, "peak": FINE_TUNE_PEAK_LR}, config.d_model, True)
         trainer = make_lm_trainer(
             data,
             config,
-            **_trainer_settings(args, run, fine_tune, config.d_model),
+            **settings,
             model=model,
             criterion=fine_tune_criterion(),
             metadata={"init": os.path.abspath(init)},
         )
         what = f"pretrained {model.pretrained_origin.architecture} from {init}"
+    apply_schedule(trainer, schedule)
     run.start(trainer)
     print(f"lm: {data.describe()}; {data.report.summary()}")
     print(
@@ -217,7 +224,7 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
         f"{config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
         f"{trainer.config.steps} steps, {run.describe()}"
     )
-    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    print(schedule_line(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
@@ -278,12 +285,9 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
         tokenizer,
     )
     config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
-    trainer = make_translation_trainer(
-        data,
-        config,
-        label_smoothing=_pick(args, "label_smoothing", d),
-        **_trainer_settings(args, run, d, config.d_model),
-    )
+    settings, schedule = _trainer_settings(args, run, d, config.d_model)
+    trainer = make_translation_trainer(data, config, label_smoothing=_pick(args, "label_smoothing", d), **settings)
+    apply_schedule(trainer, schedule)
     run.start(trainer)
     print(f"translate: {data.describe()}; {data.report.summary()}")
     print(
@@ -291,7 +295,7 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
         f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
         f"{run.describe()}"
     )
-    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    print(schedule_line(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     train_seconds = time.perf_counter() - start
