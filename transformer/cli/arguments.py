@@ -33,6 +33,8 @@ __all__ = [
     "add_lm_flags",
     "add_translate_flags",
     "add_generate_flags",
+    "track_given",
+    "GIVEN",
 ]
 
 
@@ -201,6 +203,33 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
         action="store_true",
         help="start a new run even though --out holds a checkpoint (replaced at the first save)",
     )
+    track_given(p)
+
+
+#: The attribute of a parsed ``train`` command line that holds the ``dest`` of every flag the command line gave.
+GIVEN = "given_flags"
+
+_TRACKED: dict[type, type] = {}
+
+
+def _tracked(cls: type) -> type:
+    if cls not in _TRACKED:
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            cls.__call__(self, parser, namespace, values, option_string)
+            setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.dest})
+
+        _TRACKED[cls] = type(cls.__name__, (cls,), {"__call__": __call__})
+    return _TRACKED[cls]
+
+
+def track_given(p: argparse.ArgumentParser) -> None:
+    """Make every option of ``p`` record its ``dest`` in the parsed namespace's :data:`GIVEN` set when the command
+    line gives it (a resume tells a flag left out, which its checkpoint then fills in, from one given with the
+    default's value; help, defaults and errors unchanged)."""
+    for action in p._actions:
+        if action.option_strings and action.dest != "help" and not isinstance(action, argparse._HelpAction):
+            action.__class__ = _tracked(type(action))
 
 
 def _data_flags(g: argparse._ArgumentGroup, d: dict[str, Any]) -> None:
@@ -258,7 +287,12 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``train lm`` (besides the training flags every task takes)."""
     d = LM_DEFAULTS
     g = p.add_argument_group("data (see docs/data.md)")
-    g.add_argument("--text", nargs="+", metavar="FILE", required=True, help="training text files (UTF-8)")
+    g.add_argument(
+        "--text",
+        nargs="+",
+        metavar="FILE",
+        help="training text files (UTF-8); required, but with --resume (read from the checkpoint)",
+    )
     g.add_argument(
         "--valid",
         nargs="+",
@@ -322,10 +356,12 @@ def add_translate_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--train",
         metavar="FILE",
-        required=True,
-        help="training pairs: source<TAB>target lines, or JSON lines with src and tgt",
+        help="training pairs: source<TAB>target lines, or JSON lines with src and tgt; required, but with --resume "
+        "(read from the checkpoint)",
     )
-    g.add_argument("--valid", metavar="FILE", required=True, help="held-out pairs, in the same format")
+    g.add_argument(
+        "--valid", metavar="FILE", help="held-out pairs, in the same format; required, but with --resume (as --train)"
+    )
     g.add_argument(
         "--format",
         choices=PAIR_FORMATS,

@@ -26,7 +26,17 @@ from .messages import saved_message
 from .parser import FILE_TASKS
 from .runtime import attention_backend, check_backend_runs_on, resolve_device, torchrun_rank
 from .train_files import train_file_task
-from .train_setup import apply_schedule, check_out, loss_lines, require_finite, resume, schedule_line, training_schedule
+from .train_setup import (
+    apply_schedule,
+    check_out,
+    loss_lines,
+    recall_flags,
+    recorded_flags,
+    require_finite,
+    resume,
+    schedule_line,
+    training_schedule,
+)
 
 __all__ = ["run_train"]
 
@@ -46,6 +56,7 @@ def run_train(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     check_backend_runs_on(args.attention_backend, device)
     check_out(args, world)  # every rank, before any joins the process group: none has saved yet
+    recall_flags(args, args.out, args.resume or restarted_with_checkpoint(world, args.out))  # --resume --out DIR
     if args.task in FILE_TASKS:
         return _train_file_task(args, device, world)
     task = get_task(args.task)
@@ -103,6 +114,7 @@ def _train_task(
         trainer.distribute(strategy)
     trainer.config.out_dir = out
     trainer.config.checkpoint_every = trainer.config.eval_every
+    trainer.metadata["flags"] = recorded_flags(args)
     cfg = trainer.model.config
     n_params = sum(p.numel() for p in trainer.model.parameters())
     resume(trainer, args, out, restarted_with_checkpoint(trainer.strategy.world, out))  # torchrun --max-restarts

@@ -40,6 +40,7 @@ from ..lm.generation import generate
 from ..tasks.pretrained_lm import (
     FINE_TUNE_PEAK_LR,
     IGNORED_LABEL,
+    check_block_fits,
     fine_tune_criterion,
     load_pretrained_lm,
     pretrained_text_tokenizer,
@@ -58,7 +59,7 @@ from ..training import NoamSchedule, WarmupDecaySchedule
 from .errors import UsageError
 from .file_run import FileRun
 from .messages import saved_message
-from .train_setup import apply_schedule, loss_lines, require_finite, schedule_line, training_schedule
+from .train_setup import apply_schedule, loss_lines, recorded_flags, require_finite, schedule_line, training_schedule
 
 __all__ = ["train_file_task"]
 
@@ -100,6 +101,7 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
     out = args.out or os.path.join("runs", args.task)
     data_dir = args.data_dir or out.rstrip(os.sep) + ".data"
     run = FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)
+    _require_files(args, run.resumes)
     try:
         if getattr(args, "init", None) is not None:
             _refuse_with_init(args)
@@ -118,6 +120,56 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
         if isinstance(error, UsageError):
             raise
         raise UsageError(str(error)) from None
+
+
+def _require_files(args: argparse.Namespace, resumes: bool) -> None:
+    """``--text`` (``train lm``), ``--train`` and ``--valid`` (``train translate``) are required; a resume reads them
+    from its checkpoint (:func:`~transformer.cli.train_setup.recall_flags`), one written before the flags were
+    recorded has none."""
+    needed = ["text"] if args.task == "lm" else ["train", "valid"]
+    missing = ["--" + name for name in needed if not getattr(args, name, None)]
+    if missing:
+        why = (
+            f": the checkpoint in --out {args.out} records none (it was written before the flags were recorded); "
+            "give the files it was trained on"
+            if resumes
+            else ""
+        )
+        from .parser import build_parser  # the task's own usage line and exit status 2, as argparse refuses
+
+        build_parser().task_parsers[args.task].error(f"the following arguments are required: {', '.join(missing)}{why}")
+
+
+def _store_stamps(data_dir: str) -> dict[str, tuple[int, int]]:
+    """Each token store under ``data_dir`` (a directory per store, replaced whole when rebuilt), by its identity."""
+    if not os.path.isdir(data_dir):
+        return {}
+    stamps = {}
+    for name in sorted(os.listdir(data_dir)):
+        path = os.path.join(data_dir, name)
+        if os.path.isdir(path):
+            info = os.stat(path)
+            stamps[name] = (info.st_ino, info.st_mtime_ns)
+    return stamps
+
+
+def _data_line(data, data_dir: str, reused: bool) -> str:
+    """What was read: the corpus report of a fresh tokenization, or the store reused (a reused store read no line)."""
+    if not reused:
+        return data.report.summary()
+    stores = getattr(data, "stores", None)
+    if stores:
+        tokens = sum(int(store.offsets[-1]) for store in stores)
+        return f"reused {tokens:,} tokens from {data_dir} (tokenized before; the files are unchanged)"
+    return f"reused the token store in {data_dir} (tokenized before; the files are unchanged)"
+
+
+def _trained_line(trainer, first_step: int) -> str:
+    """``trained 15 steps`` in this run, and after a resume where it started and the total."""
+    this_run = trainer.step - first_step
+    return f"trained {this_run} steps" + (
+        f" (resumed at step {first_step}; {trainer.step} in all)" if first_step else ""
+    )
 
 
 #: The flags that define a new model or its tokenizer: ``--init`` takes both from its folder.
@@ -175,6 +227,10 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     block = _pick(args, "block_len", d)
     settings = {"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block, "pack": args.pack}
     run.check_same_data(settings)
+    init = getattr(args, "init", None)
+    if init is not None:  # before anything is tokenized: a refused run leaves no OUT.data
+        check_block_fits(init, block)
+    before = _store_stamps(data_dir)
     data = run.prepare(
         lambda tokenizer: prepare_lm_data(
             args.text,
@@ -192,7 +248,7 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
         ),
         tokenizer,
     )
-    init = getattr(args, "init", None)
+    reused = bool(before) and _store_stamps(data_dir) == before
     if init is None:
         fields = _model_fields(args, d)
         fields["attention_dropout"] = fields["dropout"]
@@ -217,8 +273,11 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
         )
         what = f"pretrained {model.pretrained_origin.architecture} from {init}"
     apply_schedule(trainer, schedule)
+    trainer.metadata["flags"] = recorded_flags(args)
+    trainer.metadata["dtype"] = str(next(trainer.model.parameters()).dtype).removeprefix("torch.")
     run.start(trainer)
-    print(f"lm: {data.describe()}; {data.report.summary()}")
+    first_step = trainer.step
+    print(f"lm: {data.describe()}; {_data_line(data, data_dir, reused)}")
     print(
         f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({what}, "
         f"{config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
@@ -236,8 +295,8 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     if not run.strategy.is_main:
         return 0
     print(
-        f"trained {trainer.step} steps in {results['train_seconds']:.1f} s ({results['tokens_per_second']:,.0f} "
-        f"tokens/s); final train loss {trainer.last_train_loss:.4f}"
+        f"{_trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s "
+        f"({results['tokens_per_second']:,.0f} tokens/s); final train loss {trainer.last_train_loss:.4f}"
     )
     print(
         f"held-out loss {results['eval_loss']:.4f} nats/token, perplexity {results['perplexity']:.2f} "
@@ -268,6 +327,7 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     d, out = TRANSLATE_DEFAULTS, run.out
     max_len = _pick(args, "max_len", d)
     run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d)})
+    before = _store_stamps(data_dir)
     data = run.prepare(
         lambda tokenizer: prepare_translation_data(
             args.train,
@@ -284,12 +344,15 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
         ),
         tokenizer,
     )
+    reused = bool(before) and _store_stamps(data_dir) == before
     config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
     settings, schedule = _trainer_settings(args, run, d, config.d_model)
     trainer = make_translation_trainer(data, config, label_smoothing=_pick(args, "label_smoothing", d), **settings)
     apply_schedule(trainer, schedule)
+    trainer.metadata["flags"] = recorded_flags(args)
     run.start(trainer)
-    print(f"translate: {data.describe()}; {data.report.summary()}")
+    first_step = trainer.step
+    print(f"translate: {data.describe()}; {_data_line(data, data_dir, reused)}")
     print(
         f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
         f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
@@ -309,7 +372,10 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     trainer.save(out)  # every rank: a collective
     if not run.strategy.is_main:
         return 0
-    print(f"trained {trainer.step} steps in {results['train_seconds']:.1f} s; held-out loss {results['eval_loss']:.4f}")
+    print(
+        f"{_trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s; held-out loss "
+        f"{results['eval_loss']:.4f}"
+    )
     for source, reference, output in examples:
         print(f"  {source!r} -> {output!r} (reference {reference!r})")
     print(

@@ -1,6 +1,8 @@
 """What every ``train`` command shares, synthetic tasks and file tasks alike: the rules for ``--out`` (checked before
-anything is trained), the learning-rate flags (``--lr``, ``--lr-factor``, ``--warmup``, also on a resume), resuming
-from ``--out``, and the final held-out loss that must be finite before any result is reported."""
+anything is trained), the learning-rate flags (``--lr-schedule``, ``--lr``, ``--lr-factor``, ``--warmup``,
+``--warmup-ratio``, also on a resume), the flags a checkpoint records and a resume reads back (so that ``--resume
+--out DIR`` alone continues a run), resuming from ``--out``, and the final held-out loss that must be finite before
+any result is reported."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import math
 import os
 from typing import Any
 
-from ..checkpoint import find_checkpoint
+from ..checkpoint import find_checkpoint, read_metadata
 from ..common.output_dirs import OutputWriteError, check_writable, remove_stale_temps
 from ..distributed import World, restarted_with_checkpoint
 from ..training import (
@@ -22,12 +24,15 @@ from ..training import (
     use_schedule,
     warmup_steps,
 )
+from .arguments import GIVEN
 from .errors import UsageError
 from .messages import describe_checkpoint, describe_schedule, resumed_message
 from .parser import PROG
 
 __all__ = [
     "check_out",
+    "recorded_flags",
+    "recall_flags",
     "schedule_settings",
     "training_schedule",
     "schedule_line",
@@ -67,6 +72,68 @@ def check_out(args: argparse.Namespace, world: World | None) -> None:
     except OutputWriteError as error:
         raise UsageError(str(error)) from None
     remove_stale_temps(out)
+
+
+#: The flags of one invocation, never recorded: where the run saves, how it runs, what it prints; the learning-rate
+#: numbers (the checkpoint's schedule holds them: :func:`resume_schedule`); ``--tokenizer-file`` (the checkpoint
+#: holds its tokenizer, and one given on a resume is compared with it by content).
+_NOT_RECORDED = {
+    "command", "task", "out", "resume", "overwrite", "device", "threads", "attention_backend", "no_progress",
+    "strategy", "lr", "lr_factor", "warmup", "warmup_ratio", "tokenizer_file", GIVEN,
+}  # fmt: skip
+#: Recorded flags a resume may change: how far it trains, how often and how much it evaluates, the schedule's kind.
+_MAY_CHANGE = {"steps", "eval_every", "eval_examples", "beam_size", "lr_schedule"}
+#: Flags that name files: recorded as absolute paths, so that a resume from another directory reads the same files.
+_PATHS = {"text", "valid", "train", "init", "data_dir"}
+
+
+def _normal(name: str, value: Any) -> Any:
+    if name in _PATHS and value is not None:
+        return [os.path.abspath(v) for v in value] if isinstance(value, list) else os.path.abspath(value)
+    return value
+
+
+def recorded_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of ``args`` a checkpoint records (``metadata["flags"]``), paths made absolute: what defines the run
+    (data, tokenizer, model, ``--init``, ``--dtype``, seed, batches, steps, the schedule's kind)."""
+    return {name: _normal(name, value) for name, value in sorted(vars(args).items()) if name not in _NOT_RECORDED}
+
+
+def _shown(name: str, value: Any) -> str:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else f"--no-{name.replace('_', '-')}"
+    if value is None:
+        return f"no {flag}"
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
+def recall_flags(args: argparse.Namespace, out: str, resuming: bool) -> None:
+    """On a resume: every recorded flag (:func:`recorded_flags`) the command line leaves out takes the checkpoint's
+    value, so that ``train TASK --resume --out DIR`` continues the run as it was started (``--text``, ``--init``,
+    ``--block-len``, ``--dtype``, ``--steps``, the schedule...); a flag given with another value than the
+    checkpoint's is refused naming both (UsageError), but for those a resume may change (``--steps``,
+    ``--eval-every``, ``--eval-examples``, ``--beam-size``, ``--lr-schedule``; and the learning-rate numbers, never
+    recorded). A checkpoint written before the flags were recorded changes nothing here."""
+    found = find_checkpoint(out) if resuming else None
+    recorded = read_metadata(found).get("flags") if found is not None else None
+    if not isinstance(recorded, dict):
+        return
+    given = getattr(args, GIVEN, set())
+    for name, value in recorded.items():
+        if name in _NOT_RECORDED or not hasattr(args, name):
+            continue
+        if name not in given:
+            setattr(args, name, value)
+            continue
+        mine = _normal(name, getattr(args, name))
+        if name in _MAY_CHANGE or mine == value:
+            continue
+        raise UsageError(
+            f"{_shown(name, mine)} differs from the checkpoint's {_shown(name, value)} (recorded in {found}): a "
+            f"resumed run continues what its checkpoint started; give {_shown(name, value)} or leave "
+            f"--{name.replace('_', '-')} out (the checkpoint's is then taken), or start a new run in another --out"
+        )
 
 
 def schedule_settings(args: argparse.Namespace, d_model: int, defaults: dict[str, Any]) -> tuple[float, int]:
