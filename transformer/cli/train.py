@@ -35,6 +35,7 @@ from .train_setup import (
     require_finite,
     resume,
     schedule_line,
+    trained_line,
     training_schedule,
 )
 
@@ -118,6 +119,7 @@ def _train_task(
     cfg = trainer.model.config
     n_params = sum(p.numel() for p in trainer.model.parameters())
     resume(trainer, args, out, restarted_with_checkpoint(trainer.strategy.world, out))  # torchrun --max-restarts
+    first_step = trainer.step
     print(
         f"task {task.name}: {n_params:,} parameters (N={cfg.n_encoder_layers}, d_model={cfg.d_model}, "
         f"d_ff={cfg.d_ff}, h={cfg.n_heads}), {trainer.config.steps} steps, device {device}, "
@@ -157,7 +159,9 @@ def _train_task(
         results.update(strategy=strategy.name, world_size=strategy.world_size)
     trainer.metadata["results"] = results
     trainer.save(out)
-    print(f"trained {trainer.step} steps in {train_seconds:.1f} s; final train loss {trainer.last_train_loss:.4f}")
+    print(
+        f"{trained_line(trainer, first_step)} in {train_seconds:.1f} s; final train loss {trainer.last_train_loss:.4f}"
+    )
     print(f"held-out eval loss {eval_loss:.4f}")
     for source, target in zip(examples, decodes, strict=True):
         print(f"  {source!r} -> {target!r}")

@@ -59,7 +59,15 @@ from ..training import NoamSchedule, WarmupDecaySchedule
 from .errors import UsageError
 from .file_run import FileRun
 from .messages import saved_message
-from .train_setup import apply_schedule, loss_lines, recorded_flags, require_finite, schedule_line, training_schedule
+from .train_setup import (
+    apply_schedule,
+    loss_lines,
+    recorded_flags,
+    require_finite,
+    schedule_line,
+    trained_line,
+    training_schedule,
+)
 
 __all__ = ["train_file_task"]
 
@@ -162,14 +170,6 @@ def _data_line(data, data_dir: str, reused: bool) -> str:
         tokens = sum(int(store.offsets[-1]) for store in stores)
         return f"reused {tokens:,} tokens from {data_dir} (tokenized before; the files are unchanged)"
     return f"reused the token store in {data_dir} (tokenized before; the files are unchanged)"
-
-
-def _trained_line(trainer, first_step: int) -> str:
-    """``trained 15 steps`` in this run, and after a resume where it started and the total."""
-    this_run = trainer.step - first_step
-    return f"trained {this_run} steps" + (
-        f" (resumed at step {first_step}; {trainer.step} in all)" if first_step else ""
-    )
 
 
 #: The flags that define a new model or its tokenizer: ``--init`` takes both from its folder.
@@ -295,7 +295,7 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     if not run.strategy.is_main:
         return 0
     print(
-        f"{_trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s "
+        f"{trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s "
         f"({results['tokens_per_second']:,.0f} tokens/s); final train loss {trainer.last_train_loss:.4f}"
     )
     print(
@@ -373,7 +373,7 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     if not run.strategy.is_main:
         return 0
     print(
-        f"{_trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s; held-out loss "
+        f"{trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s; held-out loss "
         f"{results['eval_loss']:.4f}"
     )
     for source, reference, output in examples:

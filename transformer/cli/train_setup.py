@@ -41,6 +41,7 @@ __all__ = [
     "resume_schedule",
     "resume",
     "require_finite",
+    "trained_line",
     "loss_lines",
 ]
 
@@ -267,6 +268,15 @@ def resume(trainer: Trainer, args: argparse.Namespace, out: str, restarted: bool
     changed = resume_schedule(trainer, args)
     if changed:
         print(changed)
+
+
+def trained_line(trainer: Trainer, first_step: int) -> str:
+    """``trained 15 steps``: the steps of this run; after a resume (at ``first_step``) where it started and the
+    total, ``trained 15 steps (resumed at step 15; 30 in all)``."""
+    this_run = trainer.step - first_step
+    return f"trained {this_run} steps" + (
+        f" (resumed at step {first_step}; {trainer.step} in all)" if first_step else ""
+    )
 
 
 def require_finite(eval_loss: float, step: int) -> float:
