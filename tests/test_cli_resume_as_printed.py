@@ -131,9 +131,9 @@ def test_a_resume_from_another_directory_reads_the_same_files(folder, corpus, tm
 @pytest.mark.parametrize(
     "flags,message",
     [
-        (["--block-len", "8"], "--block-len 8 differs from the checkpoint's --block-len 16"),
-        (["--dtype", "float32"], "--dtype float32 differs from the checkpoint's --dtype bfloat16"),
-        (["--seed", "4"], "--seed 4 differs from the checkpoint's --seed 3"),
+        (["--block-len", "8"], "--block-len 8 differs from the checkpoint's 16"),
+        (["--dtype", "float32"], "--dtype float32 differs from the checkpoint's bfloat16"),
+        (["--seed", "4"], "--seed 4 differs from the checkpoint's 3"),
         (["--no-pack"], "--no-pack differs from the checkpoint's --pack"),
     ],
 )
@@ -159,7 +159,7 @@ def test_other_text_on_resume_is_refused_naming_both(folder, corpus, tmp_path, c
     capsys.readouterr()
     assert main(["train", "lm", "--resume", "--out", str(out), "--text", str(other)]) == 2
     err = capsys.readouterr().err
-    assert f"--text {other} differs from the checkpoint's --text {os.path.abspath(corpus)}" in err
+    assert f"--text {other} differs from the checkpoint's {os.path.abspath(corpus)}" in err
 
 
 def test_a_synthetic_task_resumed_with_the_printed_flags_alone_keeps_its_steps_and_seed(tmp_path, capsys, interrupt_at):

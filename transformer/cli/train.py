@@ -32,6 +32,7 @@ from .train_setup import (
     loss_lines,
     recall_flags,
     recorded_flags,
+    require_files,
     require_finite,
     resume,
     schedule_line,
@@ -56,8 +57,10 @@ def run_train(args: argparse.Namespace) -> int:
         )
     device = resolve_device(args.device)
     check_backend_runs_on(args.attention_backend, device)
+    resuming = args.resume or restarted_with_checkpoint(world, args.out)
+    recall_flags(args, args.out, resuming)  # --resume --out DIR: the flags left out are the checkpoint's
+    require_files(args, resuming)
     check_out(args, world)  # every rank, before any joins the process group: none has saved yet
-    recall_flags(args, args.out, args.resume or restarted_with_checkpoint(world, args.out))  # --resume --out DIR
     if args.task in FILE_TASKS:
         return _train_file_task(args, device, world)
     task = get_task(args.task)

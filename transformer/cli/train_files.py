@@ -109,7 +109,6 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
     out = args.out or os.path.join("runs", args.task)
     data_dir = args.data_dir or out.rstrip(os.sep) + ".data"
     run = FileRun(args, out, strategy or SingleProcess(device=device), torchrun=strategy is not None)
-    _require_files(args, run.resumes)
     try:
         if getattr(args, "init", None) is not None:
             _refuse_with_init(args)
@@ -128,24 +127,6 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
         if isinstance(error, UsageError):
             raise
         raise UsageError(str(error)) from None
-
-
-def _require_files(args: argparse.Namespace, resumes: bool) -> None:
-    """``--text`` (``train lm``), ``--train`` and ``--valid`` (``train translate``) are required; a resume reads them
-    from its checkpoint (:func:`~transformer.cli.train_setup.recall_flags`), one written before the flags were
-    recorded has none."""
-    needed = ["text"] if args.task == "lm" else ["train", "valid"]
-    missing = ["--" + name for name in needed if not getattr(args, name, None)]
-    if missing:
-        why = (
-            f": the checkpoint in --out {args.out} records none (it was written before the flags were recorded); "
-            "give the files it was trained on"
-            if resumes
-            else ""
-        )
-        from .parser import build_parser  # the task's own usage line and exit status 2, as argparse refuses
-
-        build_parser().task_parsers[args.task].error(f"the following arguments are required: {', '.join(missing)}{why}")
 
 
 def _store_stamps(data_dir: str) -> dict[str, tuple[int, int]]:

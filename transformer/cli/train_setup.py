@@ -33,6 +33,7 @@ __all__ = [
     "check_out",
     "recorded_flags",
     "recall_flags",
+    "require_files",
     "schedule_settings",
     "training_schedule",
     "schedule_line",
@@ -109,6 +110,13 @@ def _shown(name: str, value: Any) -> str:
     return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
 
 
+def _value(name: str, value: Any) -> str:
+    """A recorded value as the refusal names it: ``16``, ``a.txt b.txt``; a switch or an absent flag as a flag."""
+    if isinstance(value, bool) or value is None:
+        return _shown(name, value)
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def recall_flags(args: argparse.Namespace, out: str, resuming: bool) -> None:
     """On a resume: every recorded flag (:func:`recorded_flags`) the command line leaves out takes the checkpoint's
     value, so that ``train TASK --resume --out DIR`` continues the run as it was started (``--text``, ``--init``,
@@ -131,10 +139,28 @@ def recall_flags(args: argparse.Namespace, out: str, resuming: bool) -> None:
         if name in _MAY_CHANGE or mine == value:
             continue
         raise UsageError(
-            f"{_shown(name, mine)} differs from the checkpoint's {_shown(name, value)} (recorded in {found}): a "
+            f"{_shown(name, mine)} differs from the checkpoint's {_value(name, value)} (recorded in {found}): a "
             f"resumed run continues what its checkpoint started; give {_shown(name, value)} or leave "
             f"--{name.replace('_', '-')} out (the checkpoint's is then taken), or start a new run in another --out"
         )
+
+
+def require_files(args: argparse.Namespace, resumes: bool) -> None:
+    """``--text`` (``train lm``), ``--train`` and ``--valid`` (``train translate``) are required; a resume reads them
+    from its checkpoint (:func:`~transformer.cli.train_setup.recall_flags`), one written before the flags were
+    recorded has none."""
+    needed = {"lm": ["text"], "translate": ["train", "valid"]}.get(args.task, [])
+    missing = ["--" + name for name in needed if not getattr(args, name, None)]
+    if missing:
+        why = (
+            f": the checkpoint in --out {args.out} records none (it was written before the flags were recorded); "
+            "give the files it was trained on"
+            if resumes
+            else ""
+        )
+        from .parser import build_parser  # the task's own usage line and exit status 2, as argparse refuses
+
+        build_parser().task_parsers[args.task].error(f"the following arguments are required: {', '.join(missing)}{why}")
 
 
 def schedule_settings(args: argparse.Namespace, d_model: int, defaults: dict[str, Any]) -> tuple[float, int]:
