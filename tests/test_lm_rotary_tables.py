@@ -7,6 +7,8 @@ sequence's length and the cache's steps read the right rows, and under torch.com
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -135,3 +137,28 @@ def test_under_torch_compile_the_table_is_built_to_max_len_once_and_lengths_do_n
         assert model.rotary._cos.size(0) == 4096 if model.rotary._cos is not None else TORCH_VERSION < (2, 13)
     assert graphs[-1] == graphs[1] <= 2
     torch._dynamo.reset()
+
+
+def test_a_131072_position_folder_loads_and_runs_a_short_forward_small_and_without_dynamo(tmp_path):
+    """In a fresh process (what a user's script is): ``from_pretrained`` of a Llama folder whose
+    ``max_position_embeddings`` is 131072, then an 8-token forward, hold 64 table rows and import no
+    ``torch._dynamo`` (0.8 s and 75 MiB when it is imported)."""
+    import subprocess
+    import sys
+
+    config = LMConfig(**{**LONG_CONTEXT, "ffn_hidden_dropout": False, "tie_weights": False, "pad_id": None})
+    torch.manual_seed(0)
+    build_lm(config).save_pretrained(tmp_path / "llama")
+    script = (
+        "import sys, torch\n"
+        "from transformer.lm import TransformerLM\n"
+        f"model = TransformerLM.from_pretrained({str(tmp_path / 'llama')!r})\n"
+        "with torch.no_grad():\n"
+        "    model(torch.randint(1, 29, (1, 8)))\n"
+        "print(model.config.max_len, model.rotary._cos.size(0), 'torch._dynamo' in sys.modules)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["131072", str(MIN_TABLE_ROWS), "False"]
