@@ -209,3 +209,23 @@ def test_a_checkpoint_without_recorded_flags_asks_for_the_text_by_name(corpus, t
     err = capsys.readouterr().err
     assert "train lm: error: the following arguments are required: --text" in err
     assert "written before the flags were recorded" in err
+
+
+def test_train_translate_resumes_with_the_printed_flags_alone(tmp_path, capsys, interrupt_at):
+    pytest.importorskip("sacrebleu")
+    from test_cli_lm import TINY_TRANSLATE, _dates
+
+    train, valid = _dates(tmp_path, 200, "train.tsv", False), _dates(tmp_path, 20, "valid.tsv", True)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    flags = ["--train", train, "--valid", valid, "--steps", "6", "--eval-every", "0", "--eval-examples", "4"]
+    flags += [*TINY_TRANSLATE, "--no-progress", "--seed", "2"]
+    assert main(["train", "translate", *flags, "--out", str(straight)]) == 0
+    interrupt_at(3)
+    assert main(["train", "translate", *flags, "--out", str(split)]) == 130
+    hint = _hint(capsys.readouterr().err)
+    assert main(["train", "translate", *hint]) == 0
+    printed = capsys.readouterr().out
+    assert "trained 3 steps (resumed at step 3; 6 in all)" in printed
+    assert f"reused the token store in {split}.data" in printed
+    a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
