@@ -98,6 +98,8 @@ def test_a_fine_tune_interrupted_then_resumed_with_the_printed_flags_alone_is_th
     a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert {t.dtype for t in b.values()} == {torch.bfloat16}  # the recorded --dtype, read back
+    corpora = [json.loads((d / "meta.json").read_text())["metadata"]["results"]["corpus"] for d in (straight, split)]
+    assert corpora[0] == corpora[1] and corpora[1]["lines"] == 120  # the store's lines, not 0
     states = [json.loads((d / "state.json").read_text()) for d in (straight, split)]
     for key in ("step", "tokens", "scheduler", "history", "optimizer"):
         assert states[0][key] == states[1][key], key

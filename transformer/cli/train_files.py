@@ -268,6 +268,8 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
+    if reused and isinstance(data.stores[-1].info.get("report"), dict):  # what the files held when tokenized
+        results["corpus"] = {**results["corpus"], **data.stores[-1].info["report"]}
     require_finite(results["eval_loss"], trainer.step)
     trainer.metadata["results"] = results
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
