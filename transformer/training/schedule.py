@@ -105,7 +105,8 @@ class WarmupDecaySchedule:
     ``"linear"`` (to 0 at step ``total``) or ``"cosine"`` (half a cosine from ``peak`` to 0 at step ``total``), as a
     multiplier for ``LambdaLR`` over a base learning rate of 1, so its value at ``step`` is the learning rate there.
 
-    The formulas are transformers' (``transformers.optimization``), times ``peak``: ``step / max(1, warmup)`` while
+    The formulas are transformers' (``transformers.optimization``, in their order of operations: the same floats),
+    times ``peak``: ``step / max(1, warmup)`` while
     ``step < warmup``; then 1, ``max(0, (total - step) / max(1, total - warmup))``, or
     ``max(0, (1 + cos(pi * (step - warmup) / max(1, total - warmup))) / 2)``. Step 0 (the first optimizer step, as
     ``LambdaLR`` counts) is 0 with a warm-up; ``peak`` is reached at step ``warmup``; the last step of a run of
@@ -122,14 +123,20 @@ class WarmupDecaySchedule:
         self.schedule, self.peak, self.warmup, self.total = decay, float(peak), int(warmup), int(total)
 
     def __call__(self, step: int) -> float:
+        return self.peak * self.multiplier(step)
+
+    def multiplier(self, step: int) -> float:
+        """The schedule over its peak (1 at the end of the warm-up), evaluated in transformers' order of operations
+        (``transformers.optimization``'s ``_get_*_schedule_with_warmup_lr_lambda``), so that ``peak`` times it is the
+        learning rate their ``LambdaLR`` gives over a base learning rate ``peak``, bit for bit."""
         if step < self.warmup:
-            return self.peak * step / max(1, self.warmup)
+            return float(step) / float(max(1, self.warmup))
         if self.schedule == "constant":
-            return self.peak
-        after = max(1, self.total - self.warmup)
+            return 1.0
         if self.schedule == "linear":
-            return self.peak * max(0.0, (self.total - step) / after)
-        return self.peak * max(0.0, 0.5 * (1.0 + math.cos(math.pi * (step - self.warmup) / after)))
+            return max(0.0, float(self.total - step) / float(max(1, self.total - self.warmup)))
+        progress = float(step - self.warmup) / float(max(1, self.total - self.warmup))
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress)))  # num_cycles = 0.5
 
     def describe(self) -> str:
         """One line: ``linear schedule: 3 warm-up steps to a peak of 5e-05 (step 3), then linear decay to 0 at step
