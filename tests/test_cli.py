@@ -98,7 +98,8 @@ def test_resume_continues_from_the_saved_step(trained, tmp_path, capsys, backend
     )
     assert code == 0
     out_text = capsys.readouterr().out
-    assert f"resumed from {out} at step 40" in out_text and "trained 45 steps" in out_text
+    assert f"resumed from {out} at step 40" in out_text
+    assert "trained 5 steps (resumed at step 40; 45 in all)" in out_text  # this run's steps, then the total
 
 
 @pytest.mark.parametrize(

@@ -167,7 +167,14 @@ def test_train_lm_init_refuses_the_flags_of_a_new_model_and_a_resume_without_it(
     err = capsys.readouterr().err
     assert "--d-model, --tokenizer cannot be given with --init" in err and str(folder) in err
     assert main([*base, "--init", str(folder), "--out", str(tmp_path / "b")]) == 0
-    assert main([*base, "--steps", "2", "--out", str(tmp_path / "b"), "--resume"]) == 2
+    # the checkpoint records --init (issue 43): a resume without it continues the pretrained model
+    assert main([*base, "--steps", "2", "--out", str(tmp_path / "b"), "--resume"]) == 0
+    assert f"pretrained LlamaForCausalLM from {folder}" in capsys.readouterr().out
+    # one written before the flags were recorded does not: the resume asks for it
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    del meta["metadata"]["flags"]
+    (tmp_path / "b" / "meta.json").write_text(json.dumps(meta))
+    assert main([*base, "--steps", "3", "--out", str(tmp_path / "b"), "--resume"]) == 2
     assert f"give --init {folder} again to resume it" in capsys.readouterr().err
 
 

@@ -75,7 +75,7 @@ def test_cli_restart_after_a_killed_rank_resumes_from_the_last_checkpoint(tmp_pa
     assert "restart 1: resumed from" in stdout, stdout
     resumed_at = int(stdout.split("restart 1: resumed from")[1].split("at step")[1].split()[0])
     assert resumed_at in (15, 30, 45)
-    assert "trained 60 steps" in stdout
+    assert f"trained {60 - resumed_at} steps (resumed at step {resumed_at}; 60 in all)" in stdout
     state = load_checkpoint(out).trainer_state
     assert state["step"] == 60 and [step for step, _ in state["history"]["train_loss"]] == list(range(1, 61))
 

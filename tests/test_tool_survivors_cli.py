@@ -112,11 +112,15 @@ def test_the_data_flags_of_train_lm_take_their_documented_values(capsys):
         (["generate", "hello"], "one of the arguments --checkpoint --model is required"),
     ],
 )
-def test_a_required_flag_left_out_is_named_and_exits_2(argv, named, capsys):
-    """docs/cli.md marks them **required**: `train translate` needs `--train` and `--valid`, `train lm` needs
-    `--text`, `generate` `--checkpoint` or `--model`: leaving one out is argparse's one-line usage error naming it,
-    exit status 2."""
+def test_a_required_flag_left_out_is_named_and_exits_2(argv, named, capsys, tmp_path, monkeypatch):
+    """`train translate` needs `--train` and `--valid`, `train lm` needs `--text` (unless `--resume` reads them from
+    the checkpoint: checked when the command runs, before anything is written), `generate` `--checkpoint` or
+    `--model`: leaving one out is argparse's one-line usage error naming it, exit status 2."""
+    from transformer.cli import main
+
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:
-        build_parser().parse_args(argv)
+        main(argv)
+    assert not list(tmp_path.iterdir())  # nothing written
     assert exit_.value.code == 2
     assert named in capsys.readouterr().err

@@ -18,7 +18,7 @@ from ..tasks import get_task
 from ..tasks.pretrained_lm import FINE_TUNE_PEAK_LR
 from ..tasks.text_lm import LM_DEFAULTS
 from ..tasks.translation_files import TRANSLATE_DEFAULTS
-from ..training import NoamSchedule
+from ..training import DEFAULT_WARMUP_RATIO, SCHEDULES, NoamSchedule
 
 __all__ = [
     "CommandParser",
@@ -32,6 +32,8 @@ __all__ = [
     "add_training_flags",
     "add_lm_flags",
     "add_translate_flags",
+    "track_given",
+    "GIVEN",
 ]
 
 
@@ -148,12 +150,35 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
     peak = NoamSchedule(d["d_model"], d["factor"], d["warmup"]).peak
     lr = p.add_argument_group(
         "learning rate",
-        "Adam on the Noam schedule (section 5.3): the rate rises linearly for --warmup steps to its "
-        "peak, then decays as 1/sqrt(step). Set the peak with --lr, or the schedule's factor with "
-        "--lr-factor (peak = factor / sqrt(d_model * warmup)); not both. A resumed run keeps its "
-        "checkpoint's schedule unless one of these is given.",
+        "Adam on a schedule. noam (section 5.3; the default, but linear with --init): the rate rises linearly for "
+        "--warmup steps to its peak, then decays as 1/sqrt(step); set the peak with --lr, or the schedule's factor "
+        "with --lr-factor (peak = factor / sqrt(d_model * warmup)); not both. constant, linear, cosine (transformers' "
+        "get_*_schedule_with_warmup): a linear warm-up to --lr, then constant, or down to 0 at the last step; their "
+        f"warm-up defaults to --warmup-ratio {DEFAULT_WARMUP_RATIO} of --steps. A resumed run keeps its checkpoint's "
+        "schedule unless one of these is given.",
     )
-    lr.add_argument("--warmup", type=positive_int, default=None, help=f"warm-up steps (default: {d['warmup']})")
+    lr.add_argument(
+        "--lr-schedule",
+        choices=SCHEDULES,
+        default=None,
+        help="the learning-rate schedule (default: noam; linear for train lm --init)",
+    )
+    warm = lr.add_mutually_exclusive_group()
+    warm.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=None,
+        help=f"warm-up steps (default: {d['warmup']}) for noam; for constant, linear and cosine --warmup-ratio "
+        f"{DEFAULT_WARMUP_RATIO} of --steps",
+    )
+    warm.add_argument(
+        "--warmup-ratio",
+        type=fraction,
+        default=None,
+        metavar="FRACTION",
+        help="warm up for this share of --steps, rounded up, as transformers' warmup_ratio (0.1 of 30 steps: 3) "
+        f"(default: {DEFAULT_WARMUP_RATIO} for constant, linear and cosine)",
+    )
     either = lr.add_mutually_exclusive_group()
     either.add_argument(
         "--lr",
@@ -161,10 +186,13 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
         default=None,
         metavar="PEAK",
         help=f"the peak learning rate, reached at step --warmup (default: the factor's peak, {peak:.3g} "
-        f"with the default model and warm-up)",
+        f"with the default model and warm-up; {FINE_TUNE_PEAK_LR:g} with --init)",
     )
     either.add_argument(
-        "--lr-factor", type=positive_float, default=None, help=f"the Noam schedule's factor (default: {d['factor']})"
+        "--lr-factor",
+        type=positive_float,
+        default=None,
+        help=f"the Noam schedule's factor (default: {d['factor']})",
     )
     out = p.add_argument_group("checkpoints")
     out.add_argument("--out", default=os.path.join("runs", task), help="checkpoint directory (default: %(default)s)")
@@ -174,6 +202,33 @@ def add_training_flags(p: argparse.ArgumentParser, task: str) -> None:
         action="store_true",
         help="start a new run even though --out holds a checkpoint (replaced at the first save)",
     )
+    track_given(p)
+
+
+#: The attribute of a parsed ``train`` command line that holds the ``dest`` of every flag the command line gave.
+GIVEN = "given_flags"
+
+_TRACKED: dict[type, type] = {}
+
+
+def _tracked(cls: type) -> type:
+    if cls not in _TRACKED:
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            cls.__call__(self, parser, namespace, values, option_string)
+            setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.dest})
+
+        _TRACKED[cls] = type(cls.__name__, (cls,), {"__call__": __call__})
+    return _TRACKED[cls]
+
+
+def track_given(p: argparse.ArgumentParser) -> None:
+    """Make every option of ``p`` record its ``dest`` in the parsed namespace's :data:`GIVEN` set when the command
+    line gives it (a resume tells a flag left out, which its checkpoint then fills in, from one given with the
+    default's value; help, defaults and errors unchanged)."""
+    for action in p._actions:
+        if action.option_strings and action.dest != "help" and not isinstance(action, argparse._HelpAction):
+            action.__class__ = _tracked(type(action))
 
 
 def _data_flags(g: argparse._ArgumentGroup, d: dict[str, Any]) -> None:
@@ -231,7 +286,12 @@ def add_lm_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``train lm`` (besides the training flags every task takes)."""
     d = LM_DEFAULTS
     g = p.add_argument_group("data (see docs/data.md)")
-    g.add_argument("--text", nargs="+", metavar="FILE", required=True, help="training text files (UTF-8)")
+    g.add_argument(
+        "--text",
+        nargs="+",
+        metavar="FILE",
+        help="training text files (UTF-8); required, but with --resume (read from the checkpoint)",
+    )
     g.add_argument(
         "--valid",
         nargs="+",
@@ -295,10 +355,12 @@ def add_translate_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--train",
         metavar="FILE",
-        required=True,
-        help="training pairs: source<TAB>target lines, or JSON lines with src and tgt",
+        help="training pairs: source<TAB>target lines, or JSON lines with src and tgt; required, but with --resume "
+        "(read from the checkpoint)",
     )
-    g.add_argument("--valid", metavar="FILE", required=True, help="held-out pairs, in the same format")
+    g.add_argument(
+        "--valid", metavar="FILE", help="held-out pairs, in the same format; required, but with --resume (as --train)"
+    )
     g.add_argument(
         "--format",
         choices=PAIR_FORMATS,

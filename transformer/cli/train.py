@@ -20,12 +20,25 @@ from ..distributed import (
     torchrun_world,
 )
 from ..tasks import Task, get_task, make_trainer
+from ..training import NoamSchedule
 from .errors import UsageError
-from .messages import describe_schedule, saved_message
+from .messages import saved_message
 from .parser import FILE_TASKS
 from .runtime import attention_backend, check_backend_runs_on, resolve_device, torchrun_rank
 from .train_files import train_file_task
-from .train_setup import check_out, loss_lines, require_finite, resume, schedule_settings
+from .train_setup import (
+    apply_schedule,
+    check_out,
+    loss_lines,
+    recall_flags,
+    recorded_flags,
+    require_files,
+    require_finite,
+    resume,
+    schedule_line,
+    trained_line,
+    training_schedule,
+)
 
 __all__ = ["run_train"]
 
@@ -44,6 +57,9 @@ def run_train(args: argparse.Namespace) -> int:
         )
     device = resolve_device(args.device)
     check_backend_runs_on(args.attention_backend, device)
+    resuming = args.resume or restarted_with_checkpoint(world, args.out)
+    recall_flags(args, args.out, resuming)  # --resume --out DIR: the flags left out are the checkpoint's
+    require_files(args, resuming)
     check_out(args, world)  # every rank, before any joins the process group: none has saved yet
     if args.task in FILE_TASKS:
         return _train_file_task(args, device, world)
@@ -83,9 +99,9 @@ def _train_task(
     args: argparse.Namespace, task: Task, out: str, device: torch.device, strategy: Strategy | None = None
 ) -> int:
     defaults = task.default_training()
-    factor, warmup = schedule_settings(
-        args, task.default_config().d_model, {"factor": defaults.factor, "warmup": defaults.warmup}
-    )
+    noam = {"factor": defaults.factor, "warmup": defaults.warmup}
+    schedule = training_schedule(args, task.default_config().d_model, noam, args.steps)
+    factor, warmup = (schedule.factor, schedule.warmup) if isinstance(schedule, NoamSchedule) else noam.values()
     trainer = make_trainer(
         task,
         steps=args.steps,
@@ -97,20 +113,23 @@ def _train_task(
         warmup=warmup,
         factor=factor,
     )
+    apply_schedule(trainer, schedule)
     if strategy is not None:
         trainer.distribute(strategy)
     trainer.config.out_dir = out
     trainer.config.checkpoint_every = trainer.config.eval_every
+    trainer.metadata["flags"] = recorded_flags(args)
     cfg = trainer.model.config
     n_params = sum(p.numel() for p in trainer.model.parameters())
     resume(trainer, args, out, restarted_with_checkpoint(trainer.strategy.world, out))  # torchrun --max-restarts
+    first_step = trainer.step
     print(
         f"task {task.name}: {n_params:,} parameters (N={cfg.n_encoder_layers}, d_model={cfg.d_model}, "
         f"d_ff={cfg.d_ff}, h={cfg.n_heads}), {trainer.config.steps} steps, device {device}, "
         f"{torch.get_num_threads()} thread(s), torch {torch.__version__}"
         + (f", {strategy.describe()}" if strategy is not None else "")
     )
-    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    print(schedule_line(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     train_seconds = time.perf_counter() - start
@@ -143,7 +162,9 @@ def _train_task(
         results.update(strategy=strategy.name, world_size=strategy.world_size)
     trainer.metadata["results"] = results
     trainer.save(out)
-    print(f"trained {trainer.step} steps in {train_seconds:.1f} s; final train loss {trainer.last_train_loss:.4f}")
+    print(
+        f"{trained_line(trainer, first_step)} in {train_seconds:.1f} s; final train loss {trainer.last_train_loss:.4f}"
+    )
     print(f"held-out eval loss {eval_loss:.4f}")
     for source, target in zip(examples, decodes, strict=True):
         print(f"  {source!r} -> {target!r}")

@@ -40,6 +40,7 @@ from ..lm.generation import generate
 from ..tasks.pretrained_lm import (
     FINE_TUNE_PEAK_LR,
     IGNORED_LABEL,
+    check_block_fits,
     fine_tune_criterion,
     load_pretrained_lm,
     pretrained_text_tokenizer,
@@ -54,11 +55,19 @@ from ..tasks.translation_files import (
     translation_config,
     translation_results,
 )
-from ..training import noam_factor
+from ..training import NoamSchedule, WarmupDecaySchedule
 from .errors import UsageError
 from .file_run import FileRun
-from .messages import describe_schedule, saved_message
-from .train_setup import loss_lines, require_finite, schedule_settings
+from .messages import saved_message
+from .train_setup import (
+    apply_schedule,
+    loss_lines,
+    recorded_flags,
+    require_finite,
+    schedule_line,
+    trained_line,
+    training_schedule,
+)
 
 __all__ = ["train_file_task"]
 
@@ -120,6 +129,30 @@ def train_file_task(args: argparse.Namespace, device: torch.device, strategy: St
         raise UsageError(str(error)) from None
 
 
+def _store_stamps(data_dir: str) -> dict[str, tuple[int, int]]:
+    """Each token store under ``data_dir`` (a directory per store, replaced whole when rebuilt), by its identity."""
+    if not os.path.isdir(data_dir):
+        return {}
+    stamps = {}
+    for name in sorted(os.listdir(data_dir)):
+        path = os.path.join(data_dir, name)
+        if os.path.isdir(path):
+            info = os.stat(path)
+            stamps[name] = (info.st_ino, info.st_mtime_ns)
+    return stamps
+
+
+def _data_line(data, data_dir: str, reused: bool) -> str:
+    """What was read: the corpus report of a fresh tokenization, or the store reused (a reused store read no line)."""
+    if not reused:
+        return data.report.summary()
+    stores = getattr(data, "stores", None)
+    if stores:
+        tokens = sum(int(store.offsets[-1]) for store in stores)
+        return f"reused {tokens:,} tokens from {data_dir} (tokenized before; the files are unchanged)"
+    return f"reused the token store in {data_dir} (tokenized before; the files are unchanged)"
+
+
 #: The flags that define a new model or its tokenizer: ``--init`` takes both from its folder.
 _FRESH_MODEL_FLAGS = (
     "d_model", "layers", "heads", "d_ff", "dropout", "formulation", "max_len",
@@ -146,22 +179,28 @@ def _model_fields(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[st
     )
 
 
-def _trainer_settings(args: argparse.Namespace, run: FileRun, defaults: dict[str, Any], d_model: int) -> dict[str, Any]:
+def _trainer_settings(
+    args: argparse.Namespace, run: FileRun, defaults: dict[str, Any], d_model: int, fine_tune: bool = False
+) -> tuple[dict[str, Any], NoamSchedule | WarmupDecaySchedule]:
     """The settings both file tasks' trainers take from the command line (else the task's ``defaults``): batch
-    budget, steps, the learning rate (:func:`~transformer.cli.train_setup.schedule_settings`), seed, device, progress
-    bar, evaluation period and ``--out``."""
-    factor, warmup = schedule_settings(args, d_model, defaults)
-    return dict(
+    budget, steps, seed, device, progress bar, evaluation period and ``--out``; and the learning-rate schedule
+    (:func:`~transformer.cli.train_setup.training_schedule`), which the recipe's Noam schedule is replaced by
+    (:func:`~transformer.cli.train_setup.apply_schedule`) when it is another."""
+    steps = args.steps or defaults["steps"]
+    schedule = training_schedule(args, d_model, defaults, steps, fine_tune)
+    noam = isinstance(schedule, NoamSchedule)
+    settings = dict(
         max_tokens=_pick(args, "max_tokens", defaults),
-        steps=args.steps or defaults["steps"],
-        warmup=warmup,
-        factor=factor,
+        steps=steps,
+        warmup=schedule.warmup if noam else defaults["warmup"],
+        factor=schedule.factor if noam else defaults["factor"],
         seed=args.seed,
         device=run.device,
         progress=not args.no_progress,
         eval_every=defaults["eval_every"] if args.eval_every is None else args.eval_every,
         out_dir=run.out,
     )
+    return settings, schedule
 
 
 def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
@@ -169,6 +208,10 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     block = _pick(args, "block_len", d)
     settings = {"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d), "block_len": block, "pack": args.pack}
     run.check_same_data(settings)
+    init = getattr(args, "init", None)
+    if init is not None:  # before anything is tokenized: a refused run leaves no OUT.data
+        check_block_fits(init, block)
+    before = _store_stamps(data_dir)
     data = run.prepare(
         lambda tokenizer: prepare_lm_data(
             args.text,
@@ -186,41 +229,47 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
         ),
         tokenizer,
     )
-    init = getattr(args, "init", None)
+    reused = bool(before) and _store_stamps(data_dir) == before
     if init is None:
         fields = _model_fields(args, d)
         fields["attention_dropout"] = fields["dropout"]
         if args.max_len is not None:
             fields["max_len"] = args.max_len
         config = lm_config(data.tokenizer, formulation=args.formulation or "paper", block=block, **fields)
-        trainer = make_lm_trainer(data, config, **_trainer_settings(args, run, d, config.d_model))
+        settings, schedule = _trainer_settings(args, run, d, config.d_model)
+        trainer = make_lm_trainer(data, config, **settings)
         what = f"{args.formulation or 'paper'} formulation"
     else:
         dtype = torch.float32 if args.dtype is None else args.dtype
         model = load_pretrained_lm(init, run.device, block, dtype)
         config = model.config
-        warmup = d["warmup"] if args.warmup is None else args.warmup
-        fine_tune = {**d, "factor": noam_factor(FINE_TUNE_PEAK_LR, config.d_model, warmup)}
+        settings, schedule = _trainer_settings(args, run, {**d, "peak": FINE_TUNE_PEAK_LR}, config.d_model, True)
         trainer = make_lm_trainer(
             data,
             config,
-            **_trainer_settings(args, run, fine_tune, config.d_model),
+            **settings,
             model=model,
             criterion=fine_tune_criterion(model),
             metadata={"init": os.path.abspath(init)},
         )
         what = f"pretrained {model.pretrained_origin.architecture} from {init}"
+    apply_schedule(trainer, schedule)
+    trainer.metadata["flags"] = recorded_flags(args)
+    trainer.metadata["dtype"] = str(next(trainer.model.parameters()).dtype).removeprefix("torch.")
     run.start(trainer)
-    print(f"lm: {data.describe()}; {data.report.summary()}")
+    first_step = trainer.step
+    print(f"lm: {data.describe()}; {_data_line(data, data_dir, reused)}")
     print(
         f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters ({what}, "
         f"{config.n_layers} layers, d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), "
         f"{trainer.config.steps} steps, {run.describe()}"
     )
-    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    print(schedule_line(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
+    if reused and isinstance(data.stores[-1].info.get("report"), dict):  # what the files held when tokenized
+        results["corpus"] = {**results["corpus"], **data.stores[-1].info["report"]}
     require_finite(results["eval_loss"], trainer.step)
     trainer.metadata["results"] = results
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
@@ -229,8 +278,8 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     if not run.strategy.is_main:
         return 0
     print(
-        f"trained {trainer.step} steps in {results['train_seconds']:.1f} s ({results['tokens_per_second']:,.0f} "
-        f"tokens/s); final train loss {trainer.last_train_loss:.4f}"
+        f"{trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s "
+        f"({results['tokens_per_second']:,.0f} tokens/s); final train loss {trainer.last_train_loss:.4f}"
     )
     print(
         f"held-out loss {results['eval_loss']:.4f} nats/token, perplexity {results['perplexity']:.2f} "
@@ -261,6 +310,7 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     d, out = TRANSLATE_DEFAULTS, run.out
     max_len = _pick(args, "max_len", d)
     run.check_same_data({"seed": args.seed, "max_tokens": _pick(args, "max_tokens", d)})
+    before = _store_stamps(data_dir)
     data = run.prepare(
         lambda tokenizer: prepare_translation_data(
             args.train,
@@ -277,21 +327,21 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
         ),
         tokenizer,
     )
+    reused = bool(before) and _store_stamps(data_dir) == before
     config = translation_config(data.tokenizer, max_len=max_len, **_model_fields(args, d))
-    trainer = make_translation_trainer(
-        data,
-        config,
-        label_smoothing=_pick(args, "label_smoothing", d),
-        **_trainer_settings(args, run, d, config.d_model),
-    )
+    settings, schedule = _trainer_settings(args, run, d, config.d_model)
+    trainer = make_translation_trainer(data, config, label_smoothing=_pick(args, "label_smoothing", d), **settings)
+    apply_schedule(trainer, schedule)
+    trainer.metadata["flags"] = recorded_flags(args)
     run.start(trainer)
-    print(f"translate: {data.describe()}; {data.report.summary()}")
+    first_step = trainer.step
+    print(f"translate: {data.describe()}; {_data_line(data, data_dir, reused)}")
     print(
         f"model: {sum(p.numel() for p in trainer.model.parameters()):,} parameters (N={config.n_encoder_layers}, "
         f"d_model={config.d_model}, h={config.n_heads}, d_ff={config.d_ff}), {trainer.config.steps} steps, "
         f"{run.describe()}"
     )
-    print(describe_schedule(trainer.scheduler.lr_lambdas[0]), flush=True)
+    print(schedule_line(trainer.scheduler.lr_lambdas[0]), flush=True)
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     train_seconds = time.perf_counter() - start
@@ -305,7 +355,10 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
     trainer.save(out)  # every rank: a collective
     if not run.strategy.is_main:
         return 0
-    print(f"trained {trainer.step} steps in {results['train_seconds']:.1f} s; held-out loss {results['eval_loss']:.4f}")
+    print(
+        f"{trained_line(trainer, first_step)} in {results['train_seconds']:.1f} s; held-out loss "
+        f"{results['eval_loss']:.4f}"
+    )
     for source, reference, output in examples:
         print(f"  {source!r} -> {output!r} (reference {reference!r})")
     print(

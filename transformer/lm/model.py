@@ -154,6 +154,7 @@ class TransformerLM(nn.Module):
         real = self._check_cache_mask(cache, mask, seq)
         real = None if real is None else real.expand(batch, seq)
         following = None  # each row's next position, for the cache: None while positions are the slots
+        positions_given = positions is not None
         if positions is not None:
             validate_positions(positions, self.max_len)
             following = positions.expand(batch, seq)[:, -1] + 1
@@ -171,12 +172,12 @@ class TransformerLM(nn.Module):
         if cache is not None:
             cache.remember(seq, real, following)
         rotation = local = None
-        if self.rotary is not None:  # positions are below max_len (validated) or below the slots: no device read
+        if self.rotary is not None:  # derived positions lie below the slots; given ones are read (rotary.py: a sync)
             slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
-            at = slots if positions is None else positions
-            rotation = self.rotary(at, self.weights_dtype(), offset + seq)
+            at, bound = slots if positions is None else positions, None if positions_given else offset + seq
+            rotation = self.rotary(at, self.weights_dtype(), bound)
             if self.local_rotary is not None:
-                local = self.local_rotary(at, self.weights_dtype(), offset + seq)
+                local = self.local_rotary(at, self.weights_dtype(), bound)
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
             window = self.layer_windows[i]

@@ -25,7 +25,10 @@ from torch import nn
 
 from ..contracts import Int, Tensor, checked
 
-__all__ = ["RotaryEmbedding", "Rotation", "inverse_frequencies", "rotate_half"]
+__all__ = ["RotaryEmbedding", "Rotation", "inverse_frequencies", "rotate_half", "MIN_TABLE_ROWS"]
+
+#: The fewest rows a rotary table is built with (a power of two): short forwards share one small table.
+MIN_TABLE_ROWS = 64
 
 
 def _base_frequencies(dim: int, theta: float) -> Tensor:
@@ -115,11 +118,16 @@ class RotaryEmbedding(nn.Module):
     """RoPE's angles (RoFormer eq. 34) for the first ``dim`` dimensions of each head: ``forward(positions)`` gives
     the :class:`Rotation` of those positions.
 
-    cos and sin are computed once, in float32 as Hugging Face's rotary embeddings compute them
-    (``positions * inv_freq``, duplicated over both halves, times the attention factor), for positions up to
-    ``max_len`` or the longest asked for, kept, and extended when a longer position comes; each forward gathers
-    its rows and casts them to the model's dtype. ``inv_freq`` (a non-persistent buffer: never in a checkpoint)
-    follows the scaling rule of :func:`inverse_frequencies`.
+    cos and sin are computed in float32 as Hugging Face's rotary embeddings compute them (``positions * inv_freq``,
+    duplicated over both halves, times the attention factor), for the lengths in use: the first forward builds the
+    rows up to the next power of two of its length (at least :data:`MIN_TABLE_ROWS`, at most ``max_len``), a longer
+    one later builds them again up to its own next power of two, so a model whose ``max_len`` is 131072 holds 64
+    rows after an 8-token forward, not 131072 (128 MiB at ``dim`` 128). Each row is the same number whatever the
+    table's size (every entry is computed on its own), so the logits do not depend on what ran before. Each forward
+    gathers its rows and casts them to the model's dtype. Under ``torch.compile`` and ``torch.export`` the table is
+    built up to ``max_len`` at once, as before, so that a new length never changes a tensor the compiled graph
+    guards on (no recompilation per length). ``inv_freq`` (a non-persistent buffer: never in a checkpoint) follows
+    the scaling rule of :func:`inverse_frequencies`.
     """
 
     def __init__(self, dim: int, theta: float = 10000.0, max_len: int = 2048, scaling: str = "none", **rule: Any):
@@ -158,12 +166,21 @@ class RotaryEmbedding(nn.Module):
             attention_factor=config.rope_attention_factor,
         )
 
+    def table_rows(self, length: int) -> int:
+        """How many rows :meth:`tables` builds for positions below ``length``: the next power of two of ``length``,
+        at least :data:`MIN_TABLE_ROWS` and at most ``max_len`` (``length`` itself past ``max_len``); ``max_len`` (or
+        ``length``) under ``torch.compile`` and ``torch.export``, where the table is built once for every length."""
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+            return max(length, self.max_len)
+        grown = max(MIN_TABLE_ROWS, 1 << max(length - 1, 0).bit_length())
+        return max(length, min(grown, self.max_len))
+
     def tables(self, length: int) -> tuple[Tensor, Tensor]:
-        """cos and sin (at least ``length``, dim) in float32 for positions 0, 1, ...: computed once, extended when
-        ``length`` passes what is kept (to at least ``max_len``), computed again if the module moved device."""
+        """cos and sin (at least ``length``, dim) in float32 for positions 0, 1, ...: built for the lengths in use
+        (:meth:`table_rows`), kept, built again when ``length`` passes what is kept or the module moved device."""
         inv_freq = self.inv_freq
         if self._cos is None or self._cos.size(0) < length or self._cos.device != inv_freq.device:
-            positions = torch.arange(max(length, self.max_len), device=inv_freq.device, dtype=torch.float32)
+            positions = torch.arange(self.table_rows(length), device=inv_freq.device, dtype=torch.float32)
             freqs = positions[:, None] * inv_freq.to(dtype=torch.float32)[None, :]
             angles = torch.cat((freqs, freqs), dim=-1)
             cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
@@ -175,9 +192,13 @@ class RotaryEmbedding(nn.Module):
     @checked
     def forward(self, positions: Int[Tensor, "#batch seq"], dtype: torch.dtype, length: int | None = None) -> Rotation:
         """The rotation of ``positions`` in ``dtype``. ``length`` bounds the positions from above (known on the
-        host: no device read); None reads it from ``positions``."""
+        host: no device read); None reads it from ``positions`` (``max_len`` under ``torch.compile`` and
+        ``torch.export``: no data-dependent read in a graph)."""
         if length is None:
-            length = int(positions.max()) + 1 if positions.numel() else 0
+            if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+                length = self.max_len
+            else:
+                length = int(positions.max()) + 1 if positions.numel() else 0
         cos, sin = self.tables(length)
         return Rotation(cos[positions].to(dtype).unsqueeze(1), sin[positions].to(dtype).unsqueeze(1))
 

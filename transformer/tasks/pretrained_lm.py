@@ -5,6 +5,8 @@ tokenizer of a Hugging Face checkpoint folder (:mod:`transformer.lm.pretrained`)
 * :func:`pretrained_text_tokenizer`: the folder's ``tokenizer.json`` as a
   :class:`~transformer.data.tokenizers.PretrainedTextTokenizer` (its end-of-sequence ids separate documents in the
   training stream and end generation), saved in every checkpoint like a trained tokenizer.
+* :func:`check_block_fits`: windows longer than the folder's context (:func:`pretrained_context`, read from
+  ``config.json`` alone) are refused before anything is loaded or tokenized.
 * :func:`load_pretrained_lm`: the folder's model in float32 (training in the checkpoint's bfloat16 loses the
   small updates) unless another dtype is asked (``--dtype``), refused when its context is shorter than the training
   windows.
@@ -28,11 +30,16 @@ from ..data.tokenizers import PretrainedTextTokenizer
 from ..lm.model import TransformerLM
 from ..lm.moe.aux_loss import WithLoadBalancing
 from ..lm.pretrained import PretrainedFormatError, PretrainedTokenizer, load_pretrained
+from ..lm.pretrained.config_fields import ConfigFields
+from ..lm.pretrained.files import CONFIG_FILE, read_json
+from ..lm.pretrained.supported import architecture_of
 from .hf_export import origin_assets
 
 __all__ = [
     "pretrained_text_tokenizer",
     "load_pretrained_lm",
+    "pretrained_context",
+    "check_block_fits",
     "fine_tune_criterion",
     "FINE_TUNE_PEAK_LR",
     "IGNORED_LABEL",
@@ -65,6 +72,27 @@ def pretrained_text_tokenizer(folder: str | Path) -> PretrainedTextTokenizer:
         bos_id=special.get("bos_token"),
         unk_id=special.get("unk_token"),
     )
+
+
+def pretrained_context(folder: str | Path) -> int:
+    """The longest sequence the model of ``folder`` takes (its ``max_len``: ``config.json``'s
+    ``max_position_embeddings``, or ``n_positions``), read from ``config.json`` alone: no weight is loaded."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise PretrainedFormatError(f"{path}: not a directory (--init reads a checkpoint folder)")
+    fields = ConfigFields(read_json(path / CONFIG_FILE), path / CONFIG_FILE)
+    return architecture_of(fields).lm_config(fields).max_len
+
+
+def check_block_fits(folder: str | Path, block: int) -> None:
+    """Refuse (ValueError) windows of ``block`` tokens longer than the context of the model of ``folder``, before
+    anything is loaded or tokenized."""
+    context = pretrained_context(folder)
+    if block > context:
+        raise ValueError(
+            f"--block-len {block} is longer than the pretrained model's context, max_len={context} "
+            f"({Path(folder) / CONFIG_FILE}): give --block-len {context} or less"
+        )
 
 
 def load_pretrained_lm(

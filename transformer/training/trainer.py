@@ -30,6 +30,7 @@ from ..distributed import SingleProcess, Strategy
 from .batch import Batch
 from .loop import batch_loss, make_progress_bar, optimizer_step, progress_postfix
 from .losses import SimpleLossCompute, check_label_ids
+from .schedule import NoamSchedule, WarmupDecaySchedule, schedule_from_state
 from .stops import (
     DIVERGENCE_HINT,
     InterruptAtStepBoundary,
@@ -186,7 +187,16 @@ class Trainer:
         if "optimizer" in state:  # a sharded (FSDP) checkpoint's optimizer state was loaded with the weights
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
+            saved = list(state["scheduler"].get("lr_lambdas") or [])
             self.scheduler.load_state_dict(state["scheduler"])
+            ours = (NoamSchedule, WarmupDecaySchedule)
+            if (
+                saved
+                and all(isinstance(s, dict) for s in saved)
+                and all(isinstance(f, ours) for f in self.scheduler.lr_lambdas)
+            ):
+                # LambdaLR only updates the __dict__ of the schedule it was built with: rebuild the saved one's class
+                self.scheduler.lr_lambdas = [schedule_from_state(s) for s in saved]
         rng = self.strategy.own_rank_state(state)  # this rank's RNG states
         torch.set_rng_state(rng["torch_rng"])
         if torch.cuda.is_available() and rng.get("cuda_rng"):
