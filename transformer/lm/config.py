@@ -124,6 +124,9 @@ class LMConfig(ConfigRecord):
             ``norm_placement="pre"``).
         rope_layers: which layers rotate their queries and keys, one bool per layer (SmolLM3's ``no_rope_layers``:
             1 = RoPE, 0 = none, "NoPE"); None: every layer (needs ``positional_encoding="rotary"``).
+        residual_scale: r, each sub-layer's output is multiplied by it before the residual sum,
+            ``x + r * Sublayer(Norm(x))`` (Granite's ``residual_multiplier``; 1.0: the paper's).
+        logit_divisor: s, the output logits are ``z / s`` (Granite's ``logits_scaling``; 1.0: none).
     """
 
     vocab: int
@@ -178,6 +181,8 @@ class LMConfig(ConfigRecord):
     logit_softcap: float | None = None
     parallel_residual: bool = False
     rope_layers: tuple[bool, ...] | None = None
+    residual_scale: float = 1.0
+    logit_divisor: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("window_layers", "rope_layers"):

@@ -10,6 +10,7 @@ from .errors import PretrainedFormatError
 from .gemma import Gemma2, Gemma3
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
+from .granite import Granite
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .phi3 import Phi3
 from .smollm3 import SmolLM3
@@ -32,6 +33,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Gemma3(),
         GPTNeoX(),
         SmolLM3(),
+        Granite(),
     )
 }
 
