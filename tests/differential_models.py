@@ -39,6 +39,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import hf_float64_attention
 import torch
 
 from transformer.decoding import sampling_probabilities
@@ -63,6 +64,8 @@ ROPE_RULES = {"llama": 4, "qwen2": 4, "qwen3": 4, "mistral": 4, "starcoder2": 4,
               "gpt_neox": 2}  # fmt: skip
 #: transformers' attention for each architecture (sdpa where it has one; Gemma 2 has none)
 ATTENTION = {"gemma2": "eager", "gemma3": "eager"}
+#: the float64 model's: transformers' eager softmax is float32, NaN on a float64 model's fully masked (pad) rows
+EXACT_ATTENTION = {"eager": hf_float64_attention.NAME}
 RULES = ("default", "linear", "llama3", "yarn")
 MAX_POSITIONS = 64
 
@@ -306,8 +309,8 @@ def run_case(transformers, seed: int, kind: str | None = None, new_tokens: int =
             theirs = theirs.eval()
             ours = TransformerLM.from_pretrained(folders[dtype])
             exact_model = transformers.AutoModelForCausalLM.from_pretrained(
-                folders[dtype], dtype=torch.float64, attn_implementation=attention
-            )  # the float64 function of the dtype's own rounded weights (Gemma's eager softmax: float32)
+                folders[dtype], dtype=torch.float64, attn_implementation=EXACT_ATTENTION.get(attention, attention)
+            )  # the float64 function of the dtype's own rounded weights (eager: with the softmax in float64)
             exact = _theirs_logits(exact_model.eval(), tokens, mask)
             theirs_l, ours_l = _theirs_logits(theirs, tokens, mask), _ours_logits(ours, tokens, mask)
             tol = logits_tolerance(dtype, theirs_l, exact, mask)
@@ -333,6 +336,7 @@ def run_cases(transformers, seeds, kinds=ARCHITECTURES) -> dict:
     """Every (seed, architecture) case: the counts by class, by architecture and in all, and each case that
     disagreed (with its description)."""
     transformers.utils.logging.disable_progress_bar()
+    hf_float64_attention.register(transformers)
     total, by_architecture, failures = Counter(), {}, []
     measured: dict = {}
     for seed in seeds:

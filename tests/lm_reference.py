@@ -173,6 +173,8 @@ class Reference:
                 continue
             for s, sublayer in enumerate(sublayers):
                 norm = f"{name}.sublayer.{s}.norm"
+                if cfg.residual_scale != 1.0:  # x + r * Sublayer(Norm(x))
+                    sublayer = lambda y, f=sublayer: cfg.residual_scale * f(y)  # noqa: E731
                 if cfg.post_sublayer_norm:  # x + Norm'(Sublayer(Norm(x)))
                     sublayer = lambda y, f=sublayer, post=f"{name}.post_norms.{s}": self.norm(f(y), post)  # noqa: E731
                 x = (
@@ -187,6 +189,7 @@ class Reference:
             logits = logits + self.p["generator.proj.bias"]
         else:
             assert "generator.proj.bias" not in self.p
+        logits = logits / cfg.logit_divisor
         if cfg.logit_softcap is not None:
             logits = cfg.logit_softcap * torch.tanh(logits / cfg.logit_softcap)
         return logits

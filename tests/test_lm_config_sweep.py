@@ -92,6 +92,9 @@ CASES = {
     "parallel_residual": dict(parallel_residual=True),
     "parallel_residual+rotary": dict(ROTARY, parallel_residual=True, rope_fraction=0.5),
     "rope_layers": dict(ROTARY, rope_layers=(False, True)),
+    "residual_scale": dict(residual_scale=0.4),
+    "residual_scale+post": dict(residual_scale=0.4, norm_placement="post"),
+    "logit_divisor": dict(logit_divisor=2.5),
     "functional": "functional",
 }
 #: Fields whose effect is not the function of an eval-mode model: checked by the tests named beside them.

@@ -106,6 +106,8 @@ def test_each_architecture_is_chosen_for_its_own_configs_and_reads_back_what_it_
         fields["rope_parameters"]["partial_rotary_factor"] = 0.5
     if name in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
         fields |= {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}
+    if name == "GraniteForCausalLM":  # else it is a Llama
+        fields |= {"embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 4.0}
     if name == "SmolLM3ForCausalLM":  # else it is a Llama
         fields["no_rope_layers"] = [1, 0]
     if name == "Gemma3ForCausalLM":  # one RoPE per layer type

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 
+import hf_float64_attention
 import pytest
 import torch
 from pretrained_helpers import VOCAB, assert_logits_close, hf_logits, left_padded_batch, our_logits
@@ -26,29 +27,7 @@ from transformer.lm.softcap import SoftCappedLinear
 
 transformers = pytest.importorskip("transformers")
 
-F64_ATTENTION = "eager_softmax_in_dtype"
-
-
-def _register_float64_attention() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-    from transformers.models.gemma2.modeling_gemma2 import repeat_kv
-
-    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs):
-        keys, values = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
-        scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        weights = torch.nn.functional.softmax(scores, dim=-1)  # theirs: dtype=torch.float32
-        return torch.matmul(weights, values).transpose(1, 2).contiguous(), weights
-
-    AttentionInterface.register(F64_ATTENTION, attention)
-    AttentionMaskInterface.register(F64_ATTENTION, eager_mask)
-
-
-_register_float64_attention()
+F64_ATTENTION = hf_float64_attention.register(transformers)
 
 BASE = dict(
     vocab_size=VOCAB, hidden_size=32, intermediate_size=56, num_hidden_layers=3, num_attention_heads=4,

@@ -53,6 +53,21 @@ def hf_neox(overrides: dict, dtype=torch.float32, seed: int = 0):
     return model.to(dtype).eval()
 
 
+def _reads_partial_rotary_factor() -> bool:
+    """Whether transformers' GPTNeoXConfig keeps a rope_parameters' partial_rotary_factor (5.4 overwrote it with
+    rotary_pct's default, 0.25, so a model built from such a config rotates 0.25 whatever it was given)."""
+    given = {"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
+    config = transformers.GPTNeoXConfig(hidden_size=32, num_attention_heads=4, rope_parameters=given)
+    return config.rope_parameters.get("partial_rotary_factor") == 0.5
+
+
+OVERWRITES = pytest.mark.skipif(
+    not _reads_partial_rotary_factor(),
+    reason="this transformers' GPTNeoXConfig overwrites rope_parameters.partial_rotary_factor with 0.25 (5.4): "
+    "their model is not the one the test describes (the folders it writes still load exactly, tested above)",
+)
+
+
 def _pair(tmp_path, case, dtype=torch.float32):
     theirs = hf_neox(CASES[case], dtype)
     theirs.save_pretrained(tmp_path / case)
@@ -70,6 +85,7 @@ def test_logits_equal_transformers(tmp_path, case, dtype):
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask, dtype)
 
 
+@OVERWRITES
 def test_the_old_spellings_read_as_transformers_reads_them(tmp_path):
     """``rotary_pct`` and ``rotary_emb_base`` (no rope_parameters), and the head named ``lm_head``."""
     theirs = hf_neox({})
@@ -88,6 +104,7 @@ def test_the_old_spellings_read_as_transformers_reads_them(tmp_path):
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
 
 
+@OVERWRITES
 def test_the_parallel_residual_and_the_partial_rotation_matter_here(tmp_path):
     theirs, _ = _pair(tmp_path, "parallel")
     tokens, mask = left_padded_batch()

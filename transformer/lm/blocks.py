@@ -85,6 +85,7 @@ def decoder_layer(config: LMConfig, i: int) -> DecoderOnlyLayer:
         post_norm=config.post_sublayer_norm,
         unit_offset=config.norm_unit_offset,
         parallel=config.parallel_residual,
+        residual_scale=config.residual_scale,
     )
 
 

@@ -125,6 +125,9 @@ class LMConfig(ConfigRecord):
             ``norm_placement="pre"``).
         rope_layers: which layers rotate their queries and keys, one bool per layer (SmolLM3's ``no_rope_layers``:
             1 = RoPE, 0 = none, "NoPE"); None: every layer (needs ``positional_encoding="rotary"``).
+        residual_scale: r, each sub-layer's output is multiplied by it before the residual sum,
+            ``x + r * Sublayer(Norm(x))`` (Granite's ``residual_multiplier``; 1.0: the paper's).
+        logit_divisor: s, the output logits are ``z / s`` (Granite's ``logits_scaling``; 1.0: none).
 
     Mixtures of experts (docs/moe.md; :mod:`~transformer.lm.moe`): ``n_experts`` gated experts (None: dense) of
     width ``expert_d_ff`` (None: d_ff), ``experts_per_token`` of them per token chosen by a router scoring with
@@ -186,6 +189,8 @@ class LMConfig(ConfigRecord):
     logit_softcap: float | None = None
     parallel_residual: bool = False
     rope_layers: tuple[bool, ...] | None = None
+    residual_scale: float = 1.0
+    logit_divisor: float = 1.0
     # Mixtures of experts (docs/moe.md; checked by transformer.lm.moe.checks): None, every layer dense
     n_experts: int | None = None
     experts_per_token: int = 2

@@ -110,6 +110,17 @@ def _check_rotary(config: Any) -> None:
 def _check_gemma(config: Any) -> None:
     """The blocks of Gemma (docs/lm_blocks.md): per-layer windows and their RoPE base, the (1 + weight) RMSNorm,
     the soft caps."""
+    for name in ("residual_scale", "logit_divisor"):
+        value = getattr(config, name)
+        if not is_number(value, finite=True) or value <= 0:
+            _fail(f"{name} must be a positive float, got {name}={value!r}")
+    if config.residual_scale != 1.0 and (config.parallel_residual or config.post_sublayer_norm):
+        _fail(
+            f"residual_scale={config.residual_scale!r} scales each sub-layer of the sequential layer: it needs "
+            "parallel_residual=False and post_sublayer_norm=False"
+        )
+    if config.logit_divisor != 1.0 and config.logit_softcap is not None:
+        _fail(f"logit_divisor={config.logit_divisor!r} with logit_softcap={config.logit_softcap!r}: one head transform")
     for name in ("attention_softcap", "logit_softcap", "rope_local_theta"):
         value = getattr(config, name)
         if value is not None and (not is_number(value, finite=True) or value <= 0):

@@ -150,6 +150,7 @@ class DecoderOnlyLayer(nn.Module):
         post_norm: bool = False,
         unit_offset: bool = False,
         parallel: bool = False,
+        residual_scale: float = 1.0,
     ) -> None:
         super().__init__()
         self.size, self.eps = size, eps
@@ -160,6 +161,7 @@ class DecoderOnlyLayer(nn.Module):
         )
         self.post_norms = clones(make_norm(norm, size, eps, unit_offset), 2) if post_norm else None
         self.parallel = parallel
+        self.residual_scale = float(residual_scale)
 
     @checked
     def forward(
@@ -174,6 +176,10 @@ class DecoderOnlyLayer(nn.Module):
             first, second = self.sublayer
             attended = first.dropout(self.self_attn(first.norm(x), mask, cache=cache, rotation=rotation))
             return second.dropout(self.feed_forward(second.norm(x))) + attended + x
+        if self.residual_scale != 1.0:  # Granite's x + r * Sublayer(Norm(x))
+            r = self.residual_scale
+            x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache, rotation=rotation) * r)
+            return self.sublayer[1](x, lambda x: self.feed_forward(x) * r)
         if post is None:
             x = self.sublayer[0](x, lambda x: self.self_attn(x, mask, cache=cache, rotation=rotation))
             return self.sublayer[1](x, self.feed_forward)

@@ -48,7 +48,7 @@ from .positions import (
     validate_positions,
 )
 from .rotary import RotaryEmbedding
-from .softcap import SoftCappedLinear
+from .softcap import DividedLinear, SoftCappedLinear
 
 __all__ = ["TransformerLM", "LMCache", "LMNextTokens", "build_lm", "register_folder_io"]
 
@@ -363,6 +363,8 @@ def build_lm(config: LMConfig) -> TransformerLM:
     generator = Generator(config.d_model, config.vocab, bias=config.lm_head_bias)
     if config.logit_softcap is not None:  # Gemma 2's final-logit soft-capping, inside the output projection
         generator.proj = SoftCappedLinear(config.d_model, config.vocab, config.logit_softcap, bias=config.lm_head_bias)
+    if config.logit_divisor != 1.0:  # Granite's logits_scaling
+        generator.proj = DividedLinear(config.d_model, config.vocab, config.logit_divisor, bias=config.lm_head_bias)
     model = TransformerLM(embed, layers, config.n_layers, generator, config, config.norm, rotary)
     install_experts(model, config)  # the sparse layers' mixture of experts (transformer.lm.moe)
     initialise(model, config)

@@ -5,6 +5,8 @@ The cap lives in the output projection itself (:class:`SoftCappedLinear`, the ``
 :class:`~transformer.model.Generator`), so whatever reads the logits (``TransformerLM.logits``, the log-softmax of
 training, decoding's ``decision_log_probs``) reads them capped. The attention scores' cap (Gemma 2's
 ``attn_logit_softcapping``) is the attention's score modifier ``softcap`` (:mod:`transformer.backends.score_mods`).
+Granite's ``logits_scaling`` s, the logits divided by s, is the same kind of map on the head's outputs
+(:class:`DividedLinear`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from torch import nn
 
 from ..contracts import Float, Tensor, checked
 
-__all__ = ["SoftCappedLinear"]
+__all__ = ["SoftCappedLinear", "DividedLinear"]
 
 
 class SoftCappedLinear(nn.Linear):
@@ -35,3 +37,26 @@ class SoftCappedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, cap={self.cap}"
+
+
+class DividedLinear(nn.Linear):
+    """``(x W^T + b) / s``: a linear map whose outputs are divided by ``divisor`` = s (> 0; Granite's
+    ``logits_scaling``, computed as transformers' Granite computes it)."""
+
+    def __init__(self, in_features: int, out_features: int, divisor: float, *, bias: bool = True) -> None:
+        if (
+            isinstance(divisor, bool)
+            or not isinstance(divisor, (int, float))
+            or not math.isfinite(divisor)
+            or divisor <= 0
+        ):
+            raise ValueError(f"DividedLinear: argument 'divisor' must be a finite number > 0, got {divisor!r}")
+        super().__init__(in_features, out_features, bias=bias)
+        self.divisor = float(divisor)
+
+    @checked
+    def forward(self, x: Float[Tensor, "*batch {self.in_features}"]) -> Float[Tensor, "*batch {self.out_features}"]:
+        return super().forward(x) / self.divisor
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, divisor={self.divisor}"

@@ -206,7 +206,12 @@ class Gemma3(Gemma2):
         """Two rotary embeddings: ``rope_parameters.full_attention`` (any rule) for the global layers, and the
         default rule at ``rope_parameters.sliding_attention``'s base for the windowed ones."""
         nested = config.values.get("rope_parameters")
-        if isinstance(nested, dict) and set(nested) <= set(_KINDS) and nested:
+        # transformers 5.4 also writes a flat rope_type (and rope_theta: null) beside the two, read by no model code
+        if (
+            isinstance(nested, dict)
+            and set(nested) & set(_KINDS)
+            and set(nested) <= {*_KINDS, "rope_type", "rope_theta"}
+        ):
             full, local = nested.get("full_attention"), nested.get("sliding_attention")
         elif nested is None:  # older files: rope_theta and rope_scaling for the global layers, rope_local_base_freq
             full = {"rope_type": "default", **(config.values.get("rope_scaling") or {})}

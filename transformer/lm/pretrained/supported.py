@@ -10,6 +10,7 @@ from .errors import PretrainedFormatError
 from .gemma import Gemma2, Gemma3
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
+from .granite import Granite
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .mixtral import Mixtral
 from .phi3 import Phi3
@@ -37,6 +38,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Mixtral(),
         Qwen2Moe(),
         Qwen3Moe(),
+        Granite(),
     )
 }
 
