@@ -111,8 +111,11 @@ def _architecture(config: LMConfig, path: str) -> tuple[str, LMConfig]:
                 architecture.writable(candidate)
                 return architecture.name, candidate
             except PretrainedFormatError as error:
-                reasons.append((str(error).count("; ") + 1, architecture.name, str(error)))
-    count, name, reason = min(reasons)
+                # a config the architecture cannot even write (its config_json refuses at the first field) is
+                # farther than one written and read back with its differing fields all named
+                compared = "cannot be written as" in str(error)
+                reasons.append((not compared, str(error).count("; ") + 1, architecture.name, str(error)))
+    _, count, name, reason = min(reasons)
     differ = reason.split(": ", 1)[1]
     raise ExportError(
         f"checkpoint {path}: its model computes what no Hugging Face architecture does; the closest, {name}, differs "

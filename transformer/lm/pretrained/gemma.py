@@ -152,9 +152,9 @@ class Gemma2(Architecture):
         }
 
     def config_json(self, config: LMConfig) -> dict[str, Any]:
-        if config.attention_scale is None:
-            raise PretrainedFormatError(f"LMConfig cannot be written as {self.name}: attention_scale=None")
-        scalar = config.attention_scale**-2.0  # query_pre_attn_scalar, an int in every Gemma checkpoint
+        # query_pre_attn_scalar, an int in every Gemma checkpoint; attention_scale None (1/sqrt(d_k)) is d_k, which
+        # reads back as the number: writable then names it with every other field that differs
+        scalar = config.d_k if config.attention_scale is None else config.attention_scale**-2.0
         if math.isclose(scalar, round(scalar), rel_tol=1e-12):
             scalar = round(scalar)
         layers = config.window_layers
