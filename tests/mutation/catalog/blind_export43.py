@@ -70,7 +70,7 @@ MUTANTS = [
     Mutant(
         "blind-x43-refusal-names-farthest-architecture",
         "transformer/tasks/hf_export.py",
-        (("    count, name, reason = min(reasons)\n", "    count, name, reason = max(reasons)\n"),),
+        (("    _, count, name, reason = min(reasons)\n", "    _, count, name, reason = max(reasons)\n"),),
         "The refusal of train lm's own formulation picks the architecture with the MOST differing fields: the one "
         "line names the farthest architecture and its field count, not 'the closest architecture and every field "
         "that differs' (pretrained.md).",
