@@ -279,3 +279,54 @@ def test_a_symbolic_size_fits_the_class_its_number_would_and_no_other():
     assert isinstance(size, torch.SymInt)
     verdicts = {name: fits(hint, size, [{}, {}], {}, contract) for name, hint, _, _ in contract.checks}
     assert verdicts == {"a": True, "b": True, "c": True, "d": True, "e": False, "g": False, "h": False}
+
+
+_BLOCKS = dict(positional_encoding="rotary", norm="rms", ffn_gated=True, activation="silu", n_kv_heads=2)
+ARCHITECTURE_BLOCKS = {  # the blocks of issue 44's architectures, as their mappings set them (docs/lm_blocks.md)
+    "gemma2": dict(
+        norm_unit_offset=True,
+        post_sublayer_norm=True,
+        attention_softcap=50.0,
+        logit_softcap=30.0,
+        sliding_window=4,
+        window_layers=(True, False),
+        activation="gelu_tanh",
+        embedding_scale_rounded=True,
+    ),
+    "gemma3": dict(
+        norm_unit_offset=True,
+        post_sublayer_norm=True,
+        qk_norm=True,
+        sliding_window=4,
+        window_layers=(True, False),
+        rope_local_theta=10000.0,
+        rope_theta=1e6,
+    ),
+    "gpt-neox": dict(norm="layer", ffn_gated=False, activation="gelu", parallel_residual=True, rope_fraction=0.25),
+    "smollm3": dict(rope_layers=(True, False)),
+    "granite": dict(residual_scale=0.22, logit_divisor=8.0, embedding_scale=12.0, attention_scale=0.015625),
+    "mixtral": dict(n_experts=4, experts_per_token=2),
+    "qwen2-moe": dict(n_experts=4, experts_per_token=2, shared_expert_d_ff=16, router_norm_topk=False),
+    "float64 experts": dict(n_experts=3, experts_per_token=1),  # the loop's eager path, not grouped_mm's
+}
+
+
+@pytest.mark.parametrize("name", ARCHITECTURE_BLOCKS)
+def test_every_architecture_s_blocks_export_with_checks_on_and_compute_what_eager_computes(name):
+    """Gemma's norms, caps and local/global layers, GPT-NeoX's parallel residual, SmolLM3's layers without RoPE,
+    Granite's multipliers and the mixtures of experts (whose traced block reads no count on the host,
+    docs/moe.md): batch and length stay symbolic, and the program equals eager at other sizes."""
+    fields = {**_BLOCKS, **ARCHITECTURE_BLOCKS[name]}
+    if name == "gpt-neox":
+        fields["n_kv_heads"] = None
+    model = lm(**fields)
+    if name == "float64 experts":
+        model = model.double()
+    exported = export(model, tokens(2, 16), sizes=SIZES)
+    ranges = [(int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values()]
+    assert sorted(ranges) == [(1, 16), (1, 32)]
+    with torch.no_grad():
+        for batch, seq in ((1, 1), (3, 7), (16, 32)):
+            x = tokens(batch, seq)
+            expected = model(x)
+            torch.testing.assert_close(exported(x), expected, rtol=0, atol=1e-5 * expected.abs().max().item())

@@ -42,6 +42,9 @@ class GatedExperts(nn.Module):
     ) -> Float[Tensor, "pairs {self.d_model}"]:
         """Rows sorted by expert, ``counts[e]`` rows for expert ``e`` (summing to ``pairs``): each block through its
         expert."""
+        act = ACTIVATIONS[self.activation]
+        if torch.compiler.is_compiling():  # traced (compile, export, prove): no host read of the counts
+            return self._traced(x, counts, act)
         sizes = counts.tolist()  # one host read: the block boundaries
         if len(sizes) != self.n_experts or sum(sizes) != x.size(0) or min(sizes, default=0) < 0:
             raise ValueError(
@@ -49,7 +52,6 @@ class GatedExperts(nn.Module):
                 f"{x.size(0)} rows of 'x', "
                 f"got {sizes}"
             )
-        act = ACTIVATIONS[self.activation]
         if self._grouped(x):
             offsets = torch.cumsum(counts, 0, dtype=torch.int32)
             gate, up = _GROUPED_MM(x, self.gate_up_proj.transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
@@ -61,6 +63,19 @@ class GatedExperts(nn.Module):
             gate, up = nn.functional.linear(block, self.gate_up_proj[e]).chunk(2, dim=-1)
             outputs.append(nn.functional.linear(act(gate) * up, self.down_proj[e]))
         return torch.cat(outputs) if outputs else x.new_zeros(0, self.d_model)
+
+    def _traced(self, x: Tensor, counts: Tensor, act) -> Tensor:
+        """The same function without reading ``counts`` on the host, for a traced graph (torch.compile, export,
+        prove): every expert runs on every row and each row keeps its own expert's output (the expert of row r is
+        the number of block ends at or below r), so the graph has no size that depends on the routing. Each row's
+        value is exactly the eager one; the cost is n_experts / k times the experts' matmuls."""
+        ends = torch.cumsum(counts, 0)
+        expert = torch.searchsorted(ends, torch.arange(x.size(0), device=x.device), right=True)[:, None]
+        out = x.new_zeros(x.size(0), self.d_model)
+        for e in range(self.n_experts):
+            gate, up = nn.functional.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+            out = torch.where(expert == e, nn.functional.linear(act(gate) * up, self.down_proj[e]), out)
+        return out
 
     def _grouped(self, x: Tensor) -> bool:
         """Whether ``grouped_mm`` takes these rows: it exists, the dtype is one it multiplies, every row's stride
