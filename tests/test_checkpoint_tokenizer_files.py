@@ -4,6 +4,7 @@ holds our fields inline (which both libraries refuse), are still read, to the sa
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -126,3 +127,19 @@ def test_load_tokenizer_reads_both_files_an_old_single_file_and_names_what_is_mi
     (saved / "tokenizer_extra.json").unlink()
     with pytest.raises(ValueError, match="tokenizer.json .with no tokenizer_extra.json beside it. is not a typed"):
         load_tokenizer(saved)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "char", "pretrained"])
+def test_the_fingerprint_is_the_sha256_of_the_one_file_tokenizers_were_saved_as_before(tmp_path, kind):
+    """The fingerprint checkpoints and data caches of before 2026-12-02 recorded: the SHA-256 of the one
+    tokenizer.json then written, the library's JSON with our fields inside and its keys sorted (built here from the
+    library's text and the documented fields, not from our code's to_json), so those records still match."""
+    tokenizer = _tokenizers(tmp_path)[kind]
+    library = json.loads(tokenizer.tokenizer.to_str())
+    fields = {"typed_transformer_kind": tokenizer.kind}
+    if kind == "pretrained":
+        fields["typed_transformer_special_ids"] = tokenizer.special_ids
+    old_file = json.dumps({**library, **fields}, sort_keys=True, ensure_ascii=False)
+    assert tokenizer.fingerprint == hashlib.sha256(old_file.encode()).hexdigest()
+    (tmp_path / "old.json").write_text(old_file)
+    assert load_tokenizer(tmp_path / "old.json").fingerprint == hashlib.sha256(old_file.encode()).hexdigest()
