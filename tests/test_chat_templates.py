@@ -103,3 +103,13 @@ def test_named_templates_choose_default_tool_use_or_the_name(tmp_path):
         assert ours.apply_chat_template(TURNS, tokenize=False, **kwargs) == theirs.apply_chat_template(
             TURNS, tokenize=False, **kwargs
         )
+
+
+def test_an_extra_keyword_reaches_the_template_and_overrides_a_special_token_as_transformers(folders):
+    """transformers renders with its special tokens and then the caller's keywords (a keyword wins): a given
+    ``bos_token`` replaces the folder's in the text."""
+    folder = folders["llama3"]
+    theirs, ours = transformers.AutoTokenizer.from_pretrained(folder), PretrainedTokenizer.from_folder(folder)
+    text = ours.apply_chat_template(TURNS[:1], tokenize=False, bos_token="<given>")
+    assert text == theirs.apply_chat_template(TURNS[:1], tokenize=False, bos_token="<given>")
+    assert text.startswith("<given>") and not ours.apply_chat_template(TURNS[:1], tokenize=False).startswith("<given>")

@@ -231,3 +231,21 @@ def test_train_translate_resumes_with_the_printed_flags_alone(tmp_path, capsys, 
     assert f"reused the token store in {split}.data" in printed
     a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_longer_steps_on_resume_stretches_the_fine_tune_s_default_decay_and_says_so(folder, corpus, tmp_path, capsys):
+    """training.md: a resume with a longer --steps and no schedule flag (a --init fine-tune's default, linear)
+    decays to 0 at the new last step, not the checkpoint's (past which every step would train at a rate of 0), and
+    prints the change."""
+    out = tmp_path / "run"
+    assert (
+        main(["train", "lm", "--init", str(folder), "--text", corpus, *TRAIN, "--steps", "2", "--out", str(out)]) == 0
+    )
+    before = json.loads((out / "state.json").read_text())["scheduler"]["lr_lambdas"][0]
+    assert (before["schedule"], before["total"]) == ("linear", 2)
+    capsys.readouterr()
+    assert main(["train", "lm", "--resume", "--out", str(out), "--steps", "5"]) == 0
+    printed = capsys.readouterr().out
+    after = json.loads((out / "state.json").read_text())["scheduler"]["lr_lambdas"][0]
+    assert (after["schedule"], after["total"], after["warmup"]) == ("linear", 5, before["warmup"])
+    assert "learning rate changed on resume" in printed and "to 0 at step 2" in printed and "at step 5" in printed

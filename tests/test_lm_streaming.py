@@ -112,3 +112,22 @@ def test_a_streamer_follows_one_row(pretrained):
         generate(ours, torch.tensor([[3, 4], [5, 6]]), 3, streamer=TextStreamer(tokenizer))
     with pytest.raises(TypeError, match=r"streamer must have put\(ids\) and end\(\)"):
         generate(ours, torch.tensor([[3, 4]]), 3, streamer=print)
+
+
+def test_a_sentencepiece_continuation_keeps_its_leading_space():
+    """A SentencePiece-style tokenizer (Llama's: Metaspace, the first word's space dropped on decoding) decodes
+    a continuation alone without its leading space: the streamer decodes it after its prompt, as transformers'
+    TextStreamer does, so the pieces are the whole text's continuation."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "▁hello": 1, "▁world": 2, "▁again": 3}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    assert tok.decode([2]) == "world" and tok.decode([1, 2]) == "hello world"  # the premise
+    pieces = []
+    streamer = TextStreamer(tok, skip_prompt=True, on_text=pieces.append)
+    streamer.put(torch.tensor([[1]]))
+    for i in (2, 3):
+        streamer.put(torch.tensor([i]))
+    streamer.end()
+    assert "".join(pieces) == " world again" == tok.decode([1, 2, 3])[len(tok.decode([1])) :]
