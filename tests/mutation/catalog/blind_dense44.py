@@ -140,6 +140,7 @@ MUTANTS = [
 ]
 
 _TESTS = (
+    "tests/test_pretrained_absent_fields.py",
     "tests/test_pretrained_gemma.py",
     "tests/test_pretrained_gpt_neox.py",
     "tests/test_pretrained_smollm3.py",

@@ -128,6 +128,7 @@ MUTANTS = [
 ]
 
 _TESTS = (
+    "tests/test_pretrained_absent_fields.py",
     "tests/test_moe.py",
     "tests/test_pretrained_moe.py",
     "tests/test_moe_training.py",
