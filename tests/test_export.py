@@ -152,6 +152,10 @@ MASKS = {
     "key_lengths-window": lambda batch, q_len, k_len: T.AttentionMask(
         key_lengths=torch.arange(batch) % k_len + 1, window_left=2, window_right=0
     ),
+    # packed documents: check_documents must not branch on the symbolic k_len (a mask input rebuilt under export)
+    "documents": lambda batch, q_len, k_len: T.AttentionMask(
+        documents=(torch.arange(k_len) >= k_len // 2).long().expand(batch, k_len).contiguous()
+    ),
 }
 
 
@@ -168,9 +172,12 @@ def test_multi_head_attention_exports_with_a_structured_mask_and_a_wrong_one_fai
 
     sizes = {"batch": (1, 8), "q_len": (1, 32), "k_len": (1, 32)}
     exported = export(attention, *inputs(3, 8, 10), sizes=sizes)
-    assert len(exported.program.range_constraints) == 3  # batch, q_len, k_len: nothing specialised
+    ranges = sorted((int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values())
+    assert ranges == [(1, 8), (1, 32), (1, 32)]  # batch, q_len, k_len: nothing specialised, k_len 1 included
+    # (packed documents need q_len <= k_len, and keep the example's q_len != k_len, a guard of the program)
+    shapes = ((1, 1, 2), (3, 5, 7), (8, 3, 32)) if kind == "documents" else ((1, 1, 1), (3, 5, 7), (8, 32, 3))
     with torch.no_grad():
-        for shape in ((1, 1, 1), (3, 5, 7), (8, 32, 3)):
+        for shape in shapes:
             x = inputs(*shape)
             torch.testing.assert_close(exported(*x), attention(*x), rtol=0, atol=1e-6)
     if kind == "key_mask":
@@ -179,7 +186,7 @@ def test_multi_head_attention_exports_with_a_structured_mask_and_a_wrong_one_fai
         assert "argument 'mask.key_mask' is bool[2,6], expected Bool[Tensor, 'batch k_len'] with batch=2, q_len=5" in (
             str(caught.value)
         )
-    else:  # the window is fixed at export: a mask with another one is another program, which torch refuses
+    elif kind == "key_lengths-window":  # the window is fixed at export: a mask with another one is another program
         with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
             other = T.AttentionMask(key_lengths=torch.tensor([3, 1]), window_left=3, window_right=0)
             exported(*inputs(2, 5, 7)[:3], other)
