@@ -111,7 +111,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-contracts-ffn-dropout-wrong-p",
-        "transformer/lm/model.py",
+        "transformer/lm/blocks.py",
         (
             (
                 "hidden_dropout = config.dropout if config.ffn_hidden_dropout else 0.0",

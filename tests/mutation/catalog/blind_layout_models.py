@@ -14,7 +14,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-layout-lm-kv-heads-dropped",
-        "transformer/lm/model.py",
+        "transformer/lm/blocks.py",
         (('{"kv_heads": config.kv_heads}', '{"kv_heads": None}'),),
         "An LMConfig with kv_heads < n_heads (grouped-query attention) silently builds full multi-head attention: "
         "more parameters and a cache holding n_heads heads, and checkpoints of a GQA model no longer load.",

@@ -61,7 +61,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-model-lm-init-fan-out",
-        "transformer/lm/model.py",
+        "transformer/lm/blocks.py",
         (
             (
                 "                bound = 1.0 / math.sqrt(module.in_features)",

@@ -142,7 +142,7 @@ MUTANTS += [
         "grouped = {}",
         "build_lm ignores n_kv_heads (full key/value heads, a cache per query head)",
         _GQA_TESTS,
-        "transformer/lm/model.py",
+        "transformer/lm/blocks.py",
     ),
 ]
 

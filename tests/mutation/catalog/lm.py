@@ -54,7 +54,7 @@ MUTANTS = [
     ),
     L(
         "lm-tau-ignored",
-        _LM,
+        "transformer/lm/blocks.py",  # the attention of each layer is built there since the model's split
         "        scale=config.tau,\n",
         "        scale=None,\n",
         "the attention temperature tau is ignored (always 1/sqrt(d_k))",
