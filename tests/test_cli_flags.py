@@ -33,6 +33,7 @@ def _parsers():
         "decode": ["--checkpoint", "c", "x"],
         "generate": ["--checkpoint", "c", "x"],
         "consolidate": ["a", "b"],
+        "export": ["--checkpoint", "c", "--to", "d"],
         "train lm": ["--text", "t"],
         "train translate": ["--train", "t", "--valid", "v"],
     }

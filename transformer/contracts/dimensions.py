@@ -23,4 +23,8 @@ DIMENSIONS: dict[str, str] = {
     "beam": "hypotheses kept per sentence in beam search",
     "steps": "decoding steps taken so far",
     "prompt": "positions of a prompt that generation continues (the first columns of the steps)",
+    "tokens": "positions of a batch flattened into one axis, as a mixture of experts routes them (batch x seq)",
+    "k": "experts chosen per token by a mixture of experts' router (top-k)",
+    "pairs": "(token, chosen expert) pairs of a mixture of experts, tokens x k, sorted by expert",
+    "n_experts": "experts of a mixture-of-experts layer",
 }
