@@ -106,3 +106,29 @@ def assert_logits_close(ours, theirs, mask, dtype=torch.float32):
     error = (ours - theirs).abs().max().item()
     assert error <= tolerance, f"max |ours - theirs| = {error:.3g} > {tolerance:.3g}"
     return error
+
+
+def assert_gradients_equal(theirs, ours, architecture: str, rename=None, every_tensor: bool = False) -> None:
+    """The gradients of one loss (the masked cross-entropy of seeded labels on :func:`left_padded_batch`) through
+    their float64 model and ours, compared tensor by tensor through ``architecture``'s maps (rtol 1e-8, atol
+    1e-10). ``rename``: their parameter names as the maps spell them; ``every_tensor``: the maps also cover each of
+    their parameters."""
+    from transformer.lm.pretrained.supported import ARCHITECTURES
+
+    tokens, mask = left_padded_batch()
+    labels = torch.randint(3, VOCAB, tokens.shape, generator=torch.Generator().manual_seed(5))
+
+    def loss(logits):
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+        return (nll * mask.double()).sum()
+
+    loss(our_logits(ours, tokens, mask)).backward()
+    loss(hf_logits(theirs, tokens, mask)).backward()
+    theirs_grads = {(rename or (lambda name: name))(name): p.grad for name, p in theirs.named_parameters()}
+    ours_params = dict(ours.named_parameters())
+    maps = ARCHITECTURES[architecture].tensor_maps(list(ours_params), ours.config)
+    if every_tensor:
+        assert {m.theirs for m in maps} == set(theirs_grads)
+    for m in maps:
+        got = m.to_theirs(tuple(ours_params[n].grad for n in m.ours))
+        torch.testing.assert_close(got, theirs_grads[m.theirs], rtol=1e-8, atol=1e-10, msg=m.theirs)

@@ -15,12 +15,18 @@ import json
 
 import pytest
 import torch
-from pretrained_helpers import VOCAB, assert_logits_close, hf_logits, left_padded_batch, our_logits
+from pretrained_helpers import (
+    VOCAB,
+    assert_gradients_equal,
+    assert_logits_close,
+    hf_logits,
+    left_padded_batch,
+    our_logits,
+)
 from safetensors.torch import load_file, save_file
 
 from transformer.lm import LMConfig, TransformerLM, generate
 from transformer.lm.pretrained import PretrainedFormatError
-from transformer.lm.pretrained.supported import ARCHITECTURES
 from transformer.lm.pretrained.tensor_map import TensorMap
 
 transformers = pytest.importorskip("transformers")
@@ -155,22 +161,8 @@ def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path, ca
 @pytest.mark.parametrize("case", ["parallel", "sequential-tied-nobias-relu"])
 def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
     theirs, ours = _pair(tmp_path, case, torch.float64)
-    tokens, mask = left_padded_batch()
-    labels = torch.randint(3, VOCAB, tokens.shape, generator=torch.Generator().manual_seed(5))
-
-    def loss(logits):
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
-        return (nll * mask.double()).sum()
-
-    loss(our_logits(ours, tokens, mask)).backward()
-    loss(hf_logits(theirs, tokens, mask)).backward()
-    theirs_grads = {name.replace("lm_head", "embed_out"): p.grad for name, p in theirs.named_parameters()}
-    ours_params = dict(ours.named_parameters())
-    maps = ARCHITECTURES["GPTNeoXForCausalLM"].tensor_maps(list(ours_params), ours.config)
-    assert {m.theirs for m in maps} == set(theirs_grads)
-    for m in maps:
-        got = m.to_theirs(tuple(ours_params[n].grad for n in m.ours))
-        torch.testing.assert_close(got, theirs_grads[m.theirs], rtol=1e-8, atol=1e-10, msg=m.theirs)
+    rename = lambda name: name.replace("lm_head", "embed_out")  # noqa: E731
+    assert_gradients_equal(theirs, ours, "GPTNeoXForCausalLM", rename, every_tensor=True)
 
 
 @pytest.mark.parametrize("case", list(CASES))

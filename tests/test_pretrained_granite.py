@@ -11,10 +11,16 @@ import copy
 
 import pytest
 import torch
-from pretrained_helpers import VOCAB, assert_logits_close, hf_logits, left_padded_batch, our_logits
+from pretrained_helpers import (
+    VOCAB,
+    assert_gradients_equal,
+    assert_logits_close,
+    hf_logits,
+    left_padded_batch,
+    our_logits,
+)
 
 from transformer.lm import LMConfig, TransformerLM, generate
-from transformer.lm.pretrained.supported import ARCHITECTURES
 
 transformers = pytest.importorskip("transformers")
 
@@ -76,20 +82,7 @@ def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path):
 
 def test_gradients_of_a_loss_equal_transformers(tmp_path):
     theirs, ours = _pair(tmp_path, None, torch.float64)
-    tokens, mask = left_padded_batch()
-    labels = torch.randint(3, VOCAB, tokens.shape, generator=torch.Generator().manual_seed(5))
-
-    def loss(logits):
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
-        return (nll * mask.double()).sum()
-
-    loss(our_logits(ours, tokens, mask)).backward()
-    loss(hf_logits(theirs, tokens, mask)).backward()
-    theirs_grads = {name: p.grad for name, p in theirs.named_parameters()}
-    ours_params = dict(ours.named_parameters())
-    for m in ARCHITECTURES["GraniteForCausalLM"].tensor_maps(list(ours_params)):
-        got = m.to_theirs(tuple(ours_params[n].grad for n in m.ours))
-        torch.testing.assert_close(got, theirs_grads[m.theirs], rtol=1e-8, atol=1e-10, msg=m.theirs)
+    assert_gradients_equal(theirs, ours, "GraniteForCausalLM")
 
 
 def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path):

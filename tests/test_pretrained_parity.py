@@ -14,7 +14,7 @@ import pytest
 import torch
 from pretrained_helpers import (
     MODEL_CLASSES,
-    VOCAB,
+    assert_gradients_equal,
     assert_logits_close,
     hf_logits,
     hf_model,
@@ -121,27 +121,7 @@ def test_every_backend_computes_transformers_logits(tmp_path, case, backend):
 def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
     kind, overrides = CASES[case]
     theirs, ours = _pair(tmp_path, kind, overrides, torch.float64)
-    tokens, mask = left_padded_batch()
-    labels = torch.randint(3, VOCAB, tokens.shape, generator=torch.Generator().manual_seed(5))
-    weights = mask.double()
-
-    def loss(logits):
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
-        return (nll * weights).sum()
-
-    loss(our_logits(ours, tokens, mask)).backward()
-    loss(hf_logits(theirs, tokens, mask)).backward()
-    theirs_grads = {}
-    for name, param in theirs.named_parameters():
-        theirs_grads[name] = param.grad
-    from transformer.lm.pretrained.supported import ARCHITECTURES
-
-    architecture = ARCHITECTURES[theirs.config.architectures[0]]
-    ours_params = dict(ours.named_parameters())
-    for m in architecture.tensor_maps(list(ours_params)):
-        expected = theirs_grads[m.theirs]
-        got = m.to_theirs(tuple(ours_params[n].grad for n in m.ours))
-        torch.testing.assert_close(got, expected, rtol=1e-8, atol=1e-10, msg=m.theirs)
+    assert_gradients_equal(theirs, ours, type(theirs).__name__)
 
 
 ROUND_TRIPS = ["gpt2", "llama-mqa-llama3", "llama-yarn", "qwen2-window", "qwen3-head_dim-bias", "mistral-window"]
