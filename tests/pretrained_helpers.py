@@ -132,3 +132,30 @@ def assert_gradients_equal(theirs, ours, architecture: str, rename=None, every_t
     for m in maps:
         got = m.to_theirs(tuple(ours_params[n].grad for n in m.ours))
         torch.testing.assert_close(got, theirs_grads[m.theirs], rtol=1e-8, atol=1e-10, msg=m.theirs)
+
+
+def their_greedy(model, tokens, mask, new: int):
+    """transformers' greedy continuation of the left-padded ``tokens``: exactly ``new`` tokens (no end id)."""
+    return model.generate(
+        input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=new, min_new_tokens=new,
+        pad_token_id=0, eos_token_id=None,
+    )[:, tokens.size(1) :]  # fmt: skip
+
+
+def our_greedy(model, tokens, mask, new: int, **options):
+    """Our greedy continuation of the left-padded ``tokens`` (``new`` tokens; ``options`` reach ``generate``)."""
+    from transformer.lm import generate
+
+    return generate(model, tokens, new, prompt_mask=mask, pad_symbol=0, **options)[:, tokens.size(1) :]
+
+
+def reweighted(model, forget_origin: bool = True):
+    """``model`` with its own random weights (seed 3, N(0, 0.5^2), the norms' too), never a transformers model's;
+    ``forget_origin``: saved as the architecture its config alone chooses."""
+    if forget_origin:
+        del model.pretrained_origin
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    return model

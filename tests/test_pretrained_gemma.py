@@ -23,10 +23,13 @@ from pretrained_helpers import (
     assert_logits_close,
     hf_logits,
     left_padded_batch,
+    our_greedy,
     our_logits,
+    reweighted,
+    their_greedy,
 )
 
-from transformer.lm import LMConfig, TransformerLM, build_lm, generate
+from transformer.lm import LMConfig, TransformerLM, build_lm
 from transformer.lm.pretrained import PretrainedFormatError
 from transformer.lm.rms_norm import RMSNorm
 from transformer.lm.softcap import SoftCappedLinear
@@ -169,12 +172,9 @@ def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path, ca
     layers' cache holds positions the window hides, the global layers' every position."""
     theirs, ours = _pair(tmp_path, case)
     tokens, mask = left_padded_batch(steps=7, pads=(0, 2, 4))
-    expected = theirs.generate(
-        input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW,
-        pad_token_id=0, eos_token_id=None,
-    )[:, tokens.size(1) :]  # fmt: skip
-    got = generate(ours, tokens, NEW, prompt_mask=mask, pad_symbol=0)[:, tokens.size(1) :]
-    uncached = generate(ours, tokens, NEW, prompt_mask=mask, pad_symbol=0, use_cache=False)[:, tokens.size(1) :]
+    expected = their_greedy(theirs, tokens, mask, NEW)
+    got = our_greedy(ours, tokens, mask, NEW)
+    uncached = our_greedy(ours, tokens, mask, NEW, use_cache=False)
     assert torch.equal(got, expected) and torch.equal(uncached, expected)
 
 
@@ -189,11 +189,7 @@ def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, cas
     """Our model with its own random weights (the norms' too), written by save_pretrained, chosen as the Gemma
     architecture from its config alone; transformers' from_pretrained computes our logits."""
     _, ours = _pair(tmp_path, case, torch.float64)
-    del ours.pretrained_origin
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.normal_(0.0, 0.5)
+    reweighted(ours)
     folder = ours.save_pretrained(tmp_path / "ours")
     written = json.loads((folder / "config.json").read_text())
     assert written["architectures"] == [CASES[case][0].capitalize() + "ForCausalLM"]

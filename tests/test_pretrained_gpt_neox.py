@@ -21,11 +21,14 @@ from pretrained_helpers import (
     assert_logits_close,
     hf_logits,
     left_padded_batch,
+    our_greedy,
     our_logits,
+    reweighted,
+    their_greedy,
 )
 from safetensors.torch import load_file, save_file
 
-from transformer.lm import LMConfig, TransformerLM, generate
+from transformer.lm import LMConfig, TransformerLM
 from transformer.lm.pretrained import PretrainedFormatError
 from transformer.lm.pretrained.tensor_map import TensorMap
 
@@ -150,11 +153,8 @@ def test_query_key_value_is_split_per_head_as_transformers_views_it():
 def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path, case):
     theirs, ours = _pair(tmp_path, case)
     tokens, mask = left_padded_batch(steps=7, pads=(0, 2, 4))
-    expected = theirs.generate(
-        input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=8, min_new_tokens=8,
-        pad_token_id=0, eos_token_id=None,
-    )[:, tokens.size(1) :]  # fmt: skip
-    got = generate(ours, tokens, 8, prompt_mask=mask, pad_symbol=0)[:, tokens.size(1) :]
+    expected = their_greedy(theirs, tokens, mask, 8)
+    got = our_greedy(ours, tokens, mask, 8)
     assert torch.equal(got, expected)
 
 
@@ -168,11 +168,7 @@ def test_gradients_of_a_loss_equal_transformers(tmp_path, case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, case):
     _, ours = _pair(tmp_path, case, torch.float64)
-    del ours.pretrained_origin
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.normal_(0.0, 0.5)
+    reweighted(ours)
     folder = ours.save_pretrained(tmp_path / "ours")
     assert json.loads((folder / "config.json").read_text())["architectures"] == ["GPTNeoXForCausalLM"]
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()

@@ -8,9 +8,18 @@ from __future__ import annotations
 import pytest
 import torch
 from moe_helpers import moe_model, skip_if_their_aux_loss_is_softmax_twice
-from pretrained_helpers import assert_logits_close, hf_logits, left_padded_batch, our_logits, positions_of
+from pretrained_helpers import (
+    assert_logits_close,
+    hf_logits,
+    left_padded_batch,
+    our_greedy,
+    our_logits,
+    positions_of,
+    reweighted,
+    their_greedy,
+)
 
-from transformer.lm import TransformerLM, generate
+from transformer.lm import TransformerLM
 from transformer.lm.moe import MoEFeedForward, model_aux_loss
 from transformer.lm.pretrained import PretrainedFormatError
 from transformer.lm.pretrained.supported import ARCHITECTURES
@@ -101,11 +110,8 @@ def test_equal_router_scores_pick_the_experts_transformers_picks(tmp_path):
 def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path, kind):
     theirs, ours = _pair(tmp_path, kind=kind)
     tokens, mask = left_padded_batch(steps=7, pads=(0, 2, 4))
-    expected = theirs.generate(
-        input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=8, min_new_tokens=8,
-        pad_token_id=0, eos_token_id=None,
-    )[:, tokens.size(1) :]  # fmt: skip
-    got = generate(ours, tokens, 8, prompt_mask=mask, pad_symbol=0)[:, tokens.size(1) :]
+    expected = their_greedy(theirs, tokens, mask, 8)
+    got = our_greedy(ours, tokens, mask, 8)
     assert torch.equal(got, expected)
 
 
@@ -189,10 +195,7 @@ def test_theirs_to_ours_to_theirs_keeps_the_logits(tmp_path, kind):
 def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, kind):
     """A model of ours (its own random weights), written as the architecture it was loaded as."""
     template, ours = _pair(tmp_path, kind=kind)
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.normal_(0.0, 0.5)
+    reweighted(ours, forget_origin=False)
     folder = ours.save_pretrained(tmp_path / "ours")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
     assert type(theirs).__name__ == type(template).__name__

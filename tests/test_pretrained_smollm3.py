@@ -18,10 +18,13 @@ from pretrained_helpers import (
     assert_logits_close,
     hf_logits,
     left_padded_batch,
+    our_greedy,
     our_logits,
+    reweighted,
+    their_greedy,
 )
 
-from transformer.lm import LMConfig, TransformerLM, generate
+from transformer.lm import LMConfig, TransformerLM
 
 transformers = pytest.importorskip("transformers")
 
@@ -83,11 +86,8 @@ def test_the_layers_read_are_transformers_and_they_matter(tmp_path):
 def test_greedy_generation_with_our_cache_gives_transformers_tokens(tmp_path, case):
     theirs, ours = _pair(tmp_path, case)
     tokens, mask = left_padded_batch(steps=7, pads=(0, 2, 4))
-    expected = theirs.generate(
-        input_ids=tokens, attention_mask=mask.long(), do_sample=False, max_new_tokens=8, min_new_tokens=8,
-        pad_token_id=0, eos_token_id=None,
-    )[:, tokens.size(1) :]  # fmt: skip
-    assert torch.equal(generate(ours, tokens, 8, prompt_mask=mask, pad_symbol=0)[:, tokens.size(1) :], expected)
+    expected = their_greedy(theirs, tokens, mask, 8)
+    assert torch.equal(our_greedy(ours, tokens, mask, 8), expected)
 
 
 def test_gradients_of_a_loss_equal_transformers(tmp_path):
@@ -98,11 +98,7 @@ def test_gradients_of_a_loss_equal_transformers(tmp_path):
 @pytest.mark.parametrize("case", list(CASES))
 def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path, case):
     _, ours = _pair(tmp_path, case, torch.float64)
-    del ours.pretrained_origin
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.normal_(0.0, 0.5)
+    reweighted(ours)
     folder = ours.save_pretrained(tmp_path / "ours", architecture="SmolLM3ForCausalLM")
     assert json.loads((folder / "config.json").read_text())["architectures"] == ["SmolLM3ForCausalLM"]
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
