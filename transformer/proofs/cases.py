@@ -14,11 +14,9 @@ from __future__ import annotations
 import itertools
 import time
 
-import torch
-
 from .report import ProofReport
 from .sizes import Assumption, candidates
-from .structures import is_structure, resized, resized_shape
+from .structures import inputs_at
 
 
 def uncovered(cases: list[Assumption], ranges: dict, assumptions: list[Assumption]) -> dict | None:
@@ -43,17 +41,7 @@ def case_inputs(bound: dict, named: dict, alias: dict, ranges: dict, examples: d
     sizes = {n: min(max(v, ranges[n][0]), ranges[n][1]) if n in ranges else v for n, v in examples.items()}
     if sizes == examples:
         return {k: v for k, v in bound.items() if k != "self"}
-    inputs = {}
-    for arg, value in bound.items():
-        if arg == "self":
-            continue
-        if isinstance(value, torch.Tensor) and arg in named:
-            inputs[arg] = like(value, resized_shape(value, named[arg], alias, sizes))
-        elif is_structure(value):
-            inputs[arg] = resized(arg, value, named, alias, sizes, like)
-        else:
-            inputs[arg] = value
-    return inputs
+    return inputs_at({k: v for k, v in bound.items() if k != "self"}, named, alias, sizes, like)
 
 
 def combined(target: str, ranges: dict, assumptions: list[str], reports: list[ProofReport], seconds: float):

@@ -26,7 +26,7 @@ from .cases import by_cases
 from .guards import Guard, GuardRecorder
 from .report import CallReport, Counterexample, ProofReport
 from .sizes import Assumption, check_ranges, counterexample, relation_text
-from .structures import dynamic_tree, is_structure, leaf_axes, leaves, resized, resized_shape
+from .structures import dynamic_tree, inputs_at, is_structure, leaf_axes, leaves
 
 _SOURCE = re.compile(r"^L\['(?P<arg>[^']+)'\](?P<path>.*?)\.size\(\)\[(?P<axis>\d+)\]$")
 
@@ -363,14 +363,7 @@ def _first_lines(error: Exception, n: int = 3) -> str:
 
 def rerun_eagerly(target, bound: dict, named: dict, alias: dict, sizes: dict, fn: Callable) -> str:
     """What ``target`` does eagerly, checks on, on inputs like the examples at ``sizes``."""
-    inputs = {}
-    for arg, value in bound.items():
-        if isinstance(value, torch.Tensor) and arg in named:
-            inputs[arg] = _like(value, resized_shape(value, named[arg], alias, sizes))
-        elif is_structure(value):
-            inputs[arg] = resized(arg, value, named, alias, sizes, _like)
-        else:
-            inputs[arg] = value
+    inputs = inputs_at(bound, named, alias, sizes, _like)
     try:
         with checks(True), torch.no_grad():
             fn(**inputs) if isinstance(target, nn.Module) else target(**inputs)

@@ -84,6 +84,20 @@ def resized(arg: str, value: object, named: dict, alias: dict, sizes: dict, like
     return pytree.tree_unflatten(made, spec)
 
 
+def inputs_at(bound: dict, named: dict, alias: dict, sizes: dict, like) -> dict:
+    """The bound arguments with every named tensor, and every named leaf of a structure, at ``sizes``
+    (``like(tensor, shape)`` makes each); other arguments as they are."""
+    inputs = {}
+    for arg, value in bound.items():
+        if isinstance(value, torch.Tensor) and arg in named:
+            inputs[arg] = like(value, resized_shape(value, named[arg], alias, sizes))
+        elif is_structure(value):
+            inputs[arg] = resized(arg, value, named, alias, sizes, like)
+        else:
+            inputs[arg] = value
+    return inputs
+
+
 def resized_shape(value: torch.Tensor, axes: dict, alias: dict, sizes: dict) -> list[int]:
     shape = list(value.shape)
     for axis, (name, broadcastable) in axes.items():
