@@ -63,13 +63,21 @@ class LMSelfAttention(AttentionHeads):
         qk_norm: bool = False,
         qk_norm_eps: float = 1e-6,
         qk_norm_unit_offset: bool = False,
+        qk_norm_scope: str = "head",
+        qk_norm_wide_gain: bool = False,
         **heads,
     ) -> None:
         super().__init__(h, d_model, dropout, **heads)
         self.qk_norm = qk_norm
-        if qk_norm:  # Gemma 3's: the (1 + weight) RMSNorm
-            self.q_norm = RMSNorm(self.d_k, qk_norm_eps, unit_offset=qk_norm_unit_offset)
-            self.k_norm = RMSNorm(self.d_k, qk_norm_eps, unit_offset=qk_norm_unit_offset)
+        if qk_norm_scope not in ("head", "projection"):
+            raise ValueError(f"qk_norm_scope must be 'head' or 'projection', got qk_norm_scope={qk_norm_scope!r}")
+        self.qk_norm_scope = qk_norm_scope
+        if qk_norm:  # Gemma 3's: the (1 + weight) RMSNorm; OLMo's: over the whole projection (see prepare_heads)
+            whole = qk_norm_scope == "projection"
+            q_width, k_width = (self.d_heads, self.kv_heads * self.d_k) if whole else (self.d_k, self.d_k)
+            norm = dict(unit_offset=qk_norm_unit_offset, wide_gain=qk_norm_wide_gain)
+            self.q_norm = RMSNorm(q_width, qk_norm_eps, **norm)
+            self.k_norm = RMSNorm(k_width, qk_norm_eps, **norm)
 
     def default_scale(self) -> float:
         """tau as a number, the paper's 1/sqrt(d_k): the language model always multiplies its scores by it."""
@@ -77,13 +85,23 @@ class LMSelfAttention(AttentionHeads):
 
     def prepare_heads(self, q: Tensor, k: Tensor | None, rotation: Rotation | None) -> tuple[Tensor, Tensor | None]:
         """QK-norm (``q_norm``/``k_norm``: RMSNorm over each head's d_k, as Qwen3; Henry et al. 2020 normalise
-        queries and keys the same way), then RoPE's ``rotation`` (:mod:`~transformer.lm.rotary`), before the keys
-        enter the cache."""
-        if self.qk_norm:
+        queries and keys the same way; with ``qk_norm_scope="projection"`` over all the heads at once, OLMo's), then
+        RoPE's ``rotation`` (:mod:`~transformer.lm.rotary`), before the keys enter the cache."""
+        if self.qk_norm and self.qk_norm_scope == "projection":  # OLMo 2, OLMoE: one norm over all the heads
+            q, k = self._whole(self.q_norm, q), None if k is None else self._whole(self.k_norm, k)
+        elif self.qk_norm:
             q, k = self.q_norm(q), None if k is None else self.k_norm(k)
         if rotation is not None:
             q, k = rotation(q), None if k is None else rotation(k)
         return q, k
+
+    @staticmethod
+    def _whole(norm: RMSNorm, x: Tensor) -> Tensor:
+        """``norm`` over every head of ``x`` (batch, heads, seq, d_k) at once, as over the projection before the
+        split (Team OLMo 2024; transformers' ``q_norm(q_proj(x))``): the heads joined (a view of the projection's
+        output, so the sums run in its order), normalised, split again."""
+        heads = x.size(1)
+        return rearrange(norm(rearrange(x, "b h s d -> b s (h d)")), "b s (h d) -> b h s d", h=heads)
 
     @checked
     def forward(

@@ -60,6 +60,8 @@ def attention_for_layer(config: LMConfig, i: int) -> nn.Module:
         qk_norm_eps=config.layer_norm_eps,
         qk_norm_unit_offset=config.norm_unit_offset,
         softcap=config.attention_softcap,
+        qk_norm_scope=config.qk_norm_scope,
+        qk_norm_wide_gain=config.float32_gain_and_rotation,
         **grouped,
     )
 
@@ -86,6 +88,8 @@ def decoder_layer(config: LMConfig, i: int) -> DecoderOnlyLayer:
         unit_offset=config.norm_unit_offset,
         parallel=config.parallel_residual,
         residual_scale=config.residual_scale,
+        pre_norm=config.pre_sublayer_norm,
+        wide_gain=config.float32_gain_and_rotation,
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 
 from ..common.arguments import is_int, is_number
 from ..config import AttentionBackend, ConfigRecord, NormPlacement, _divisors, check_kv_heads
-from .config_checks import check_blocks
+from .config_checks import check_blocks, check_olmo
 from .moe.checks import check_experts
 
 __all__ = ["LMConfig"]
@@ -135,6 +135,17 @@ class LMConfig(ConfigRecord):
     with a bias when ``router_bias``; ``shared_expert_d_ff``: Qwen2-MoE's shared expert (None: none);
     ``dense_layers``: the layers that keep the dense network (d_ff); ``router_aux_loss_coef``: the load-balancing
     loss's weight in training.
+
+    OLMo 2 and OLMoE (docs/lm_blocks.md, "OLMo's blocks"; checked by :mod:`~transformer.lm.config_checks`):
+    ``pre_sublayer_norm`` False drops the norm before each sub-layer; with ``post_sublayer_norm`` the layer is
+    OLMo 2's ``x + Norm'(Sublayer(x))`` (Team OLMo 2024, "2 OLMo 2 Furious", the reordered norm).
+    ``qk_norm_scope``: ``"head"`` (QK-norm over each head's d_k, Qwen3) or ``"projection"`` (one RMSNorm over the
+    whole query projection, n_heads * d_k wide, and one over the whole key projection, n_kv_heads * d_k, before the
+    heads are split: OLMo 2; OLMoE, Muennighoff et al. 2024). ``float32_gain_and_rotation``: every RMSNorm
+    multiplies its gain before the cast back, ``(w * x / rms(x)).to(dtype)`` with the statistics in float32 (OLMo 2's
+    ``Olmo2RMSNorm``; Llama's casts first), and RoPE rotates the queries and keys in float32 at least, cast back
+    after (OLMo 2's ``apply_rotary_pos_emb``): the same numbers in float32 and float64, OLMo 2's rounding in
+    bfloat16.
     """
 
     vocab: int
@@ -201,6 +212,10 @@ class LMConfig(ConfigRecord):
     shared_expert_d_ff: int | None = None
     dense_layers: tuple[int, ...] = ()
     router_aux_loss_coef: float = 0.0
+    # OLMo 2 and OLMoE (docs/lm_blocks.md, "OLMo's blocks"; checked by config_checks.check_olmo)
+    pre_sublayer_norm: bool = True
+    qk_norm_scope: Literal["head", "projection"] = "head"
+    float32_gain_and_rotation: bool = False
 
     def __post_init__(self) -> None:
         for name in ("window_layers", "rope_layers"):
@@ -222,6 +237,7 @@ class LMConfig(ConfigRecord):
                 raise ValueError(f"LMConfig: {name} must be a bool, got {getattr(self, name)!r}")
         check_blocks(self)
         check_experts(self)
+        check_olmo(self)
         if (self.head_dim is None or self.value_projection == "per_head") and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..common.arguments import is_int, is_number
 
-__all__ = ["check_blocks", "ROPE_DEFAULTS"]
+__all__ = ["check_blocks", "check_olmo", "ROPE_DEFAULTS"]
 
 #: The rotary fields and their defaults (what a model without rotary positions must leave them at).
 ROPE_DEFAULTS: dict[str, Any] = {
@@ -184,3 +184,30 @@ def check_blocks(config: Any) -> None:
                 "input in d_model / n_heads chunks, mapped by each head's own W_i and b_i; it has no W^V or W^O), "
                 "got value_projection='per_head'"
             )
+
+
+def check_olmo(config: Any) -> None:
+    """The blocks of OLMo 2 and OLMoE (docs/lm_blocks.md, "OLMo's blocks"): the norm only after each sub-layer,
+    QK-norm over the whole projection, the RMSNorm gain in float32."""
+    for name in ("pre_sublayer_norm", "float32_gain_and_rotation"):
+        if not isinstance(getattr(config, name), bool):
+            _fail(f"{name} must be a bool, got {name}={getattr(config, name)!r}")
+    if config.qk_norm_scope not in ("head", "projection"):
+        _fail(f"qk_norm_scope must be 'head' or 'projection', got qk_norm_scope={config.qk_norm_scope!r}")
+    if config.qk_norm_scope != "head" and not config.qk_norm:
+        _fail(f"qk_norm_scope={config.qk_norm_scope!r} says what QK-norm normalises, and qk_norm=False")
+    if not config.pre_sublayer_norm and (
+        not config.post_sublayer_norm or config.norm_placement != "pre" or config.parallel_residual
+    ):
+        _fail(
+            "pre_sublayer_norm=False leaves each sub-layer only the norm after it, x + Norm'(Sublayer(x)): it needs "
+            f"post_sublayer_norm=True, norm_placement='pre' and parallel_residual=False, got post_sublayer_norm="
+            f"{config.post_sublayer_norm!r}, norm_placement={config.norm_placement!r}, "
+            f"parallel_residual={config.parallel_residual!r}"
+        )
+    if config.float32_gain_and_rotation and (config.norm != "rms" or config.norm_unit_offset):
+        _fail(
+            "float32_gain_and_rotation=True multiplies RMSNorm's gain before the cast back: it needs norm='rms' "
+            f"and norm_unit_offset=False (which does so already), got norm={config.norm!r}, "
+            f"norm_unit_offset={config.norm_unit_offset!r}"
+        )

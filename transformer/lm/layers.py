@@ -52,12 +52,17 @@ class StandardizedNorm(nn.Module):
         return self.weight * (x - mean) / (std + self.eps) + self.bias
 
 
-def make_norm(kind: str, features: int, eps: float, unit_offset: bool = False) -> nn.Module:
+def make_norm(kind: str, features: int, eps: float, unit_offset: bool = False, *, wide_gain: bool = False) -> nn.Module:
     """``"layer"``: :class:`~transformer.layers.LayerNorm`; ``"std"``: :class:`StandardizedNorm`; ``"rms"``:
-    :class:`~transformer.lm.rms_norm.RMSNorm` (``unit_offset``: Gemma's ``1 + weight`` gain)."""
+    :class:`~transformer.lm.rms_norm.RMSNorm` (``unit_offset``: Gemma's ``1 + weight`` gain; ``wide_gain``: OLMo 2's
+    gain multiplied before the cast back)."""
     norms = {"layer": LayerNorm, "std": StandardizedNorm, "rms": RMSNorm}
     if kind not in norms:
         raise ValueError(f"norm must be 'layer', 'std' or 'rms', got {kind!r}")
+    if wide_gain:  # OLMo 2's RMSNorm
+        if kind != "rms" or unit_offset:
+            raise ValueError(f"wide_gain=True is RMSNorm's (without unit_offset), got norm {kind!r}")
+        return RMSNorm(features, eps, wide_gain=True)
     if unit_offset:
         if kind != "rms":
             raise ValueError(f"unit_offset=True is RMSNorm's (1 + weight) gain, got norm {kind!r}")
@@ -133,6 +138,8 @@ class DecoderOnlyLayer(nn.Module):
     ``post_norm`` (Gemma's sandwich norms, Team Gemma 2024 section 2.2): each sub-layer's output is normalised too
     before the residual sum, ``x + Norm'(Sublayer(Norm(x)))`` (``post_norms[0]`` after attention, ``[1]`` after the
     feed-forward network); ``unit_offset`` makes every RMSNorm of the layer Gemma's ``1 + weight`` one.
+    ``pre_norm=False`` with ``post_norm`` (OLMo 2's reordered norm, Team OLMo 2024): ``x + Norm'(Sublayer(x))``, no
+    norm before the sub-layers (``sublayer[k].norm`` is the identity); ``wide_gain``: OLMo 2's RMSNorm.
     ``parallel`` (GPT-J, GPT-NeoX's ``use_parallel_residual``): ``x + Attn(Norm_1(x)) + FFN(Norm_2(x))``, both
     sub-layers reading the layer's input (pre-norm placement only).
     """
@@ -151,15 +158,19 @@ class DecoderOnlyLayer(nn.Module):
         unit_offset: bool = False,
         parallel: bool = False,
         residual_scale: float = 1.0,
+        pre_norm: bool = True,
+        wide_gain: bool = False,
     ) -> None:
         super().__init__()
         self.size, self.eps = size, eps
         self.self_attn = self_attn
         self.feed_forward = feed_forward
-        self.sublayer = clones(
-            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)), 2
-        )
-        self.post_norms = clones(make_norm(norm, size, eps, unit_offset), 2) if post_norm else None
+        if not pre_norm and not post_norm:
+            raise ValueError("DecoderOnlyLayer: pre_norm=False needs post_norm=True (OLMo 2's x + Norm'(Sublayer(x)))")
+        before = make_norm(norm, size, eps, unit_offset, wide_gain=wide_gain) if pre_norm else nn.Identity()
+        self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps, norm=before), 2)
+        after = make_norm(norm, size, eps, unit_offset, wide_gain=wide_gain)
+        self.post_norms = clones(after, 2) if post_norm else None
         self.parallel = parallel
         self.residual_scale = float(residual_scale)
 

@@ -97,7 +97,10 @@ class TransformerLM(nn.Module):
         if len(self.layers) != n_layers:
             raise ValueError(f"TransformerLM: {len(self.layers)} layers given, n_layers={n_layers}")
         layer = self.layers[0]
-        self.norm = make_norm(norm, layer.size, layer.eps, config is not None and config.norm_unit_offset)
+        wide = config is not None and config.float32_gain_and_rotation  # OLMo 2's RMSNorm and rotation in float32
+        self.norm = make_norm(
+            norm, layer.size, layer.eps, config is not None and config.norm_unit_offset, wide_gain=wide
+        )
         self.generator = generator
         self.config = config
         self.rotary = rotary
@@ -175,9 +178,12 @@ class TransformerLM(nn.Module):
         if self.rotary is not None:  # derived positions lie below the slots; given ones are read (rotary.py: a sync)
             slots = torch.arange(offset, offset + seq, device=tokens.device)[None]
             at, bound = slots if positions is None else positions, None if positions_given else offset + seq
-            rotation = self.rotary(at, self.weights_dtype(), bound)
+            dtype = self.weights_dtype()
+            if self.config is not None and self.config.float32_gain_and_rotation:  # OLMo 2: cos, sin in float32
+                dtype = torch.promote_types(dtype, torch.float32)
+            rotation = self.rotary(at, dtype, bound)
             if self.local_rotary is not None:
-                local = self.local_rotary(at, self.weights_dtype(), bound)
+                local = self.local_rotary(at, dtype, bound)
         x = self.embed(tokens, offset=offset, positions=positions)
         for i, layer in enumerate(self.layers):
             window = self.layer_windows[i]

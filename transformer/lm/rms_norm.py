@@ -23,11 +23,15 @@ class RMSNorm(nn.Module):
 
     ``unit_offset`` (Gemma's ``Gemma2RMSNorm``): ``(x / sqrt(mean(x^2) + eps)) * (1 + weight)``, the weight starting
     at zero, the product computed in ``compute_dtype`` too and only then cast back (as Gemma's does).
+
+    ``wide_gain`` (OLMo 2's ``Olmo2RMSNorm``): ``(weight * normalised).to(x.dtype)``, the gain multiplied before the
+    cast back (in float32 for a bfloat16 model; float64 weights keep float64), not after it.
     """
 
-    def __init__(self, features: int, eps: float = 1e-6, *, unit_offset: bool = False) -> None:
+    def __init__(self, features: int, eps: float = 1e-6, *, unit_offset: bool = False, wide_gain: bool = False) -> None:
         super().__init__()
         self.features, self.eps, self.unit_offset = features, eps, unit_offset
+        self.wide_gain = wide_gain
         self.weight = nn.Parameter(torch.zeros(features) if unit_offset else torch.ones(features))
         self.compute_dtype = torch.float32
 
@@ -37,7 +41,13 @@ class RMSNorm(nn.Module):
         normalised = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.unit_offset:
             return (normalised * (1.0 + self.weight.to(self.compute_dtype))).to(x.dtype)
+        if self.wide_gain:  # OLMo 2: the weight times the float32 statistics (type promotion), then the cast
+            return (self.weight * normalised).to(x.dtype)
         return self.weight * normalised.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.features}, eps={self.eps}" + (", unit_offset=True" if self.unit_offset else "")
+        return (
+            f"{self.features}, eps={self.eps}"
+            + (", unit_offset=True" if self.unit_offset else "")
+            + (", wide_gain=True" if self.wide_gain else "")
+        )

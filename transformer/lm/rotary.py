@@ -98,8 +98,9 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 class Rotation:
-    """The cos and sin of every position of one forward, (batch, 1, seq, dim) in the queries' dtype: what each
-    layer's attention applies to its queries and keys (:meth:`__call__`). Made by :class:`RotaryEmbedding`."""
+    """The cos and sin of every position of one forward, (batch, 1, seq, dim) in the queries' dtype (or float32
+    for a bfloat16 model that rotates in float32, OLMo 2's): what each layer's attention applies to its queries and
+    keys (:meth:`__call__`, the result in the queries' dtype). Made by :class:`RotaryEmbedding`."""
 
     def __init__(self, cos: Tensor, sin: Tensor) -> None:
         self.cos, self.sin = cos, sin
@@ -109,9 +110,9 @@ class Rotation:
         """``x * cos + rotate_half(x) * sin`` on the first ``dim`` dimensions of ``x`` (batch, heads, seq, d_k); the
         others pass unchanged (partial rotation)."""
         if self.dim == x.size(-1):
-            return x * self.cos + rotate_half(x) * self.sin
+            return (x * self.cos + rotate_half(x) * self.sin).to(x.dtype)
         turned, passed = x[..., : self.dim], x[..., self.dim :]
-        return torch.cat((turned * self.cos + rotate_half(turned) * self.sin, passed), dim=-1)
+        return torch.cat(((turned * self.cos + rotate_half(turned) * self.sin).to(x.dtype), passed), dim=-1)
 
 
 class RotaryEmbedding(nn.Module):

@@ -13,6 +13,8 @@ from .gpt_neox import GPTNeoX
 from .granite import Granite
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .mixtral import Mixtral
+from .olmo2 import Olmo2
+from .olmoe import Olmoe
 from .phi3 import Phi3
 from .qwen_moe import Qwen2Moe, Qwen3Moe
 from .smollm3 import SmolLM3
@@ -39,6 +41,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         Qwen2Moe(),
         Qwen3Moe(),
         Granite(),
+        Olmo2(),
+        Olmoe(),
     )
 }
 
