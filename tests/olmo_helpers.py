@@ -1,0 +1,50 @@
+"""Tiny OLMo 2 and OLMoE models of transformers for the checkpoint tests (tests/test_pretrained_olmo2.py,
+tests/test_pretrained_olmoe.py): built from its config classes with random weights (never downloaded), every
+weight drawn wide (std 0.3, the norms' gains around 1) so that a norm read into the wrong place, or applied per
+head instead of over the whole projection, changes the logits; saved with ``save_pretrained``. Float64 OLMoE runs
+transformers' eager experts (its default ``grouped_mm`` refuses float64)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from pretrained_helpers import VOCAB
+
+COMMON = dict(
+    vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=48, rms_norm_eps=0.02, bos_token_id=1, eos_token_id=2,
+    pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+)  # fmt: skip
+CLASSES = {
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(num_experts=5, num_experts_per_tok=2)),
+}
+
+
+def olmo_model(transformers, kind: str, dtype=torch.float32, seed: int = 0, **overrides):
+    """A random tiny model of ``kind`` ("olmo2" or "olmoe") in eval mode, in ``dtype``."""
+    config_class, model_class, fields = CLASSES[kind]
+    config = getattr(transformers, config_class)(**{**COMMON, **fields, **overrides})
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)._from_config(copy.deepcopy(config), attn_implementation="sdpa")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if p.dim() == 1 and "norm" in name else 0.0, 0.3)
+    if dtype == torch.float64:
+        model.config._experts_implementation = "eager"
+    return model.eval().to(dtype)
+
+
+def olmo_pair(transformers, folder, kind: str, dtype=torch.float32, **overrides):
+    """Their model saved into ``folder`` and ours loaded from it. In bfloat16 theirs is loaded back from the folder
+    (as a user has it: RoPE's inverse frequencies float32, not the bfloat16 copy ``.to`` makes)."""
+    from transformer.lm import TransformerLM
+
+    theirs = olmo_model(transformers, kind, torch.float32 if dtype == torch.bfloat16 else dtype, **overrides)
+    if dtype == torch.bfloat16:
+        theirs.to(dtype).save_pretrained(folder)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    else:
+        theirs.save_pretrained(folder)
+    return theirs, TransformerLM.from_pretrained(folder)
