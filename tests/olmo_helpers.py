@@ -25,6 +25,7 @@ CLASSES = {
 def olmo_model(transformers, kind: str, dtype=torch.float32, seed: int = 0, **overrides):
     """A random tiny model of ``kind`` ("olmo2" or "olmoe") in eval mode, in ``dtype``."""
     config_class, model_class, fields = CLASSES[kind]
+    skip_unless_transformers_builds(transformers, config_class)
     config = getattr(transformers, config_class)(**{**COMMON, **fields, **overrides})
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)._from_config(copy.deepcopy(config), attn_implementation="sdpa")
@@ -48,3 +49,15 @@ def olmo_pair(transformers, folder, kind: str, dtype=torch.float32, **overrides)
     else:
         theirs.save_pretrained(folder)
     return theirs, TransformerLM.from_pretrained(folder)
+
+
+def skip_unless_transformers_builds(transformers, config_class: str) -> None:
+    """Skip where transformers cannot build the architecture at all: 5.4's ``Olmo2Config`` and ``OlmoeConfig``
+    declare ``tie_word_embeddings`` an int, and its strict check refuses the bool of its own default (and of every
+    file), so neither its config class nor ``from_pretrained`` works there (5.17 and 5.24 declare a bool)."""
+    import pytest
+
+    try:
+        getattr(transformers, config_class)()
+    except Exception as error:  # noqa: BLE001 - whatever it raises, there is no oracle to compare with
+        pytest.skip(f"transformers {transformers.__version__} cannot build {config_class}(): {str(error)[:160]}")

@@ -155,12 +155,13 @@ def test_lmconfig_refuses_olmo_blocks_that_describe_no_model():
         LMConfig(**base, pre_sublayer_norm=0)
 
 
-def test_the_whole_projection_norm_names_a_projection_of_the_wrong_width(tmp_path):
+def test_the_whole_projection_norm_names_a_projection_of_the_wrong_width():
     """The contracts name the norm's width: a query projection that is not n_heads * d_k wide fails there."""
     import transformer as T
 
-    _, ours = olmo_pair(transformers, tmp_path, "olmo2")
-    attention = ours.layers[0].self_attn
+    config = LMConfig(vocab=20, n_layers=1, d_model=32, d_ff=16, n_heads=4, positional_encoding="rotary", norm="rms",
+                      qk_norm=True, qk_norm_scope="projection")  # fmt: skip
+    attention = build_lm(config).layers[0].self_attn
     with pytest.raises(T.TypeCheckError, match=r"RMSNorm.forward: argument 'x'.*self.features=32"):
         attention._whole(attention.q_norm, torch.randn(1, 3, 5, 8))
 
