@@ -11,8 +11,8 @@ express, as LayerNorm in a Llama) is refused naming the field. Fields transforme
 The architectures themselves are in :mod:`~transformer.lm.pretrained.gpt2`, :mod:`~transformer.lm.pretrained.llama`,
 :mod:`~transformer.lm.pretrained.starcoder2`, :mod:`~transformer.lm.pretrained.phi3` and
 :mod:`~transformer.lm.pretrained.gemma` (and the others :mod:`~transformer.lm.pretrained.supported` imports, OLMo 2's
-and OLMoE's among them: :mod:`~transformer.lm.pretrained.olmo2`, :mod:`~transformer.lm.pretrained.olmoe`); ``supported.ARCHITECTURES``
-lists them by name.
+and OLMoE's among them: :mod:`~transformer.lm.pretrained.olmo2`, :mod:`~transformer.lm.pretrained.olmoe`);
+``supported.ARCHITECTURES`` lists them by name.
 """
 
 from __future__ import annotations
