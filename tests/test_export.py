@@ -315,8 +315,13 @@ ARCHITECTURE_BLOCKS = {  # the blocks of issue 44's architectures, as their mapp
     "mixtral": dict(n_experts=4, experts_per_token=2),
     "qwen2-moe": dict(n_experts=4, experts_per_token=2, shared_expert_d_ff=16, router_norm_topk=False),
     "float64 experts": dict(n_experts=3, experts_per_token=1),  # the loop's eager path, not grouped_mm's
-    "olmo2": dict(qk_norm=True, qk_norm_scope="projection", pre_sublayer_norm=False, post_sublayer_norm=True,
-                  float32_gain_and_rotation=True),  # fmt: skip
+    "olmo2": dict(
+        qk_norm=True,
+        qk_norm_scope="projection",
+        pre_sublayer_norm=False,
+        post_sublayer_norm=True,
+        float32_gain_and_rotation=True,
+    ),  # fmt: skip
     "olmoe": dict(qk_norm=True, qk_norm_scope="projection", n_experts=4, experts_per_token=2, router_norm_topk=False),
 }
 
