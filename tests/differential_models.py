@@ -67,6 +67,10 @@ ATTENTION = {"gemma2": "eager", "gemma3": "eager"}
 #: the float64 model's: transformers' eager softmax is float32, NaN on a float64 model's fully masked (pad) rows
 EXACT_ATTENTION = {"eager": hf_float64_attention.NAME}
 RULES = ("default", "linear", "llama3", "yarn")
+# OLMo 2 and OLMoE (issue 44): appended, so that every earlier architecture's cases keep their seeds
+ARCHITECTURES += ("olmo2", "olmoe")
+CLASSES.update(olmo2="Olmo2Config", olmoe="OlmoeConfig")
+ROPE_RULES.update(olmo2=4, olmoe=4)
 MAX_POSITIONS = 64
 
 
@@ -142,6 +146,8 @@ def random_config(transformers, kind: str, rng: random.Random):
             fields["hidden_act"] = rng.choice(["gelu_pytorch_tanh", "gelu"])
         if kind in ("gemma2", "gemma3"):
             fields.update(_gemma(rng, kind, layers, fields["rope_parameters"]))
+        if kind in ("olmo2", "olmoe"):
+            fields.update(_olmo(rng, kind, head_dim))
     config = getattr(transformers, CLASSES[kind])(**fields)
     described = {k: v for k, v in fields.items() if k not in ids}
     return config, described
@@ -161,6 +167,19 @@ def _gemma(rng: random.Random, kind: str, layers: int, rope: dict) -> dict:
     else:
         local = {"rope_type": "default", "rope_theta": rng.choice([10.0, 100.0, 10000.0])}
         fields["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
+    return fields
+
+
+def _olmo(rng: random.Random, kind: str, head_dim: int) -> dict:
+    """OLMo 2's and OLMoE's own fields: biases on the attention, OLMo 2's head_dim (read when given), OLMoE's
+    experts (2 to 6, top 1 to 3, renormalised or not)."""
+    fields: dict = {"attention_bias": rng.random() < 0.4}
+    if kind == "olmo2" and rng.random() < 0.5:
+        fields["head_dim"] = head_dim
+    if kind == "olmoe":
+        experts = rng.randint(2, 6)
+        fields.update(num_experts=experts, num_experts_per_tok=rng.randint(1, min(3, experts)),
+                      norm_topk_prob=rng.random() < 0.5)  # fmt: skip
     return fields
 
 
@@ -307,10 +326,14 @@ def run_case(transformers, seed: int, kind: str | None = None, new_tokens: int =
             attention = ATTENTION.get(kind, "sdpa")
             theirs = transformers.AutoModelForCausalLM.from_pretrained(folders[dtype], attn_implementation=attention)
             theirs = theirs.eval()
+            if kind == "olmoe":  # their grouped_mm experts refuse rows not a multiple of 16 bytes (d_model 6 x 4 ...)
+                theirs.config._experts_implementation = "eager"
             ours = TransformerLM.from_pretrained(folders[dtype])
             exact_model = transformers.AutoModelForCausalLM.from_pretrained(
                 folders[dtype], dtype=torch.float64, attn_implementation=EXACT_ATTENTION.get(attention, attention)
             )  # the float64 function of the dtype's own rounded weights (eager: with the softmax in float64)
+            if kind == "olmoe":  # and float64
+                exact_model.config._experts_implementation = "eager"
             exact = _theirs_logits(exact_model.eval(), tokens, mask)
             theirs_l, ours_l = _theirs_logits(theirs, tokens, mask), _ours_logits(ours, tokens, mask)
             tol = logits_tolerance(dtype, theirs_l, exact, mask)
