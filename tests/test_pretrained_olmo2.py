@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
-from olmo_helpers import olmo_pair
+from olmo_helpers import load_memory_rise, olmo_pair
 from pretrained_helpers import (
     assert_gradients_equal,
     assert_logits_close,
@@ -210,3 +211,19 @@ def test_train_lm_init_fine_tunes_an_olmo2_folder_and_resumes_exactly(olmo2_fold
     assert "layers.0.sublayer.0.norm.weight" not in a  # no norm before the sub-layers
     histories = [json.loads((d / "state.json").read_text())["history"] for d in (straight, split)]
     assert histories[0] == histories[1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads VmHWM from /proc/self/status")
+def test_loading_an_olmo2_folder_keeps_the_memory_bound(tmp_path):
+    """docs/pretrained.md's bound for every architecture: the peak resident memory while from_pretrained loads a
+    folder (about 150 MiB here, the embedding and head half of it) rises at most 1.3x the checkpoint."""
+    config = LMConfig(
+        vocab=32000, n_layers=2, d_model=512, d_ff=1024, n_heads=8, n_kv_heads=2, max_len=2048, dropout=0.0,
+        attention_dropout=0.0, norm="rms", positional_encoding="rotary", embedding_scale=1.0, activation="silu",
+        ffn_gated=True, ffn_hidden_dropout=False, qkv_bias=False, out_bias=False, ffn_bias=False, lm_head_bias=False,
+        pad_id=None, qk_norm=True, qk_norm_scope="projection", pre_sublayer_norm=False, post_sublayer_norm=True,
+        float32_gain_and_rotation=True,
+    )  # fmt: skip
+    ratio, _ = load_memory_rise(config, tmp_path / "olmo2")
+    assert json.loads((tmp_path / "olmo2" / "config.json").read_text())["architectures"] == ["Olmo2ForCausalLM"]
+    assert ratio <= 1.3, f"peak rise {ratio:.3f}x the checkpoint"

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
 from moe_helpers import skip_if_their_aux_loss_is_softmax_twice
-from olmo_helpers import olmo_model, olmo_pair
+from olmo_helpers import load_memory_rise, olmo_model, olmo_pair
 from pretrained_helpers import (
     VOCAB,
     assert_logits_close,
@@ -279,3 +280,19 @@ def test_train_lm_init_fine_tunes_an_olmoe_folder_with_its_aux_loss_and_resumes_
     assert isinstance(criterion, WithLoadBalancing) and criterion.coef == 0.02
     histories = [json.loads((d / "state.json").read_text())["history"] for d in (straight, split)]
     assert histories[0] == histories[1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads VmHWM from /proc/self/status")
+def test_loading_an_olmoe_folder_keeps_the_memory_bound(tmp_path):
+    """The bound with the experts most of the checkpoint (8 experts x 2 layers, about 110 MiB of 130): the files'
+    per-expert tensors read into our stacked parameters rise at most 1.3x the checkpoint."""
+    config = LMConfig(
+        vocab=4000, n_layers=2, d_model=512, d_ff=1152, n_heads=8, n_kv_heads=2, max_len=2048, dropout=0.0,
+        attention_dropout=0.0, norm="rms", positional_encoding="rotary", embedding_scale=1.0, activation="silu",
+        ffn_gated=True, ffn_hidden_dropout=False, qkv_bias=False, out_bias=False, ffn_bias=False, lm_head_bias=False,
+        pad_id=None, qk_norm=True, qk_norm_scope="projection", n_experts=8, experts_per_token=2,
+        router_norm_topk=False, router_aux_loss_coef=0.01,
+    )  # fmt: skip
+    ratio, run = load_memory_rise(config, tmp_path / "olmoe")
+    assert json.loads((tmp_path / "olmoe" / "config.json").read_text())["architectures"] == ["OlmoeForCausalLM"]
+    assert ratio <= 1.3, f"peak rise {ratio:.3f}x the checkpoint"
