@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from olmo_helpers import load_memory_rise, olmo_pair
+from olmo_helpers import load_memory_rise, olmo_model, olmo_pair
 from pretrained_helpers import (
     assert_gradients_equal,
     assert_logits_close,
@@ -227,3 +227,23 @@ def test_loading_an_olmo2_folder_keeps_the_memory_bound(tmp_path):
     ratio, _ = load_memory_rise(config, tmp_path / "olmo2")
     assert json.loads((tmp_path / "olmo2" / "config.json").read_text())["architectures"] == ["Olmo2ForCausalLM"]
     assert ratio <= 1.3, f"peak rise {ratio:.3f}x the checkpoint"
+
+
+def test_a_folder_without_the_optional_fields_reads_transformers_defaults(tmp_path):
+    """Fields a config.json may leave out read as transformers' olmo2 config fills them in (rms_norm_eps 1e-5,
+    attention_bias false, an untied head, max_position_embeddings, silu), with its own
+    model, loaded from the same edited folder, as the oracle."""
+    olmo_model(transformers, "olmo2", torch.float64).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    for field in ("rms_norm_eps", "attention_bias", "tie_word_embeddings", "max_position_embeddings", "hidden_act"):
+        config.pop(field)
+    path.write_text(json.dumps(config))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(path.parent, attn_implementation="sdpa").eval()
+    theirs.config._experts_implementation = "eager"
+    ours = TransformerLM.from_pretrained(tmp_path)
+    assert ours.config.layer_norm_eps == theirs.config.rms_norm_eps == 1e-5
+    assert ours.config.max_len == theirs.config.max_position_embeddings and not ours.config.tie_weights
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask, torch.float64)

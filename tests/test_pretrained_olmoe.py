@@ -296,3 +296,33 @@ def test_loading_an_olmoe_folder_keeps_the_memory_bound(tmp_path):
     ratio, run = load_memory_rise(config, tmp_path / "olmoe")
     assert json.loads((tmp_path / "olmoe" / "config.json").read_text())["architectures"] == ["OlmoeForCausalLM"]
     assert ratio <= 1.3, f"peak rise {ratio:.3f}x the checkpoint"
+
+
+def test_a_folder_without_the_optional_fields_reads_transformers_defaults(tmp_path):
+    """Fields a config.json may leave out read as transformers' olmoe config fills them in (rms_norm_eps 1e-5,
+    attention_bias false, an untied head, max_position_embeddings, silu, norm_topk_prob false,
+    router_aux_loss_coef 0.01), with its own model, loaded from the same edited folder, as the oracle."""
+    olmo_model(transformers, "olmoe", torch.float64).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    for field in (
+        "rms_norm_eps",
+        "attention_bias",
+        "tie_word_embeddings",
+        "max_position_embeddings",
+        "hidden_act",
+        "norm_topk_prob",
+        "router_aux_loss_coef",
+    ):
+        config.pop(field)
+    path.write_text(json.dumps(config))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(path.parent, attn_implementation="sdpa").eval()
+    theirs.config._experts_implementation = "eager"
+    ours = TransformerLM.from_pretrained(tmp_path)
+    assert ours.config.layer_norm_eps == theirs.config.rms_norm_eps == 1e-5
+    assert ours.config.max_len == theirs.config.max_position_embeddings and not ours.config.tie_weights
+    assert ours.config.router_aux_loss_coef == theirs.config.router_aux_loss_coef == 0.01
+    assert ours.config.router_norm_topk is theirs.config.norm_topk_prob is False
+    tokens, mask = left_padded_batch()
+    with torch.no_grad():
+        assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask, torch.float64)
