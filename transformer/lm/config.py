@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 from ..common.arguments import is_int, is_number
 from ..config import AttentionBackend, ConfigRecord, NormPlacement, _divisors, check_kv_heads
 from .config_checks import check_blocks
-from .moe.checks import check_experts
+from .moe.checks import check_experts, check_gpt_oss
 
 __all__ = ["LMConfig"]
 
@@ -135,6 +135,13 @@ class LMConfig(ConfigRecord):
     with a bias when ``router_bias``; ``shared_expert_d_ff``: Qwen2-MoE's shared expert (None: none);
     ``dense_layers``: the layers that keep the dense network (d_ff); ``router_aux_loss_coef``: the load-balancing
     loss's weight in training.
+
+    gpt-oss (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card"; docs/moe.md, "gpt-oss"): ``attention_sinks``, one
+    learned logit per query head in every layer's softmax denominator (docs/attention.md, "Attention sinks");
+    ``expert_swiglu_limit`` L (None: the plain gated experts), experts that compute
+    ``down(clamp(up, -L, L) + 1) * g * sigmoid(alpha g)`` with ``g = min(gate, L)``, ``alpha`` =
+    ``expert_swiglu_alpha``, biases on both projections and gate and up interleaved in one matrix;
+    ``router_softmax_topk``: the router's weights are the softmax of its top-k logits (not of every expert's).
     """
 
     vocab: int
@@ -201,6 +208,12 @@ class LMConfig(ConfigRecord):
     shared_expert_d_ff: int | None = None
     dense_layers: tuple[int, ...] = ()
     router_aux_loss_coef: float = 0.0
+    # gpt-oss (docs/moe.md, "gpt-oss"; checked by transformer.lm.moe.checks.check_gpt_oss): attention sinks in every
+    # layer, clamped SwiGLU experts with biases, the router's softmax over its top-k logits
+    attention_sinks: bool = False
+    expert_swiglu_limit: float | None = None
+    expert_swiglu_alpha: float = 1.702
+    router_softmax_topk: bool = False
 
     def __post_init__(self) -> None:
         for name in ("window_layers", "rope_layers"):
@@ -222,6 +235,7 @@ class LMConfig(ConfigRecord):
                 raise ValueError(f"LMConfig: {name} must be a bool, got {getattr(self, name)!r}")
         check_blocks(self)
         check_experts(self)
+        check_gpt_oss(self)
         if (self.head_dim is None or self.value_projection == "per_head") and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "

@@ -10,6 +10,7 @@ from .errors import PretrainedFormatError
 from .gemma import Gemma2, Gemma3
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
+from .gpt_oss import GptOss  # gpt-oss (issue 44, helper G)
 from .granite import Granite
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .mixtral import Mixtral
@@ -39,6 +40,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Qwen2Moe(),
         Qwen3Moe(),
         Granite(),
+        GptOss(),  # gpt-oss (issue 44, helper G)
     )
 }
 
