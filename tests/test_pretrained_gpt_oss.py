@@ -207,3 +207,51 @@ def test_quantised_experts_and_unimplemented_rope_are_refused_by_name(tmp_path):
         (folder / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(PretrainedFormatError, match=message):
             TransformerLM.from_pretrained(folder)
+
+
+def test_train_lm_init_fine_tunes_with_the_aux_loss_resumes_exactly_and_exports_as_gpt_oss(tmp_path, capsys):
+    """``train lm --init`` on a gpt-oss folder: the training loss is the cross-entropy plus router_aux_loss_coef x the
+    load-balancing loss (fine_tune_criterion), 2 + 2 steps with a resume equal 4 straight bit for bit, the router,
+    experts and sinks move; ``export`` writes it back as gpt-oss, which transformers loads to our logits."""
+    import json
+
+    from safetensors.torch import load_file
+    from test_cli_pretrained import TRAIN, WORDS, _write_tokenizer
+
+    from transformer.checkpoint import load_checkpoint
+    from transformer.cli import main
+    from transformer.lm.moe import WithLoadBalancing
+    from transformer.tasks.pretrained_lm import fine_tune_criterion
+
+    folder = tmp_path / "gpt_oss"
+    gpt_oss_model(vocab_size=len(WORDS) + 3, pad_token_id=None, router_aux_loss_coef=0.02).save_pretrained(folder)
+    _write_tokenizer(folder)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    pretrained = TransformerLM.from_pretrained(folder)
+    assert isinstance(fine_tune_criterion(pretrained), WithLoadBalancing)
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("\n".join(["def add ( a , b ) : return a + b", "the box is the value of the self"] * 40) + "\n")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    base = ["train", "lm", "--init", str(folder), "--text", str(corpus), "--eval-every", "2", *TRAIN, "--lr", "1e-3"]
+    assert main([*base, "--steps", "4", "--out", str(straight)]) == 0
+    assert f"pretrained {ARCHITECTURE}" in capsys.readouterr().out
+    assert main([*base, "--steps", "2", "--out", str(split)]) == 0
+    assert main([*base, "--steps", "4", "--out", str(split), "--resume"]) == 0
+    assert f"resumed from {split} at step 2" in capsys.readouterr().out
+    a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for name in ("layers.0.feed_forward.router.bias", "layers.1.self_attn.sinks",
+                 "layers.1.feed_forward.experts.gate_up_proj_bias"):  # fmt: skip
+        assert not torch.equal(a[name], dict(pretrained.named_parameters())[name].detach()), name
+    histories = [json.loads((d / "state.json").read_text())["history"] for d in (straight, split)]
+    assert histories[0] == histories[1]
+
+    hf_dir = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(straight), "--to", str(hf_dir)]) == 0
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager").eval()
+    assert type(theirs).__name__ == ARCHITECTURE
+    ours = load_checkpoint(straight).model
+    tokens, mask = left_padded_batch()
+    tokens = tokens % (len(WORDS) + 3)
+    with torch.no_grad():
+        assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
