@@ -44,6 +44,8 @@ CASES = {
     "top1-nobias-all-full": dict(
         num_experts_per_tok=1, attention_bias=False, layer_types=["full_attention"] * 4, head_dim=12
     ),
+    # gpt-oss's own rope: yarn, factor 32, truncate false (the real-valued correction range), theta 150000
+    "yarn-truncate-false": dict(rope_parameters=None),
     "top3-tied-all-sliding": dict(
         num_experts_per_tok=3, tie_word_embeddings=True, layer_types=["sliding_attention"] * 4, swiglu_alpha=1.1
     ),
@@ -77,6 +79,8 @@ def test_logits_equal_transformers(tmp_path, case, dtype):
     config = ours.config
     assert ours.weights_dtype() == dtype and config.n_experts == 5 and config.attention_sinks
     assert config.router_softmax_topk and config.router_bias and config.expert_swiglu_limit == 2.0
+    if case == "yarn-truncate-false":
+        assert config.rope_scaling == "yarn" and not config.rope_yarn_truncate and config.rope_factor == 32.0
     if not CASES[case]:
         assert config.window_layers == (True, False, True, False) and config.sliding_window == 4
     tokens, mask = left_padded_batch()
@@ -184,19 +188,13 @@ def test_ours_saved_is_loaded_by_transformers_with_the_same_logits(tmp_path):
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
 
 
-def test_quantised_experts_and_unimplemented_rope_are_refused_by_name(tmp_path):
+def test_quantised_experts_and_bad_layer_types_are_refused_by_name(tmp_path):
     theirs = gpt_oss_model()
     theirs.save_pretrained(tmp_path / "plain")
     import json
 
     for name, change, message in (
         ("mxfp4", {"quantization_config": {"quant_method": "mxfp4"}}, r"quantization_config=.*MXFP4"),
-        (
-            "yarn",
-            {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "truncate": False, "rope_theta": 1000.0,
-                                 "original_max_position_embeddings": 12}},
-            r"truncate",
-        ),
         ("types", {"layer_types": ["sliding_attention"] * 3}, r"layer_types=.*expected 4 entries"),
     ):  # fmt: skip
         folder = tmp_path / name
@@ -255,3 +253,21 @@ def test_train_lm_init_fine_tunes_with_the_aux_loss_resumes_exactly_and_exports_
     tokens = tokens % (len(WORDS) + 3)
     with torch.no_grad():
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask)
+
+
+def test_yarn_without_truncation_is_not_yarn_with_it_and_is_written_back(tmp_path):
+    """gpt-oss's yarn keeps the correction range real: truncating it (transformers' default) gives other
+    frequencies, so the case above reads the flag; written back, the file says ``truncate: false`` again."""
+    import dataclasses
+
+    from transformer.lm.rotary import RotaryEmbedding
+
+    theirs, ours = _pair(tmp_path, rope_parameters=None)
+    truncated = dataclasses.replace(ours.config, rope_yarn_truncate=True)
+    real, floored = (RotaryEmbedding.from_config(c).inv_freq for c in (ours.config, truncated))
+    assert (real / floored - 1).abs().max() > 0.5  # one frequency a third of the truncated one
+    folder = ours.save_pretrained(tmp_path / "ours")
+    import json
+
+    written = json.loads((folder / "config.json").read_text())["rope_parameters"]
+    assert written["rope_type"] == "yarn" and written["truncate"] is False

@@ -141,7 +141,9 @@ class LMConfig(ConfigRecord):
     ``expert_swiglu_limit`` L (None: the plain gated experts), experts that compute
     ``down(clamp(up, -L, L) + 1) * g * sigmoid(alpha g)`` with ``g = min(gate, L)``, ``alpha`` =
     ``expert_swiglu_alpha``, biases on both projections and gate and up interleaved in one matrix;
-    ``router_softmax_topk``: the router's weights are the softmax of its top-k logits (not of every expert's).
+    ``router_softmax_topk``: the router's weights are the softmax of its top-k logits (not of every expert's);
+    ``rope_yarn_truncate``: yarn's correction range floored and ceiled (True, transformers' default) or kept real
+    (False: gpt-oss's ``truncate: false``).
     """
 
     vocab: int
@@ -209,11 +211,12 @@ class LMConfig(ConfigRecord):
     dense_layers: tuple[int, ...] = ()
     router_aux_loss_coef: float = 0.0
     # gpt-oss (docs/moe.md, "gpt-oss"; checked by transformer.lm.moe.checks.check_gpt_oss): attention sinks in every
-    # layer, clamped SwiGLU experts with biases, the router's softmax over its top-k logits
+    # layer, clamped SwiGLU experts with biases, the router's softmax over its top-k logits, yarn's truncate
     attention_sinks: bool = False
     expert_swiglu_limit: float | None = None
     expert_swiglu_alpha: float = 1.702
     router_softmax_topk: bool = False
+    rope_yarn_truncate: bool = True
 
     def __post_init__(self) -> None:
         for name in ("window_layers", "rope_layers"):

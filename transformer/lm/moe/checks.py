@@ -69,7 +69,8 @@ def check_experts(config: Any) -> None:
 
 def check_gpt_oss(config: Any) -> None:
     """Refuse impossible gpt-oss fields (``attention_sinks``, ``expert_swiglu_limit``, ``expert_swiglu_alpha``,
-    ``router_softmax_topk``; docs/moe.md, "gpt-oss"), naming the field, its value and what it needs."""
+    ``router_softmax_topk``, ``rope_yarn_truncate``; docs/moe.md, "gpt-oss"), naming the field, its value and what it
+    needs."""
     if not isinstance(config.attention_sinks, bool):
         _fail(f"attention_sinks must be a bool, got attention_sinks={config.attention_sinks!r}")
     if config.attention_sinks and config.value_projection != "output":
@@ -95,6 +96,10 @@ def check_gpt_oss(config: Any) -> None:
             f"router_norm_topk=False (already summing to 1), got router_score={config.router_score!r}, "
             f"router_norm_topk={config.router_norm_topk!r}"
         )
+    if not isinstance(config.rope_yarn_truncate, bool):
+        _fail(f"rope_yarn_truncate must be a bool, got rope_yarn_truncate={config.rope_yarn_truncate!r}")
+    if not config.rope_yarn_truncate and config.rope_scaling != "yarn":
+        _fail(f"rope_yarn_truncate=False needs rope_scaling='yarn', got rope_scaling={config.rope_scaling!r}")
     if alpha != 1.702 and limit is None:
         _fail(f"expert_swiglu_alpha={alpha!r} needs expert_swiglu_limit (the clamped SwiGLU experts); got None")
 
