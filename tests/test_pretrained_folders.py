@@ -302,8 +302,8 @@ LLAMA_OPTIONS = [
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}}, "partial_rot"),
     ({"rope_parameters": None, "rope_scaling": {"type": "longrope", "factor": 2.0}}, "rope_scaling.rope_type"),
     (
-        {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0, "truncate": False}},
-        "rope_parameters.truncate",
+        {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0, "truncate": "no"}},
+        "rope_parameters.truncate",  # not a bool (false is read since gpt-oss: LMConfig's rope_yarn_truncate)
     ),
     ({"hidden_act": "gelu_fast"}, "hidden_act"),
     ({"rms_norm_eps": -1.0}, "rms_norm_eps"),

@@ -25,7 +25,8 @@ CPU_BACKENDS = ["auto", "eager", "torch"]
 
 def test_the_signature_is_torchs_with_the_extras_keyword_only_and_every_path_is_the_same_function():
     """Names, order and defaults as torch's own docstring declares them (F.scaled_dot_product_attention is a builtin
-    with no inspectable signature); the extras ``backend``, ``softcap``, ``alibi_slopes`` keyword-only after them."""
+    with no inspectable signature); the extras ``backend``, ``softcap``, ``alibi_slopes``, ``sinks`` keyword-only
+    after them."""
     import inspect
     import sys
 
@@ -33,9 +34,9 @@ def test_the_signature_is_torchs_with_the_extras_keyword_only_and_every_path_is_
     theirs = [p.strip() for p in declared.replace("\n", " ").split(",")]
     params = inspect.signature(T.scaled_dot_product_attention).parameters.values()
     ours = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}" for p in params]
-    assert ours == theirs + ["backend=None", "softcap=None", "alibi_slopes=None"]
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(params)[-3:])
-    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in list(params)[:-3])
+    assert ours == theirs + ["backend=None", "softcap=None", "alibi_slopes=None", "sinks=None"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(params)[-4:])
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in list(params)[:-4])
     assert T.scaled_dot_product_attention is sdpa_module.scaled_dot_product_attention
     assert sys.modules["transformer.attention"].scaled_dot_product_attention is sdpa_module.scaled_dot_product_attention
 

@@ -12,6 +12,7 @@ import sys
 import types
 from typing import Any
 
+import torch
 from einops import rearrange
 from torch import nn
 
@@ -64,7 +65,9 @@ class AttentionHeads(nn.Module):
     The score modifiers of :mod:`transformer.backends.score_mods`: ``softcap`` c turns the scaled scores into
     ``c * tanh(s / c)`` (Gemma 2); ``alibi_slopes`` (h,) float adds ``-slope_h * |p(i) - j|`` (ALiBi, Press et al.
     2022; :func:`~transformer.backends.alibi_slopes` gives the standard ones), kept as a non-persistent buffer (it
-    follows ``.to()``; state dicts are unchanged).
+    follows ``.to()``; state dicts are unchanged). ``sinks=True``: a learned parameter ``sinks`` (h,), one logit per
+    query head in each softmax's denominator (gpt-oss's attention sinks; docs/attention.md, "Attention sinks"),
+    zeros at first, on every backend.
     Subclasses give the call signature: :class:`MultiHeadedAttention` (query, key, value) and the language model's
     self-attentions (:mod:`transformer.lm.attention`); a subclass with other value maps overrides
     :meth:`build_value_maps` and :meth:`value_heads`.
@@ -84,6 +87,7 @@ class AttentionHeads(nn.Module):
         out_bias: bool = True,
         softcap: float | None = None,
         alibi_slopes: Tensor | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         if d_k is None and d_model % h != 0:
@@ -106,6 +110,11 @@ class AttentionHeads(nn.Module):
         self.softcap = softcap
         self.alibi_slopes: Tensor | None
         self.register_buffer("alibi_slopes", alibi_slopes, persistent=False)
+        if not isinstance(sinks, bool):
+            raise ValueError(
+                f"{type(self).__name__}: sinks must be a bool (learned attention sinks or none), got {sinks!r}"
+            )
+        self.sinks = nn.Parameter(torch.zeros(h)) if sinks else None
         self.record_attention = False
         self.attn: Tensor | None = None
 
@@ -187,8 +196,9 @@ class AttentionHeads(nn.Module):
         return run_heads(backend, q, k, v, mask, dropout_p, self.scale, **modifiers)
 
     def score_modifiers(self) -> dict:
-        """The module's score modifiers as keyword arguments, only those given (``softcap``, ``alibi_slopes``)."""
-        return score_modifiers(self.softcap, self.alibi_slopes)
+        """The module's score modifiers and sinks as keyword arguments, only those given (``softcap``,
+        ``alibi_slopes``, ``sinks``)."""
+        return score_modifiers(self.softcap, self.alibi_slopes, self.sinks)
 
     def combine_heads(self, x: Tensor) -> Tensor:
         """W^O over the concatenated heads: (batch, h, q_len, d_k) -> (batch, q_len, h * d_k) -> (batch, q_len,

@@ -118,12 +118,14 @@ def triton_unsupported_reason(
     *,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> str | None:
     """Why the fused kernel cannot run these inputs (Triton missing or broken, or the kernel's own limits), or None.
     With ``auto``, also why ``auto`` does not choose it for inputs it can run (``kernels.auto_reason``: head_dim above
     128, expected slower than SDPA until a GPU measures it; docs/kernels.md). The mask's documents and window and the
-    score modifiers go to ``kernels.unsupported_reason`` by name, only when given; a kernel without such an argument
-    (one built before issue 29) is the reason."""
+    score modifiers and the sinks go to ``kernels.unsupported_reason`` by name, only when given; a kernel without
+    such an argument (one built before issue 29, or before issue 44 for ``sinks``) is the reason: a backend asked for
+    by name refuses, it never drops them."""
     missing = triton_missing_reason()
     if missing is not None:
         return missing
@@ -131,11 +133,11 @@ def triton_unsupported_reason(
         from .. import kernels
     except ImportError as error:  # triton installed but broken
         return f"transformer.kernels cannot be imported ({error}); reinstall Triton: {TRITON_INSTALL_HINT}"
-    parts = {**kernel_masks(mask), **score_modifiers(softcap, alibi_slopes)}
+    parts = {**kernel_masks(mask), **score_modifiers(softcap, alibi_slopes, sinks)}
     parts.pop("causal", None)
     lacking = [name for name in parts if name not in _KERNEL_MASKS and not kernel_takes(name)]
     if lacking:
-        return f"this transformer.kernels does not take {', '.join(lacking)} (a kernel older than issue 29)"
+        return f"this transformer.kernels does not take {', '.join(lacking)} (a kernel older than issue 29 or 44)"
     reason = kernels.unsupported_reason(q, k, v, dropout_p=dropout_p, scale=scale, **parts)
     return reason if reason is not None or not auto else kernels.auto_reason(q)
 
@@ -168,17 +170,19 @@ def resolve_backend(
     *,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> str | Refusal:
     """The backend that runs these inputs: ``requested`` (checked: a named backend never falls back) or auto's pick.
     ``softcap``/``alibi_slopes``: the score modifiers, which the kernel must take too (auto: else torch, which runs
-    ALiBi fused as a float mask and a cap through torch's math definition; docs/attention.md).
+    ALiBi fused as a float mask and a cap through torch's math definition; docs/attention.md); ``sinks`` the
+    attention sinks' (heads,) logits, which every backend takes.
 
     The triton backend's inputs are validated here, once per call; the kernel is then called without a second check.
     A backend that cannot run the inputs raises ValueError (from the compiled graph, under torch.compile: see
     :func:`refuse`).
     """
     name = check_backend_name(requested or "auto")
-    modifiers = score_modifiers(softcap, alibi_slopes)  # only those given: the tests' stand-ins take *args
+    modifiers = score_modifiers(softcap, alibi_slopes, sinks)  # only those given: the tests' stand-ins take *args
     if name == "triton":
         reason = triton_unsupported_reason(q, k, v, mask, dropout_p, scale, **modifiers)
         if reason is not None:

@@ -41,9 +41,10 @@ def kernel_masks(mask: Tensor | AttentionMask | None) -> dict:
     return parts
 
 
-def score_modifiers(softcap: float | None, alibi_slopes: Tensor | None) -> dict:
-    """The score modifiers as keyword arguments, only those given (``softcap``, ``alibi_slopes``)."""
-    given = {"softcap": softcap, "alibi_slopes": alibi_slopes}
+def score_modifiers(softcap: float | None, alibi_slopes: Tensor | None, sinks: Tensor | None = None) -> dict:
+    """The score modifiers and the attention sinks as keyword arguments, only those given (``softcap``,
+    ``alibi_slopes``, ``sinks``)."""
+    given = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
     return {name: value for name, value in given.items() if value is not None}
 
 
@@ -88,9 +89,12 @@ def run_backend(
     *,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention on backend ``name`` (already resolved), inputs already checked; ``scale`` None is 1/sqrt(d_k);
-    ``softcap`` and ``alibi_slopes`` the score modifiers of :mod:`transformer.backends.score_mods`.
+    ``softcap`` and ``alibi_slopes`` the score modifiers of :mod:`transformer.backends.score_mods`, ``sinks`` the
+    (heads,) attention sinks' logits (every backend takes them: the kernel's, torch's as one more key column, the
+    reference's).
 
     A :class:`Refusal` (what :func:`resolve_backend` gives while torch.compile traces a choice that cannot run) becomes
     the operator that raises its ValueError when the compiled graph runs."""
@@ -100,13 +104,14 @@ def run_backend(
     if name == "triton":
         from .. import kernels
 
-        modifiers = score_modifiers(softcap, alibi_slopes)
+        modifiers = score_modifiers(softcap, alibi_slopes, sinks)
         out = kernels.flash_attention(
             q, k, v, dropout_p=dropout_p, scale=scale, validate=False, **kernel_masks(mask), **modifiers
         )
         return _zero_padded_queries(out, mask)
     if name == "torch":
-        return torch_sdpa(q, k, v, mask, dropout_p, scale, softcap=softcap, alibi_slopes=alibi_slopes)
+        return torch_sdpa(q, k, v, mask, dropout_p, scale, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     dropout = nn.Dropout(dropout_p) if dropout_p > 0 else None
     dense = dense_heads_mask(mask, q.size(-2), k.size(-2))
-    return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]
+    modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
+    return attention.unchecked(q, k, v, dense, dropout, scale, **modifiers)[0]

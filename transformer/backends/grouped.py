@@ -24,13 +24,14 @@ def run_heads(
     *,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """:func:`~transformer.backends.run_backend` for (batch, heads, len, d_k) queries whose key/value may have fewer
     heads (grouped-query attention: query head h reads key/value head h // (heads / kv_heads)).
 
     The kernel reads the key/value heads in place; torch's function gets ``enable_gqa``; only the reference
-    (``"eager"``) repeats the key/value heads."""
-    modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes}
+    (``"eager"``) repeats the key/value heads. ``sinks``: one logit per query head, as the queries' heads."""
+    modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
     if k.size(1) == q.size(1) or name == "triton":
         return run_backend(name, q, k, v, mask, dropout_p, scale, **modifiers)
     if name == "torch":

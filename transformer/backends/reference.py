@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..contracts import Bool, Float, Tensor, checked, validate_dtype_device
-from .score_mods import check_score_modifiers, modify_scores
+from .score_mods import check_score_modifiers, check_sinks, modify_scores
 
 __all__ = ["attention"]
 
@@ -47,7 +47,7 @@ def attention(
     "Efficient Streaming Language Models with Attention Sinks"), joins the softmax's denominator and nothing else:
     ``p_ij = exp(s_ij) / (exp(z_h) + sum_j' exp(s_ij'))``, so a row's probabilities sum to less than 1 (the rest goes
     to no value). Computed as transformers' gpt-oss does: the sink as one more column, the row's maximum subtracted,
-    the softmax, the column dropped. Only this backend has them (docs/moe.md, "Attention sinks").
+    the softmax, the column dropped. Every backend computes the same (docs/attention.md, "Attention sinks").
     """
     validate_dtype_device("attention", query, "argument 'query'", key=key, value=value, mask=mask)
     if softcap is not None or alibi_slopes is not None:
@@ -74,15 +74,7 @@ def attention(
 
 def _softmax_with_sinks(scores: Tensor, sinks: Tensor, query: Tensor) -> Tensor:
     """The softmax of ``scores`` (..., heads, q_len, k_len) with one more logit per head in each denominator."""
-    heads = query.size(-3) if query.dim() >= 3 else 1
-    if not isinstance(sinks, Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (heads,):
-        shape = tuple(sinks.shape) if isinstance(sinks, Tensor) else type(sinks).__name__
-        raise ValueError(
-            f"attention: argument 'sinks' must be a float tensor of one logit per query head, shape ({heads},), "
-            f"got {shape}"
-        )
-    if sinks.device != scores.device:
-        raise ValueError(f"attention: argument 'sinks' is on {sinks.device}, the queries on {scores.device}")
+    check_sinks("attention", sinks, query.size(-3) if query.dim() >= 3 else 1, scores.device)
     column = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
     combined = torch.cat([scores, column], dim=-1)
     combined = combined - combined.max(dim=-1, keepdim=True).values

@@ -8,6 +8,10 @@
 
 In that order (the cap, then the bias), as FlashAttention applies them. :func:`modify_scores` is the formula the
 reference computes; every backend computes the same.
+
+Not a score modifier but checked here with them: the attention **sinks** (gpt-oss; Xiao et al. 2024, "Efficient
+Streaming Language Models with Attention Sinks"), one logit ``z_h`` per query head that joins each softmax's
+denominator and nothing else: ``p_ij = exp(s_ij) / (exp(z_h) + sum_j' exp(s_ij'))`` (:func:`check_sinks`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["alibi_slopes", "check_score_modifiers", "modify_scores", "alibi_bias"]
+__all__ = ["alibi_slopes", "check_score_modifiers", "check_sinks", "modify_scores", "alibi_bias"]
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -56,6 +60,20 @@ def check_score_modifiers(
         )
     if slopes.device != device:
         raise ValueError(f"{where}: argument 'alibi_slopes' is on {slopes.device}, the queries on {device}")
+
+
+def check_sinks(where: str, sinks: Tensor | None, heads: int, device: torch.device) -> None:
+    """Refuse sinks that are not a float tensor of shape (heads,) (one logit per query head) on the queries' device
+    (ValueError naming the argument, the expected and the actual)."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (heads,):
+        got = f"{tuple(sinks.shape)} {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise ValueError(
+            f"{where}: argument 'sinks' must be a float tensor of one logit per query head, shape ({heads},), got {got}"
+        )
+    if sinks.device != device:
+        raise ValueError(f"{where}: argument 'sinks' is on {sinks.device}, the queries on {device}")
 
 
 def alibi_bias(slopes: Tensor, q_len: int, k_len: int, dtype: torch.dtype) -> Tensor:

@@ -25,7 +25,9 @@ refuses, as torch's reference (math) backend does.
 
 Extras, keyword-only: the score modifiers ``softcap`` (``c * tanh(s / c)`` on the scaled scores, Gemma 2) and
 ``alibi_slopes`` ((heads,), or (batch, heads) with 4-D inputs: ``-slope * |p(i) - j|`` added, ALiBi) of
-:mod:`transformer.backends.score_mods`, applied before the mask (ValueError naming the argument when bad).
+:mod:`transformer.backends.score_mods`, applied before the mask, and the attention ``sinks`` ((heads,): one logit
+``z_h`` per query head in each softmax's denominator, ``p_ij = exp(s_ij) / (exp(z_h) + sum_j' exp(s_ij'))``, gpt-oss)
+(ValueError naming the argument when bad).
 ``attn_mask`` may be an :class:`~transformer.masks.AttentionMask` (with 4-D inputs; documents and a sliding window
 too), and ``backend=``
 picks the implementation (``backend`` > :func:`~transformer.backends.use_backend` > ``"auto"``, see
@@ -49,7 +51,7 @@ from torch.jit._builtins import _register_builtin
 from ..masks import AttentionMask
 from .choice import check_backend_name, current_backend, resolve_backend, triton_unsupported_reason
 from .dispatch import run_backend
-from .score_mods import check_score_modifiers, modify_scores
+from .score_mods import check_score_modifiers, check_sinks, modify_scores
 from .sdpa_rules import causal_bias_form, check_inputs
 from .torch_backend import torch_mask_form, torch_sdpa
 
@@ -72,6 +74,7 @@ def scaled_dot_product_attention(
     backend: str | None = None,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """``softmax(query @ key^T * scale + mask) @ value``, exactly as
     ``torch.nn.functional.scaled_dot_product_attention`` (see the module docstring), on our kernel where it takes the
@@ -80,15 +83,17 @@ def scaled_dot_product_attention(
     The arguments are torch's; ``attn_mask`` may also be an :class:`~transformer.masks.AttentionMask` (4-D inputs
     only), and ``backend`` (keyword only) names the implementation: ``"auto"`` (the default, through
     :func:`~transformer.backends.use_backend`), ``"triton"``, ``"torch"`` or ``"eager"``; ``softcap`` and
-    ``alibi_slopes`` (keyword only) modify the scaled scores before the mask, as the reference does.
+    ``alibi_slopes`` (keyword only) modify the scaled scores before the mask, as the reference does; ``sinks``
+    (keyword only, (heads,)) put one logit per query head in each softmax's denominator (attention sinks).
     The signature is torch's, not a checked contract: bad inputs get torch's own exception types.
     """
     attn_mask, is_causal = causal_bias_form(attn_mask, is_causal, query, key, value)  # torch's causal bias objects
     batch = check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     modifiers = {}
-    if softcap is not None or alibi_slopes is not None:
-        _check_modifiers(softcap, alibi_slopes, batch, query.device)
-        modifiers = {name: x for name, x in (("softcap", softcap), ("alibi_slopes", alibi_slopes)) if x is not None}
+    if softcap is not None or alibi_slopes is not None or sinks is not None:
+        _check_modifiers(softcap, alibi_slopes, batch, query.device, sinks)
+        given = (("softcap", softcap), ("alibi_slopes", alibi_slopes), ("sinks", sinks))
+        modifiers = {name: x for name, x in given if x is not None}
     requested = check_backend_name(backend) if backend is not None else (current_backend() or "auto")
     if requested == "triton" or (requested == "auto" and query.is_cuda):  # the kernel may run: its layout
         q4, k4, v4 = _as_4d(query, key, value, batch, enable_gqa)
@@ -115,14 +120,18 @@ def scaled_dot_product_attention(
 _register_builtin(scaled_dot_product_attention, "aten::scaled_dot_product_attention")
 
 
-def _check_modifiers(softcap: float | None, slopes: Tensor | None, batch: tuple[int, ...], device) -> None:
+def _check_modifiers(
+    softcap: float | None, slopes: Tensor | None, batch: tuple[int, ...], device, sinks: Tensor | None = None
+) -> None:
     """The extras' rules (ValueError naming the argument): a finite cap > 0; slopes one per query head (the output's
-    dim -3), (heads,) or, with 4-D inputs, (batch, heads); float, on the query's device."""
-    if slopes is not None and not batch:
-        raise ValueError(
-            f"{_NAME}: argument 'alibi_slopes' needs inputs with a heads dim (-3, at least 3-D), got 2-D inputs"
-        )
+    dim -3), (heads,) or, with 4-D inputs, (batch, heads); sinks (heads,); float, on the query's device."""
+    for name, given in (("alibi_slopes", slopes), ("sinks", sinks)):
+        if given is not None and not batch:
+            raise ValueError(
+                f"{_NAME}: argument '{name}' needs inputs with a heads dim (-3, at least 3-D), got 2-D inputs"
+            )
     heads = batch[-1] if batch else 1
+    check_sinks(_NAME, sinks, heads, device)
     rows = batch[0] if len(batch) == 2 else 1  # (batch, heads) slopes: 4-D inputs only
     check_score_modifiers(_NAME, softcap, slopes, rows, heads, device)
     if slopes is not None and slopes.dim() == 2 and len(batch) != 2:
@@ -145,10 +154,13 @@ def reference(
     *,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """torch's definition (its math backend) in plain PyTorch, for inputs already checked: the ``"eager"`` backend.
     The score modifiers (``softcap``, then ``alibi_slopes``; :func:`~transformer.backends.score_mods.modify_scores`)
-    act on the scaled scores before the mask, as in the reference.
+    act on the scaled scores before the mask, as in the reference. ``sinks`` (heads,): the logit ``z_h`` joins each
+    row's softmax as one more column after the mask, and the column is dropped (no row is then empty: a row with no
+    key left outputs 0).
 
     float16/bfloat16 inputs are computed in float32 and the result cast back, as torch's math backend does. Rows whose
     every score is -inf (a fully masked row) output 0 with zero gradients, as torch's safe softmax.
@@ -170,8 +182,12 @@ def reference(
             scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
         else:
             scores = scores + attn_mask.to(acc)
-    empty = (scores == float("-inf")).all(dim=-1, keepdim=True)
-    probs = scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)
+    if sinks is not None:
+        column = sinks.to(acc)[:, None, None].expand(*scores.shape[:-1], 1)
+        probs = torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]
+    else:
+        empty = (scores == float("-inf")).all(dim=-1, keepdim=True)
+        probs = scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)
     if dropout_p > 0.0:
         probs = F.dropout(probs, dropout_p, training=True)
     return (probs @ v).to(dtype)

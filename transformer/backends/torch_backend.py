@@ -6,7 +6,12 @@ The score modifiers (:mod:`transformer.backends.score_mods`): ALiBi alone is an 
 bias (it reshapes the scores before the mask), so with one the attention is torch's math definition in plain PyTorch
 (:func:`transformer.backends.sdpa.reference`, dense scores). ``flex_attention``'s ``score_mod`` would express it, but
 on the CPU without torch.compile it has no backward and its forward was no faster than the dense form
-(``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers")."""
+(``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers").
+
+The attention sinks (one logit ``z_h`` per query head, gpt-oss): one more key column whose key and value are zero and
+whose additive float mask entry is ``z_h`` (its score is then exactly ``z_h``), the mask as -inf elsewhere where it
+forbids; torch's function computes ``softmax([s, z_h]) [v, 0]``, which is the sinks' attention, and the gradient of
+``z_h`` comes back through the float mask (:func:`sink_column_inputs`)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from ..common.versions import TORCH_VERSION
 from ..masks import AttentionMask
 from .score_mods import alibi_bias
 
-__all__ = ["alibi_attn_mask", "torch_mask_form", "torch_sdpa"]
+__all__ = ["alibi_attn_mask", "sink_column_inputs", "torch_mask_form", "torch_sdpa"]
 
 _TORCH_HAS_GQA = TORCH_VERSION >= (2, 5)  # enable_gqa
 # torch's operator itself (the object F.scaled_dot_product_attention names): a caller that rebinds
@@ -54,20 +59,24 @@ def torch_sdpa(
     enable_gqa: bool = False,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """torch's own function on inputs already checked, with the mask in its most structured form
     (:func:`torch_mask_form`). ``enable_gqa``: key/value heads (dim -3) shared by groups of query heads (torch < 2.5
     has no enable_gqa: the key/value heads are repeated for it). ``softcap``/``alibi_slopes``: the score modifiers,
-    ALiBi as a float mask (:func:`alibi_attn_mask`), a cap through torch's math definition (see the module)."""
+    ALiBi as a float mask (:func:`alibi_attn_mask`), a cap through torch's math definition (see the module);
+    ``sinks`` (heads,): one more key column (:func:`sink_column_inputs`)."""
     mask, is_causal = torch_mask_form(mask, query.size(-2), key.size(-2), is_causal)
     if softcap is not None:
         from .sdpa import reference  # the drop-in's module imports this one
 
-        return reference(
-            query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, softcap=softcap, alibi_slopes=alibi_slopes
-        )
+        modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
+        return reference(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, **modifiers)
     if alibi_slopes is not None:
         mask = alibi_attn_mask(mask, is_causal, alibi_slopes, query.size(-2), key.size(-2), query.dtype)
+        is_causal = False
+    if sinks is not None:
+        key, value, mask = sink_column_inputs(query, key, value, mask, is_causal, sinks)
         is_causal = False
     if mask is not None and mask.dim() < 2:  # some fused CPU paths index dim -2 of the mask: give them one
         mask = mask.reshape(1, -1) if mask.dim() == 1 else mask.reshape(1, 1)
@@ -79,6 +88,31 @@ def torch_sdpa(
         key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
     return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+
+
+def sink_column_inputs(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, is_causal: bool, sinks: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(key, value, float mask) with the sinks as one more key column: a zero key and a zero value appended to every
+    (key/value) head, and a float mask of the query's dtype broadcast to (..., heads, q_len, k_len + 1): 0 where the
+    ``mask`` (boolean, float or ``is_causal``, top-left) allows, -inf where it forbids (a float mask added as it is),
+    and ``z_h`` in the last column. The sink's score is then ``q . 0 * scale + z_h = z_h`` and its value zero:
+    ``softmax([s, z_h]) [v, 0]`` is the sinks' attention. A row with no key left keeps the sink: it outputs 0."""
+    q_len, k_len, heads = query.size(-2), key.size(-2), query.size(-3)
+    if is_causal:
+        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril()
+    if mask is None:
+        bias = query.new_zeros(heads, q_len, k_len)
+    elif mask.dtype == torch.bool:
+        bias = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(~mask, float("-inf"))
+    else:
+        bias = mask.to(query.dtype)
+    shape = torch.broadcast_shapes(bias.shape, (heads, q_len, k_len))
+    column = sinks.to(query.dtype)[:, None, None].expand(*shape[:-1], 1)
+    bias = torch.cat([bias.expand(shape), column], dim=-1)
+    key = torch.cat([key, key.new_zeros(*key.shape[:-2], 1, key.size(-1))], dim=-2)
+    value = torch.cat([value, value.new_zeros(*value.shape[:-2], 1, value.size(-1))], dim=-2)
+    return key, value, bias
 
 
 def alibi_attn_mask(

@@ -47,6 +47,8 @@ def attention_for_layer(config: LMConfig, i: int) -> nn.Module:
     per-head value form, as ``config.value_projection`` says."""
     kind = PerHeadValueAttention if config.value_projection == "per_head" else CausalSelfAttention
     grouped = {} if kind is PerHeadValueAttention else {"kv_heads": config.kv_heads}  # GQA: the W^O form only
+    if config.attention_sinks:  # gpt-oss: learned sinks (the W^O form only: LMConfig checks it)
+        grouped["sinks"] = True
     return kind(
         config.n_heads,
         config.d_model,

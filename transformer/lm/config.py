@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 from ..common.arguments import is_int, is_number
 from ..config import AttentionBackend, ConfigRecord, NormPlacement, _divisors, check_kv_heads
 from .config_checks import check_blocks, check_olmo
-from .moe.checks import check_experts
+from .moe.checks import check_experts, check_gpt_oss
 
 __all__ = ["LMConfig"]
 
@@ -146,6 +146,14 @@ class LMConfig(ConfigRecord):
     ``Olmo2RMSNorm``; Llama's casts first), and RoPE rotates the queries and keys in float32 at least, cast back
     after (OLMo 2's ``apply_rotary_pos_emb``): the same numbers in float32 and float64, OLMo 2's rounding in
     bfloat16.
+    gpt-oss (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card"; docs/moe.md, "gpt-oss"): ``attention_sinks``, one
+    learned logit per query head in every layer's softmax denominator (docs/attention.md, "Attention sinks");
+    ``expert_swiglu_limit`` L (None: the plain gated experts), experts that compute
+    ``down(clamp(up, -L, L) + 1) * g * sigmoid(alpha g)`` with ``g = min(gate, L)``, ``alpha`` =
+    ``expert_swiglu_alpha``, biases on both projections and gate and up interleaved in one matrix;
+    ``router_softmax_topk``: the router's weights are the softmax of its top-k logits (not of every expert's);
+    ``rope_yarn_truncate``: yarn's correction range floored and ceiled (True, transformers' default) or kept real
+    (False: gpt-oss's ``truncate: false``).
     """
 
     vocab: int
@@ -216,6 +224,13 @@ class LMConfig(ConfigRecord):
     pre_sublayer_norm: bool = True
     qk_norm_scope: Literal["head", "projection"] = "head"
     float32_gain_and_rotation: bool = False
+    # gpt-oss (docs/moe.md, "gpt-oss"; checked by transformer.lm.moe.checks.check_gpt_oss): attention sinks in every
+    # layer, clamped SwiGLU experts with biases, the router's softmax over its top-k logits, yarn's truncate
+    attention_sinks: bool = False
+    expert_swiglu_limit: float | None = None
+    expert_swiglu_alpha: float = 1.702
+    router_softmax_topk: bool = False
+    rope_yarn_truncate: bool = True
 
     def __post_init__(self) -> None:
         for name in ("window_layers", "rope_layers"):
@@ -238,6 +253,7 @@ class LMConfig(ConfigRecord):
         check_blocks(self)
         check_experts(self)
         check_olmo(self)
+        check_gpt_oss(self)
         if (self.head_dim is None or self.value_projection == "per_head") and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"LMConfig: n_heads={self.n_heads} does not divide d_model={self.d_model} "

@@ -48,16 +48,21 @@ def _llama3(inv_freq: Tensor, factor: float, low: float, high: float, original: 
     return torch.where(medium, smoothed, scaled)
 
 
-def _yarn(dim: int, theta: float, factor: float, beta_fast: float, beta_slow: float, original: int) -> Tensor:
+def _yarn(
+    dim: int, theta: float, factor: float, beta_fast: float, beta_slow: float, original: int, truncate: bool = True
+) -> Tensor:
     """YaRN's NTK-by-parts (Peng et al. 2023, section 3.2): dimensions that turn fewer than ``beta_slow`` times
     over the original context are interpolated (divided by ``factor``), more than ``beta_fast`` times kept, a linear
-    ramp between (the correction range floored and ceiled, as Hugging Face's ``truncate=True``)."""
+    ramp between (the correction range floored and ceiled with ``truncate``, as Hugging Face's ``truncate=True``;
+    without, the real-valued range, as its ``truncate=False``: gpt-oss's files)."""
 
     def correction_dim(rotations: float) -> float:
         return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # no singularity, as Hugging Face
     ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
@@ -71,7 +76,8 @@ def inverse_frequencies(dim: int, theta: float, scaling: str = "none", **rule: A
     """The ``dim / 2`` inverse frequencies of RoPE under a scaling rule, and the factor on cos and sin (1 except
     for yarn), as Hugging Face's ``ROPE_INIT_FUNCTIONS[scaling]`` returns them. ``rule`` holds the rule's numbers:
     ``factor``, ``original_max_len``, ``low_freq_factor``, ``high_freq_factor``, ``beta_fast``, ``beta_slow``,
-    ``attention_factor`` (yarn; None: ``0.1 ln(factor) + 1``, or 1 for factor <= 1)."""
+    ``attention_factor`` (yarn; None: ``0.1 ln(factor) + 1``, or 1 for factor <= 1), ``truncate`` (yarn; default
+    True)."""
     if scaling == "none":
         return _base_frequencies(dim, theta), 1.0
     factor = rule["factor"]
@@ -87,7 +93,8 @@ def inverse_frequencies(dim: int, theta: float, scaling: str = "none", **rule: A
         attention = rule.get("attention_factor")
         if attention is None:
             attention = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
-        return _yarn(dim, theta, factor, rule["beta_fast"], rule["beta_slow"], original), float(attention)
+        truncate = rule.get("truncate", True)
+        return _yarn(dim, theta, factor, rule["beta_fast"], rule["beta_slow"], original, truncate), float(attention)
     raise ValueError(f"rope_scaling must be 'none', 'linear', 'llama3' or 'yarn', got {scaling!r}")
 
 
@@ -165,6 +172,7 @@ class RotaryEmbedding(nn.Module):
             beta_fast=config.rope_beta_fast,
             beta_slow=config.rope_beta_slow,
             attention_factor=config.rope_attention_factor,
+            truncate=config.rope_yarn_truncate,
         )
 
     def table_rows(self, length: int) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from ...contracts import Float, Tensor, checked
+from .clamped_experts import ClampedSwiGLUExperts
 from .dispatch import dispatch
 from .experts import GatedExperts
 from .router import TopKRouter
@@ -31,7 +32,9 @@ class MoEFeedForward(nn.Module):
     """A sparse feed-forward block: ``router`` picks ``k`` of the ``experts`` per token; ``shared`` (or None) is
     added for every token. Takes and returns (*batch, d_model)."""
 
-    def __init__(self, router: TopKRouter, experts: GatedExperts, shared: SharedExpert | None = None) -> None:
+    def __init__(
+        self, router: TopKRouter, experts: GatedExperts | ClampedSwiGLUExperts, shared: SharedExpert | None = None
+    ) -> None:
         super().__init__()
         if (router.d_model, router.n_experts) != (experts.d_model, experts.n_experts):
             raise ValueError(
@@ -47,9 +50,14 @@ class MoEFeedForward(nn.Module):
         """The block :class:`~transformer.lm.config.LMConfig`'s expert fields describe."""
         router = TopKRouter(
             config.d_model, config.n_experts, config.experts_per_token, score=config.router_score,
-            norm_topk=config.router_norm_topk, bias=config.router_bias,
+            norm_topk=config.router_norm_topk, bias=config.router_bias, softmax_topk=config.router_softmax_topk,
         )  # fmt: skip
-        experts = GatedExperts(config.n_experts, config.d_model, config.expert_d_ff or config.d_ff, config.activation)
+        d_ff = config.expert_d_ff or config.d_ff
+        if config.expert_swiglu_limit is not None:  # gpt-oss's
+            limit, alpha = config.expert_swiglu_limit, config.expert_swiglu_alpha
+            experts = ClampedSwiGLUExperts(config.n_experts, config.d_model, d_ff, limit=limit, alpha=alpha)
+        else:
+            experts = GatedExperts(config.n_experts, config.d_model, d_ff, config.activation)
         shared = None
         if config.shared_expert_d_ff is not None:
             shared = SharedExpert(config.d_model, config.shared_expert_d_ff, config.activation)

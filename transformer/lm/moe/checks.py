@@ -8,7 +8,7 @@ from typing import Any
 
 from ...common.arguments import is_int, is_number
 
-__all__ = ["check_experts", "EXPERT_DEFAULTS", "sparse_layers"]
+__all__ = ["check_experts", "check_gpt_oss", "EXPERT_DEFAULTS", "sparse_layers"]
 
 #: The expert fields and their defaults (a dense model's values).
 EXPERT_DEFAULTS: dict[str, Any] = {
@@ -65,6 +65,43 @@ def check_experts(config: Any) -> None:
         _fail(f"router_aux_loss_coef must be a float >= 0, got router_aux_loss_coef={value!r}")
     if not config.ffn_gated:
         _fail("n_experts (gated experts) needs ffn_gated=True (the dense layers' network is gated too)")
+
+
+def check_gpt_oss(config: Any) -> None:
+    """Refuse impossible gpt-oss fields (``attention_sinks``, ``expert_swiglu_limit``, ``expert_swiglu_alpha``,
+    ``router_softmax_topk``, ``rope_yarn_truncate``; docs/moe.md, "gpt-oss"), naming the field, its value and what it
+    needs."""
+    if not isinstance(config.attention_sinks, bool):
+        _fail(f"attention_sinks must be a bool, got attention_sinks={config.attention_sinks!r}")
+    if config.attention_sinks and config.value_projection != "output":
+        _fail(
+            "attention_sinks=True needs value_projection='output' (the W^O form), got "
+            f"value_projection={config.value_projection!r}"
+        )
+    limit, alpha = config.expert_swiglu_limit, config.expert_swiglu_alpha
+    if limit is not None and (not is_number(limit, finite=True) or limit <= 0):
+        _fail(f"expert_swiglu_limit must be a float > 0 or None, got expert_swiglu_limit={limit!r}")
+    if not is_number(alpha, finite=True) or alpha <= 0:
+        _fail(f"expert_swiglu_alpha must be a float > 0, got expert_swiglu_alpha={alpha!r}")
+    if not isinstance(config.router_softmax_topk, bool):
+        _fail(f"router_softmax_topk must be a bool, got router_softmax_topk={config.router_softmax_topk!r}")
+    given = {"expert_swiglu_limit": limit is not None, "router_softmax_topk": config.router_softmax_topk}
+    given["expert_swiglu_alpha"] = alpha != 1.702
+    for name, changed in given.items():
+        if changed and config.n_experts is None:
+            _fail(f"{name}={getattr(config, name)!r} needs n_experts (a mixture of experts); got n_experts=None")
+    if config.router_softmax_topk and (config.router_score != "softmax" or config.router_norm_topk):
+        _fail(
+            "router_softmax_topk=True (the softmax of the top-k logits) needs router_score='softmax' and "
+            f"router_norm_topk=False (already summing to 1), got router_score={config.router_score!r}, "
+            f"router_norm_topk={config.router_norm_topk!r}"
+        )
+    if not isinstance(config.rope_yarn_truncate, bool):
+        _fail(f"rope_yarn_truncate must be a bool, got rope_yarn_truncate={config.rope_yarn_truncate!r}")
+    if not config.rope_yarn_truncate and config.rope_scaling != "yarn":
+        _fail(f"rope_yarn_truncate=False needs rope_scaling='yarn', got rope_scaling={config.rope_scaling!r}")
+    if alpha != 1.702 and limit is None:
+        _fail(f"expert_swiglu_alpha={alpha!r} needs expert_swiglu_limit (the clamped SwiGLU experts); got None")
 
 
 def sparse_layers(config: Any) -> list[int]:

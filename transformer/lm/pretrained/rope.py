@@ -9,7 +9,8 @@ defaults and precedences of transformers' ``RotaryEmbeddingConfigMixin`` (``mode
 * ``llama3``: ``factor``, ``low_freq_factor``, ``high_freq_factor``, ``original_max_position_embeddings``;
 * ``yarn``: ``factor`` (absent: max_position_embeddings / original), ``beta_fast`` and ``beta_slow`` (32 and 1 when
   absent or 0), the cos/sin factor ``attention_factor`` (absent: from ``mscale`` and ``mscale_all_dim`` when both are
-  given, else 0.1 ln(factor) + 1 for factor > 1 and 1 otherwise), ``truncate`` (only true is implemented).
+  given, else 0.1 ln(factor) + 1 for factor > 1 and 1 otherwise), ``truncate`` (default true; false, gpt-oss's files,
+  is LMConfig's ``rope_yarn_truncate=False``, written back only then).
 
 ``original_max_position_embeddings`` at the top level of the file wins over the one inside (as transformers reads
 Phi-3's files); absent, it is ``max_position_embeddings``. Every other rule (``dynamic``, ``longrope``, ...), any
@@ -100,7 +101,9 @@ def rope_fields(config: ConfigFields, rules: tuple[str, ...] = tuple(_KEYS), par
                 if mscale and mscale_all_dim
                 else _yarn_mscale(factor)
             )
-        rope.require("truncate", True, True)
+        truncate = rope.flag("truncate", True)
+        if not truncate:
+            fields["rope_yarn_truncate"] = False
         fields["rope_factor"] = factor
         fields["rope_attention_factor"] = float(attention)
         fields["rope_beta_fast"] = rope.number("beta_fast", None, optional=True, positive=False) or 32.0
@@ -126,6 +129,8 @@ def rope_parameters(config: LMConfig) -> dict[str, Any]:
         out["beta_fast"] = config.rope_beta_fast
         out["beta_slow"] = config.rope_beta_slow
         out["attention_factor"] = yarn_attention_factor(config)
+        if not config.rope_yarn_truncate:
+            out["truncate"] = False
     return out
 
 

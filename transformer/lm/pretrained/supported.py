@@ -10,6 +10,7 @@ from .errors import PretrainedFormatError
 from .gemma import Gemma2, Gemma3
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
+from .gpt_oss import GptOss
 from .granite import Granite
 from .llama import Llama, Mistral, Qwen2, Qwen3
 from .mixtral import Mixtral
@@ -43,6 +44,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Granite(),
         Olmo2(),
         Olmoe(),
+        GptOss(),
     )
 }
 
