@@ -337,3 +337,63 @@ def test_every_architecture_s_blocks_export_with_checks_on_and_compute_what_eage
             x = tokens(batch, seq)
             expected = model(x)
             torch.testing.assert_close(exported(x), expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+
+
+def packed(batch, seq, documents=3):
+    """A packed-documents mask: each row's ids non-decreasing, a new document every seq // documents positions
+    (row 1 also at position 1, so documents of one token occur), the last row a single document."""
+    ids = (torch.arange(seq) * documents // max(seq, 1)).expand(batch, seq).clone()
+    if batch > 1 and seq > 1:
+        ids[1, 1:] += 1
+    ids[-1] = 0
+    return T.AttentionMask(documents=ids)
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "rotary", "llama-like"])
+def test_the_language_model_with_a_packed_documents_mask_exports_for_every_length(name):
+    """AttentionMask(documents=...) as an input: the documents' positions (positions_from_documents: each document
+    counted from its first token) and the block-diagonal causal mask stay symbolic in seq (no Python branch on the
+    length: nothing specialised, seq 1 and 2 included), the program computes what eager computes at other sizes, and
+    documents of another length than the tokens fail with the language model's own message."""
+    model = lm(**LMS[name])
+    axes = {"mask.documents": ("batch", "seq")}
+    exported = export(model, tokens(2, 16), packed(2, 16), sizes=SIZES, axes=axes)
+    ranges = [(int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values()]
+    assert sorted(ranges) == [(1, 16), (1, 32)]
+    with torch.no_grad():
+        for batch, seq in ((1, 1), (2, 2), (3, 7), (16, 32), (2, 3)):
+            x, mask = tokens(batch, seq), packed(batch, seq)
+            want = model(x, mask)
+            torch.testing.assert_close(exported(x, mask), want, rtol=0, atol=1e-6)
+            if seq >= 6:  # the packing matters: the row of several documents differs from one document
+                assert not torch.allclose(want, model(x, packed(batch, seq, documents=1)))
+    with pytest.raises(ValueError) as caught:
+        exported(tokens(2, 9), packed(2, 8))
+    assert str(caught.value).startswith(
+        "TransformerLM.forward: argument 'mask.documents' must be (batch, seq) = (2, 9), one document id per token, "
+        "got shape (2, 8)"
+    )
+
+
+class PackedInside(torch.nn.Module):
+    """Packed documents of a length read from a tensor (a data-dependent size, torch's unbacked `u0`), made into a
+    mask inside the program."""
+
+    def forward(self, ids, length):
+        k = length.item()
+        torch._check(k >= 1)
+        torch._check(k <= ids.size(1))
+        return T.AttentionMask(documents=ids.narrow(1, 0, k)).documents.cumsum(-1)
+
+
+def test_a_documents_mask_of_a_data_dependent_length_is_built_inside_an_exported_program():
+    """check_documents asks nothing of a traced mask's sizes (under a trace it only checks the dtype and rank): a
+    branch on the length first (`documents.size(1) < 2`) is decided for a symbolic size, which torch takes to be at
+    least 2 while tracing, but cannot be for a data-dependent one, and export fails. Eagerly the ids are checked."""
+    ids = torch.tensor([[0, 0, 1, 1, 2, 2]])
+    with T.checks(True):
+        program = torch.export.export(PackedInside(), (ids, torch.tensor(1)))
+    for k in (1, 2, 5):
+        assert program.module()(ids, torch.tensor(k)).tolist() == ids[:, :k].cumsum(-1).tolist()
+    with pytest.raises(ValueError, match="documents must be non-decreasing along each row"):
+        PackedInside()(torch.tensor([[0, 1, 0]]), torch.tensor(3))

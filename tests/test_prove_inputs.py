@@ -165,3 +165,32 @@ def test_beam_search_s_step_is_proved_for_every_batch_kept_rows_and_cache_length
     report = prove(BeamStep(model), rows, torch.randint(0, VOCAB, (3, 1)), prompted(model, 2, 6), sizes=sizes)
     assert report.proved, str(report)
     assert any(c.call.endswith("Generator.decision_log_probs") for c in report.calls)
+
+
+def documents_mask(batch, seq):
+    """Packed documents: ids 0, 0, 1, 1, 1, 2, ... (a new document every few positions), row 0 one document."""
+    ids = (torch.arange(seq) * 3 // seq).expand(batch, seq).clone()
+    ids[0] = 0
+    return AttentionMask(documents=ids)
+
+
+@pytest.mark.parametrize("naming", ["axes", "assume"])
+@pytest.mark.parametrize("name", ["rotary-gqa", "learned"])
+def test_the_language_model_with_a_packed_documents_mask_is_proved_for_every_batch_and_length(name, naming):
+    """AttentionMask(documents=...): the documents' own positions (positions_from_documents) and the block-diagonal
+    causal mask for every length from 1 to max_len (a slice assignment there specialised seq at 2, and
+    check_documents must not branch on the symbolic length); the documents named (batch, seq) with `axes`, or their
+    k_len made seq by an assumption. Without the assumption the mask's length is the relation the proof needs."""
+    model = lm(name)
+    tokens, mask, sizes = torch.randint(0, VOCAB, (2, 8)), documents_mask(2, 8), {"batch": (1, 16), "seq": (1, MAX_LEN)}
+    if naming == "axes":
+        report = prove(model, tokens, mask, sizes=sizes, axes={"mask.documents": ("batch", "seq")})
+    else:
+        report = prove(model, tokens, mask, sizes={**sizes, "k_len": (1, MAX_LEN)}, assume=["k_len == seq"])
+    assert report.proved, str(report)
+    assert any(c.call.endswith("positions_from_documents") for c in report.calls)
+    if naming == "assume":
+        unrelated = prove(model, tokens, mask, sizes={**sizes, "k_len": (1, MAX_LEN)})
+        (found,) = unrelated.counterexamples
+        assert "k_len" in found.relation and "seq" in found.relation, str(unrelated)
+        assert "must be (batch, seq)" in found.eager, str(unrelated)
