@@ -6,6 +6,7 @@ next token) for every batch, number of kept rows and cache length."""
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 
 import transformer as T
@@ -194,3 +195,85 @@ def test_the_language_model_with_a_packed_documents_mask_is_proved_for_every_bat
         (found,) = unrelated.counterexamples
         assert "k_len" in found.relation and "seq" in found.relation, str(unrelated)
         assert "must be (batch, seq)" in found.eager, str(unrelated)
+
+
+WINDOW = 8
+
+
+class WindowedStep(nn.Module):
+    """One token after a sliding-window cache (LMCache.window = 8: it holds at most window - 1 = 7 positions after
+    each call, Mistral's rolling buffer); the cache comes back, trimmed."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @checked
+    def forward(self, token: Int[Tensor, "batch 1"], cache: LMCache) -> tuple[Float[Tensor, "batch 1 50"], LMCache]:
+        return self.model.logits(token, cache=cache), cache
+
+
+def windowed_lm():
+    fields = dict(positional_encoding="rotary", n_kv_heads=2, norm="rms", sliding_window=WINDOW)
+    return T.build_lm(T.LMConfig(vocab=VOCAB, d_model=32, n_heads=4, n_layers=2, max_len=MAX_LEN, **fields)).eval()
+
+
+@pytest.mark.parametrize("prompt", [3, WINDOW - 1, WINDOW + 4])
+def test_a_windowed_cached_step_is_proved_by_cases_across_the_window_for_every_held_length(prompt):
+    """The windowed cache as an input, its held length symbolic (cache_len 1..window - 1, all it can hold): the
+    step's trim drops one position exactly when the cache holds window - 1 (`if drop <= 0:` in LMCache.trim, a
+    branch on the size), so the whole range is not proved in one piece, and cases="split" proves it in two,
+    cache_len <= window - 2 (nothing dropped) and == window - 1 (one dropped), from a cache shorter than window - 1,
+    as long, and from a prompt longer (positions already dropped: the count is fixed at export)."""
+    model = windowed_lm()
+    cache = prompted(model, 2, prompt)
+    assert (cache.held, cache.dropped) == (min(prompt, WINDOW - 1), max(0, prompt - WINDOW + 1))
+    sizes = {"batch": (1, 16), "cache_len": (1, WINDOW - 1)}
+    token = torch.randint(0, VOCAB, (2, 1))
+    whole = prove(WindowedStep(model), token, cache, sizes=sizes)
+    found = whole.counterexamples[0]  # the side the example's cache takes (from window - 1 held: the drop)
+    side = f"cache_len <= {WINDOW - 2}" if cache.held < WINDOW - 1 else f"cache_len > {WINDOW - 2}"
+    assert found.relation == side and "positions.py" in found.where, str(whole)
+    assert found.eager.startswith("no error")  # eagerly both sides are right: a specialisation, not a shape bug
+    report = prove(WindowedStep(model), token, cache, sizes=sizes, cases="split")
+    assert report.proved, str(report)
+    assert [case.ranges["cache_len"] for case in report.cases] == [(1, WINDOW - 2), (WINDOW - 1, WINDOW - 1)]
+
+
+def test_a_windowed_cached_step_exports_on_each_side_of_the_window_and_equals_eager():
+    """Exported with the cache's held length symbolic below window - 1 (nothing dropped: the program loops, the
+    cache it returns one longer, until it holds window - 1), and at window - 1 after a prompt longer than the window
+    (one position dropped per step): each equals eager's step. The count a window dropped is fixed at export: a
+    cache that dropped another number of positions is another program, which torch refuses."""
+    from transformer.proofs import export
+
+    model = windowed_lm()
+    step = WindowedStep(model)
+    token = torch.randint(0, VOCAB, (2, 1))
+    below = export(step, token, prompted(model, 2, 3), sizes={"batch": (1, 16), "cache_len": (1, WINDOW - 2)})
+    at = export(
+        step,
+        token,
+        prompted(model, 2, WINDOW + 4),
+        sizes={"batch": (1, 16), "cache_len": (1, WINDOW - 1)},
+        assume=[f"cache_len == {WINDOW - 1}"],
+    )
+    with torch.no_grad():
+        for batch, length in ((1, 1), (3, 4)):
+            cache = prompted(model, batch, length)
+            reference = pytree.tree_map(lambda leaf: leaf, cache)  # the same tensors in new cache objects
+            while cache.held < WINDOW - 1:
+                token = torch.randint(0, VOCAB, (batch, 1))
+                got, cache = below(token, cache)
+                want, reference = step(token, reference)
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+                assert (cache.held, cache.dropped) == (reference.held, reference.dropped)
+        cache = prompted(model, 3, WINDOW + 4)
+        reference = pytree.tree_map(lambda leaf: leaf, cache)
+        token = torch.randint(0, VOCAB, (3, 1))
+        got, cache = at(token, cache)
+        want, reference = step(token, reference)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+        assert (cache.held, cache.dropped, cache.length) == (WINDOW - 1, 6, WINDOW + 5)
+        with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
+            at(token, cache)  # it dropped 6 now, the program was exported for 5
