@@ -397,3 +397,36 @@ def test_a_documents_mask_of_a_data_dependent_length_is_built_inside_an_exported
         assert program.module()(ids, torch.tensor(k)).tolist() == ids[:, :k].cumsum(-1).tolist()
     with pytest.raises(ValueError, match="documents must be non-decreasing along each row"):
         PackedInside()(torch.tensor([[0, 1, 0]]), torch.tensor(3))
+
+
+def test_the_encoder_decoder_s_cached_decoder_step_exports_with_a_decoder_cache_and_loops_as_eager(tiny_model):
+    """A DecoderCache input (and output): batch, source length and cache length symbolic; fed the cache it returns,
+    the program decodes as eager does from caches of other batches, sources and lengths; a cache of another depth
+    fails with the decoder's own message, a source mask of another length with the contract's."""
+    from test_prove_inputs import DECODER_SIZES, DecoderStep, decoder_inputs
+
+    step = DecoderStep(tiny_model)
+    memory, src_mask, cache = decoder_inputs(tiny_model, 2, 7, 4)
+    exported = export(step, memory, src_mask, torch.randint(1, 13, (2, 1)), cache, sizes=DECODER_SIZES)
+    ranges = sorted((int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values())
+    assert ranges == [(1, 16), (1, 31), (1, 32)]  # batch, cache_len, src_len: nothing specialised
+    with torch.no_grad():
+        for batch, src_len, decoded in ((1, 1, 1), (3, 9, 5), (16, 32, 28)):
+            memory, src_mask, cache = decoder_inputs(tiny_model, batch, src_len, decoded)
+            reference = pytree.tree_map(lambda leaf: leaf, cache)
+            for _ in range(3):
+                token = torch.randint(1, 13, (batch, 1))
+                got, cache = exported(memory, src_mask, token, cache)
+                want, reference = step(memory, src_mask, token, reference)
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+                assert cache.length == reference.length
+        assert cache.length == 31
+        shallow = T.make_model(11, 13, N=1, d_model=16, d_ff=32, h=4, dropout=0.0).eval()
+        memory, src_mask, other = decoder_inputs(shallow, 2, 7, 4)
+        with pytest.raises(ValueError, match="Decoder: the cache has 1 layers, the decoder 2"):
+            exported(memory, src_mask, torch.randint(1, 13, (2, 1)), other)
+        memory, src_mask, cache = decoder_inputs(tiny_model, 2, 7, 4)
+        with pytest.raises(
+            TypeCheckError, match=r"argument 'src_mask' is bool\[2,1,5\], expected Bool\[Tensor, 'batch 1 src_len'\]"
+        ):
+            exported(memory, src_mask[:, :, :5], torch.randint(1, 13, (2, 1)), cache)

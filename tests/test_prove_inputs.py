@@ -10,7 +10,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 import transformer as T
-from transformer import AttentionMask, Float, Int, Tensor, checked
+from transformer import AttentionMask, Bool, DecoderCache, Float, Int, Tensor, checked
 from transformer.cache import KVCache
 from transformer.lm.model import LMNextTokens
 from transformer.lm.positions import LMCache
@@ -277,3 +277,88 @@ def test_a_windowed_cached_step_exports_on_each_side_of_the_window_and_equals_ea
         assert (cache.held, cache.dropped, cache.length) == (WINDOW - 1, 6, WINDOW + 5)
         with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
             at(token, cache)  # it dropped 6 now, the program was exported for 5
+
+
+class Recorded(nn.Module):
+    """Multi-head attention keeping its probabilities (`record_attention`: the eager reference with the mask made
+    dense as (q_len, k_len)), queries shorter than the keys under the bottom-right causal mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = T.MultiHeadedAttention(4, 32, 0.0).eval()
+        self.attention.record_attention = True
+
+    @checked
+    def forward(
+        self, q: Float[Tensor, "batch q_len 32"], kv: Float[Tensor, "batch k_len 32"]
+    ) -> Float[Tensor, "batch q_len 32"]:
+        return self.attention(q, kv, kv, AttentionMask(window_right=0))
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.attention.attn was assigned during export")
+def test_recorded_attention_over_more_keys_than_queries_is_proved_and_equals_the_unrecorded():
+    """The recorded probabilities are (batch, heads, q_len, k_len), zero after each query's own position (query i
+    at k_len - q_len + i), and the output equals the one computed without recording, for queries shorter than the
+    keys (a square (k_len, k_len) mask holds only when q_len == k_len, or broadcasts a single query to k_len rows);
+    proved for every batch, q_len and k_len with q_len <= k_len."""
+    model = Recorded()
+    q, kv = torch.randn(2, 3, 32), torch.randn(2, 7, 32)
+    with torch.no_grad():
+        for q_len in (1, 3):
+            recorded = model(q[:, :q_len], kv)
+            probabilities = model.attention.attn
+            assert probabilities.shape == (2, 4, q_len, 7)
+            slots = torch.arange(7 - q_len, 7)[:, None]
+            assert probabilities.masked_select(torch.arange(7) > slots).eq(0).all()  # (none hidden at q_len 1)
+            torch.testing.assert_close(probabilities.sum(-1), torch.ones(2, 4, q_len))
+            model.attention.record_attention = False
+            torch.testing.assert_close(recorded, model(q[:, :q_len], kv), rtol=1e-5, atol=1e-6)
+            model.attention.record_attention = True
+    sizes = {"batch": (1, 8), "q_len": (1, 16), "k_len": (1, 16)}
+    report = prove(model, q, kv, sizes=sizes, assume=["q_len <= k_len"])
+    assert report.proved, str(report)
+
+
+class DecoderStep(nn.Module):
+    """The encoder-decoder's cached decoder step: one target token after a DecoderCache (each layer's self-attention
+    keys of cache_len positions, its cross-attention's of the source's src_len), over the encoded memory; the cache
+    comes back."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @checked
+    def forward(
+        self,
+        memory: Float[Tensor, "batch src_len 16"],
+        src_mask: Bool[Tensor, "batch 1 src_len"],
+        token: Int[Tensor, "batch 1"],
+        cache: DecoderCache,
+    ) -> tuple[Float[Tensor, "batch 1 16"], DecoderCache]:
+        return self.model.decode(memory, src_mask, token, None, cache=cache), cache
+
+
+def decoder_inputs(model, batch, src_len, decoded):
+    """Memory, source mask (the first row padded) and a DecoderCache after `decoded` target positions."""
+    src = torch.randint(1, 11, (batch, src_len))
+    src_mask = torch.ones(batch, 1, src_len, dtype=torch.bool)
+    src_mask[0, 0, src_len // 2 + 1 :] = False
+    cache = model.new_cache()
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        model.decode(memory, src_mask, torch.randint(1, 13, (batch, decoded)), None, cache=cache)
+    return memory, src_mask, cache
+
+
+DECODER_SIZES = {"batch": (1, 16), "src_len": (1, 32), "cache_len": (1, 31)}
+
+
+def test_the_encoder_decoder_s_cached_decoder_step_is_proved_for_every_batch_source_and_cache_length(tiny_model):
+    """A DecoderCache input: its self-attention keys named cache_len, its cross-attention's src_len (the memory's
+    length, which the contracts relate to the source mask's); proved for every batch, source length and cache
+    length."""
+    memory, src_mask, cache = decoder_inputs(tiny_model, 2, 7, 4)
+    report = prove(DecoderStep(tiny_model), memory, src_mask, torch.randint(1, 13, (2, 1)), cache, sizes=DECODER_SIZES)
+    assert report.proved, str(report)
+    assert any(c.call.endswith("DecoderLayer.forward") for c in report.calls), str(report)
