@@ -362,3 +362,33 @@ def test_the_encoder_decoder_s_cached_decoder_step_is_proved_for_every_batch_sou
     report = prove(DecoderStep(tiny_model), memory, src_mask, torch.randint(1, 13, (2, 1)), cache, sizes=DECODER_SIZES)
     assert report.proved, str(report)
     assert any(c.call.endswith("DecoderLayer.forward") for c in report.calls), str(report)
+
+
+class Reorder(nn.Module):
+    """Beam search's reorder of a language model's cache (LMCache.reorder): the rows `rows` kept, of any number,
+    with the pads and next positions of a left-padded prompt (real_keys, next_positions) kept with the keys."""
+
+    @checked
+    def forward(self, rows: Int[Tensor, " kept"], cache: LMCache) -> tuple[Bool[Tensor, "kept cache_len"], LMCache]:
+        cache.reorder(rows)
+        return cache.real_keys, cache
+
+
+def test_the_reorder_of_a_padded_cache_by_a_beam_index_of_every_width_is_proved():
+    """For every batch, number of kept rows and cache length: the keys, values, pads and next positions all follow
+    the index (the values are checked eagerly: row r of the result is row rows[r] of the cache)."""
+    model = lm("rotary-gqa")
+    prompt = torch.randint(0, VOCAB, (3, 6))
+    real = torch.ones(3, 6, dtype=torch.bool)
+    real[1, :2] = False
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(prompt, AttentionMask(key_mask=real), cache=cache)
+    rows = torch.tensor([1, 1, 0, 2])
+    sizes = {"batch": (1, 16), "kept": (1, 16), "cache_len": (1, MAX_LEN - 1)}
+    report = prove(Reorder(), torch.tensor([0, 0]), pytree.tree_map(lambda leaf: leaf, cache), sizes=sizes)
+    assert report.proved, str(report)
+    keys, pads, following = cache.layers[0].keys, cache.real_keys, cache.next_positions
+    got, kept = Reorder()(rows, pytree.tree_map(lambda leaf: leaf, cache))
+    assert torch.equal(got, pads[rows]) and torch.equal(kept.next_positions, following[rows])
+    assert torch.equal(kept.layers[0].keys, keys[rows]) and kept.length == cache.length
