@@ -345,3 +345,96 @@ def test_every_architecture_s_blocks_export_with_checks_on_and_compute_what_eage
             x = tokens(batch, seq)
             expected = model(x)
             torch.testing.assert_close(exported(x), expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+
+
+def packed(batch, seq, documents=3):
+    """A packed-documents mask: each row's ids non-decreasing, a new document every seq // documents positions
+    (row 1 also at position 1, so documents of one token occur), the last row a single document."""
+    ids = (torch.arange(seq) * documents // max(seq, 1)).expand(batch, seq).clone()
+    if batch > 1 and seq > 1:
+        ids[1, 1:] += 1
+    ids[-1] = 0
+    return T.AttentionMask(documents=ids)
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "rotary", "llama-like"])
+def test_the_language_model_with_a_packed_documents_mask_exports_for_every_length(name):
+    """AttentionMask(documents=...) as an input: the documents' positions (positions_from_documents: each document
+    counted from its first token) and the block-diagonal causal mask stay symbolic in seq (no Python branch on the
+    length: nothing specialised, seq 1 and 2 included), the program computes what eager computes at other sizes, and
+    documents of another length than the tokens fail with the language model's own message."""
+    model = lm(**LMS[name])
+    axes = {"mask.documents": ("batch", "seq")}
+    exported = export(model, tokens(2, 16), packed(2, 16), sizes=SIZES, axes=axes)
+    ranges = [(int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values()]
+    assert sorted(ranges) == [(1, 16), (1, 32)]
+    with torch.no_grad():
+        for batch, seq in ((1, 1), (2, 2), (3, 7), (16, 32), (2, 3)):
+            x, mask = tokens(batch, seq), packed(batch, seq)
+            want = model(x, mask)
+            torch.testing.assert_close(exported(x, mask), want, rtol=0, atol=1e-6)
+            if seq >= 6:  # the packing matters: the row of several documents differs from one document
+                assert not torch.allclose(want, model(x, packed(batch, seq, documents=1)))
+    with pytest.raises(ValueError) as caught:
+        exported(tokens(2, 9), packed(2, 8))
+    assert str(caught.value).startswith(
+        "TransformerLM.forward: argument 'mask.documents' must be (batch, seq) = (2, 9), one document id per token, "
+        "got shape (2, 8)"
+    )
+
+
+class PackedInside(torch.nn.Module):
+    """Packed documents of a length read from a tensor (a data-dependent size, torch's unbacked `u0`), made into a
+    mask inside the program."""
+
+    def forward(self, ids, length):
+        k = length.item()
+        torch._check(k >= 1)
+        torch._check(k <= ids.size(1))
+        return T.AttentionMask(documents=ids.narrow(1, 0, k)).documents.cumsum(-1)
+
+
+def test_a_documents_mask_of_a_data_dependent_length_is_built_inside_an_exported_program():
+    """check_documents asks nothing of a traced mask's sizes (under a trace it only checks the dtype and rank): a
+    branch on the length first (`documents.size(1) < 2`) is decided for a symbolic size, which torch takes to be at
+    least 2 while tracing, but cannot be for a data-dependent one, and export fails. Eagerly the ids are checked."""
+    ids = torch.tensor([[0, 0, 1, 1, 2, 2]])
+    with T.checks(True):
+        program = torch.export.export(PackedInside(), (ids, torch.tensor(1)))
+    for k in (1, 2, 5):
+        assert program.module()(ids, torch.tensor(k)).tolist() == ids[:, :k].cumsum(-1).tolist()
+    with pytest.raises(ValueError, match="documents must be non-decreasing along each row"):
+        PackedInside()(torch.tensor([[0, 1, 0]]), torch.tensor(3))
+
+
+def test_the_encoder_decoder_s_cached_decoder_step_exports_with_a_decoder_cache_and_loops_as_eager(tiny_model):
+    """A DecoderCache input (and output): batch, source length and cache length symbolic; fed the cache it returns,
+    the program decodes as eager does from caches of other batches, sources and lengths; a cache of another depth
+    fails with the decoder's own message, a source mask of another length with the contract's."""
+    from test_prove_inputs import DECODER_SIZES, DecoderStep, decoder_inputs
+
+    step = DecoderStep(tiny_model)
+    memory, src_mask, cache = decoder_inputs(tiny_model, 2, 7, 4)
+    exported = export(step, memory, src_mask, torch.randint(1, 13, (2, 1)), cache, sizes=DECODER_SIZES)
+    ranges = sorted((int(r.lower), int(r.upper)) for r in exported.program.range_constraints.values())
+    assert ranges == [(1, 16), (1, 31), (1, 32)]  # batch, cache_len, src_len: nothing specialised
+    with torch.no_grad():
+        for batch, src_len, decoded in ((1, 1, 1), (3, 9, 5), (16, 32, 28)):
+            memory, src_mask, cache = decoder_inputs(tiny_model, batch, src_len, decoded)
+            reference = pytree.tree_map(lambda leaf: leaf, cache)
+            for _ in range(3):
+                token = torch.randint(1, 13, (batch, 1))
+                got, cache = exported(memory, src_mask, token, cache)
+                want, reference = step(memory, src_mask, token, reference)
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+                assert cache.length == reference.length
+        assert cache.length == 31
+        shallow = T.make_model(11, 13, N=1, d_model=16, d_ff=32, h=4, dropout=0.0).eval()
+        memory, src_mask, other = decoder_inputs(shallow, 2, 7, 4)
+        with pytest.raises(ValueError, match="Decoder: the cache has 1 layers, the decoder 2"):
+            exported(memory, src_mask, torch.randint(1, 13, (2, 1)), other)
+        memory, src_mask, cache = decoder_inputs(tiny_model, 2, 7, 4)
+        with pytest.raises(
+            TypeCheckError, match=r"argument 'src_mask' is bool\[2,1,5\], expected Bool\[Tensor, 'batch 1 src_len'\]"
+        ):
+            exported(memory, src_mask[:, :, :5], torch.randint(1, 13, (2, 1)), cache)

@@ -106,8 +106,9 @@ def positions_from_documents(documents: Int[Tensor, "batch seq"]) -> Int[Tensor,
     document id of every position, as ``AttentionMask.documents``): documents ``[0, 0, 1, 1, 1]`` give positions
     ``[0, 1, 0, 1, 2]``, each slot minus the slot where its document starts (a new document wherever the id changes)."""
     slots = torch.arange(documents.size(-1), device=documents.device)
-    starts = torch.ones_like(documents, dtype=torch.bool)
-    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    # (no slice assignment: `starts[:, 1:] = ...` copies seq - 1 positions, which torch's symbolic reasoning
+    # specialises at seq 2, where the copy broadcasts; a roll compares each id with the one before, size-generically)
+    starts = (documents != documents.roll(1, dims=-1)) | (slots == 0)
     return slots - torch.where(starts, slots, 0).cummax(-1).values
 
 

@@ -79,6 +79,8 @@ def resized(arg: str, value: object, named: dict, alias: dict, sizes: dict, like
         name = arg + pytree.keystr(path)
         if isinstance(leaf, torch.Tensor) and name in named:
             made.append(like(leaf, resized_shape(leaf, named[name], alias, sizes)))
+            if name.endswith(".documents"):  # packed documents' ids are non-decreasing along a row
+                made[-1] = made[-1].sort(dim=-1).values
         else:
             made.append(leaf)
     return pytree.tree_unflatten(made, spec)
