@@ -55,10 +55,10 @@ from ..common.output_dirs import OutputWriteError
 from ..lm.pretrained import PretrainedFormatError
 from ..tasks import UnknownTokenError
 from ..training import TrainingDiverged, TrainingInterrupted
-from .arguments import add_lm_flags, add_translate_flags
 from .checkpoint_commands import decode_translation, generate_command, run_consolidate, run_decode, run_generate
 from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_TERMINATED, EXIT_USAGE, CommandError, UsageError
 from .export import run_export
+from .file_flags import add_lm_flags, add_translate_flags
 from .messages import describe_schedule, resume_command
 from .parser import FILE_TASKS, PROG, add_generate_parser, build_parser, parse
 from .prove import run_prove

@@ -89,7 +89,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-p29-pack-default-off",
-        "transformer/cli/arguments.py",
+        "transformer/cli/file_flags.py",
         (
             (
                 '        default=True,\n        help="keep the documents',
