@@ -1,15 +1,20 @@
-"""The resume hint works as printed (issue 43): after Ctrl-C or SIGTERM, ``typed-transformer train TASK`` followed by
-what the last line of stderr says (``continue it with --resume --out DIR``) and nothing else continues the run
-exactly: the checkpoint records the flags that define it (``--text``, ``--init``, ``--block-len``, ``--dtype``,
-``--steps``, ``--seed``, the schedule...) and the resume reads back each one left out; one given with another value
-is refused naming both. The summary after a resume says the steps of this run and the total, and the token store
-it reused; a ``--block-len`` longer than a pretrained model's context is refused before anything is tokenized."""
+"""The resume hint works as printed (issue 43): after Ctrl-C or SIGTERM, the command the last line of stderr gives
+(``continue it with: typed-transformer train TASK --resume --out DIR``, the directory quoted for a shell), run as it
+is, continues the run exactly (in this process, and once through the installed console script): the checkpoint
+records the flags that define it (``--text``, ``--init``, ``--block-len``, ``--dtype``, ``--steps``, ``--seed``, the
+schedule...) and the resume reads back each one left out; one given with another value is refused naming both. The
+summary after a resume says the steps of this run and the total, and the tokens of the store it reused (train lm and
+train translate), with the corpus report the store recorded; a ``--block-len`` longer than a pretrained model's
+context is refused before anything is tokenized."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -69,27 +74,36 @@ def _store_tokens(folder, corpus) -> int:
         return len(pretrained_text_tokenizer(folder).encode(file.read())) + 1
 
 
-def _hint(err: str) -> list[str]:
-    """The flags the last line of stderr says to continue with."""
+def _hint(err: str, task: str) -> list[str]:
+    """The command the last line of stderr says to continue with, as a shell splits it, less the program name (what
+    ``main`` takes): it must be ``typed-transformer train TASK ...``."""
     last = err.strip().splitlines()[-1]
-    assert "continue it with " in last, last
-    return last.split("continue it with ", 1)[1].split()
+    assert "; continue it with: " in last, last
+    argv = shlex.split(last.split("; continue it with: ", 1)[1])
+    assert argv[:3] == ["typed-transformer", "train", task], argv
+    return argv[1:]
+
+
+def _console_script() -> list[str]:
+    """``typed-transformer`` as installed beside this Python (``python -m transformer`` where it is not)."""
+    script = os.path.join(os.path.dirname(sys.executable), "typed-transformer")
+    return [script] if os.path.isfile(script) else [sys.executable, "-m", "transformer"]
 
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_fine_tune_interrupted_then_resumed_with_the_printed_flags_alone_is_the_uninterrupted_run(
     signum, status, folder, corpus, tmp_path, capsys, interrupt_at
 ):
-    straight, split = tmp_path / "straight", tmp_path / "split"
+    straight, split = tmp_path / "straight", tmp_path / "split run"  # a space: the printed command quotes it
     flags = ["--init", str(folder), "--text", corpus, *TRAIN, "--steps", "8", "--dtype", "bfloat16"]
     flags += ["--lr-schedule", "cosine", "--lr", "1e-3", "--warmup-ratio", "0.25"]
     assert main(["train", "lm", *flags, "--out", str(straight)]) == 0
     capsys.readouterr()
     interrupt_at(4, signum)
     assert main(["train", "lm", *flags, "--out", str(split)]) == status
-    hint = _hint(capsys.readouterr().err)
-    assert hint == ["--resume", "--out", str(split)]
-    assert main(["train", "lm", *hint]) == 0  # as printed: nothing else
+    hint = _hint(capsys.readouterr().err, "lm")
+    assert hint == ["train", "lm", "--resume", "--out", str(split)]
+    assert main(hint) == 0  # as printed: nothing else
     printed = capsys.readouterr().out
     assert f"resumed from {split} at step 4" in printed
     assert "trained 4 steps (resumed at step 4; 8 in all)" in printed
@@ -171,8 +185,8 @@ def test_a_synthetic_task_resumed_with_the_printed_flags_alone_keeps_its_steps_a
     assert main(["train", "copy", *flags, "--out", str(straight)]) == 0
     interrupt_at(5)
     assert main(["train", "copy", *flags, "--out", str(split)]) == 130
-    hint = _hint(capsys.readouterr().err)
-    assert main(["train", "copy", *hint]) == 0
+    hint = _hint(capsys.readouterr().err, "copy")
+    assert main(hint) == 0
     assert "trained 7 steps (resumed at step 5; 12 in all)" in capsys.readouterr().out  # not the default 600 steps
     a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -224,13 +238,28 @@ def test_train_translate_resumes_with_the_printed_flags_alone(tmp_path, capsys, 
     assert main(["train", "translate", *flags, "--out", str(straight)]) == 0
     interrupt_at(3)
     assert main(["train", "translate", *flags, "--out", str(split)]) == 130
-    hint = _hint(capsys.readouterr().err)
-    assert main(["train", "translate", *hint]) == 0
+    hint = _hint(capsys.readouterr().err, "translate")
+    assert main(hint) == 0
     printed = capsys.readouterr().out
     assert "trained 3 steps (resumed at step 3; 6 in all)" in printed
-    assert f"reused the token store in {split}.data" in printed
+    assert (
+        f"reused {_pair_tokens(split, [train, valid]):,} tokens from {split}.data" in printed
+        and " 0 lines" not in printed
+    )
     a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    corpora = [json.loads((d / "meta.json").read_text())["metadata"]["results"]["corpus"] for d in (straight, split)]
+    assert corpora[0] == corpora[1] and corpora[1]["lines"] == 220  # the stores' lines (200 + 20), not 0
+
+
+def _pair_tokens(checkpoint, files) -> int:
+    """The source and target tokens of every pair of ``files`` under the checkpoint's tokenizer (the stores hold
+    the targets without ``<s>`` and ``</s>``, added per batch)."""
+    from transformer.data.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(checkpoint)
+    pairs = [line.split("\t") for file in files for line in open(file, encoding="utf-8").read().splitlines()]
+    return sum(len(tokenizer.encode(source)) + len(tokenizer.encode(target)) for source, target in pairs)
 
 
 def test_a_longer_steps_on_resume_stretches_the_fine_tune_s_default_decay_and_says_so(folder, corpus, tmp_path, capsys):
@@ -249,3 +278,32 @@ def test_a_longer_steps_on_resume_stretches_the_fine_tune_s_default_decay_and_sa
     after = json.loads((out / "state.json").read_text())["scheduler"]["lr_lambdas"][0]
     assert (after["schedule"], after["total"], after["warmup"]) == ("linear", 5, before["warmup"])
     assert "learning rate changed on resume" in printed and "to 0 at step 2" in printed and "at step 5" in printed
+
+
+def test_the_printed_command_runs_as_printed_in_a_shell_after_sigterm(folder, corpus, tmp_path, capsys, interrupt_at):
+    """The last line of stderr, pasted into a shell: the installed console script continues the run to its end."""
+    out = tmp_path / "run"
+    flags = ["--init", str(folder), "--text", corpus, *TRAIN, "--steps", "4"]
+    interrupt_at(2, signal.SIGTERM)
+    assert main(["train", "lm", *flags, "--out", str(out)]) == 143
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    command = last.split("; continue it with: ", 1)[1]
+    assert command == f"typed-transformer train lm --resume --out {shlex.quote(str(out))}"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = [*_console_script(), *shlex.split(command)[1:]]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trained 2 steps (resumed at step 2; 4 in all)" in done.stdout
+
+
+def test_under_torchrun_the_printed_command_is_a_torchrun_launch_of_the_same_ranks():
+    from transformer.cli.messages import resume_command
+
+    alone = resume_command("lm", "runs/my run", {})
+    assert alone == "typed-transformer train lm --resume --out 'runs/my run'"
+    one_node = resume_command("copy", "runs/c", {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"})
+    assert one_node == "torchrun --standalone --nproc-per-node 2 -m transformer train copy --resume --out runs/c"
+    nodes = resume_command("copy", "runs/c", {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"})
+    assert nodes.startswith("torchrun --nnodes 2 --nproc-per-node 4 -m transformer train copy --resume --out runs/c")
+    assert "rendezvous" in nodes

@@ -104,7 +104,7 @@ def test_the_cli_exits_130_after_saving_on_ctrl_c(tmp_path, monkeypatch, capsys,
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
         f"typed-transformer train: interrupted at step 2: the checkpoint in {out} "
-        f"holds step 2; continue it with --resume --out {out}"
+        f"holds step 2; continue it with: typed-transformer train copy --resume --out {out}"
     )
     assert "interrupted: saving at the end of this step (Ctrl-C again to stop at once)" in err
     assert load_checkpoint(out).trainer_state["step"] == 2

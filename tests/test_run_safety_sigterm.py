@@ -80,7 +80,7 @@ def test_sigterm_saves_the_current_step_exits_143_and_the_run_resumes_exactly(tm
     assert step >= 2
     assert err.strip().splitlines()[-1] == (
         f"typed-transformer train: interrupted by SIGTERM at step {step}: the checkpoint in {out} holds step {step}; "
-        f"continue it with --resume --out {out}"
+        f"continue it with: typed-transformer train copy --resume --out {out}"
     )
     assert "interrupted by SIGTERM: saving at the end of this step (Ctrl-C again to stop at once)" in err
     assert "Traceback" not in err

@@ -166,6 +166,18 @@ def test_a_30_step_init_run_warms_up_for_3_steps_and_trains_at_the_announced_pea
     assert saved == {"schedule": "linear", "peak": 5e-5, "warmup": 3, "total": 30}
 
 
+def test_an_init_run_on_noam_with_its_own_warmup_peaks_at_the_fine_tune_peak(
+    folder, corpus, tmp_path, capsys, rates_used
+):
+    """``--lr-schedule noam --warmup 4`` on a fine-tune: the factor is computed for those 4 warm-up steps, so the
+    rate reaches the fine-tune's peak 5e-5 at step 4 (a factor computed for the default 200 steps would peak
+    sqrt(50) times higher)."""
+    argv = ["train", "lm", "--init", str(folder), "--text", corpus, "--steps", "6", "--out", str(tmp_path / "run")]
+    assert main([*argv, *TRAIN, "--lr-schedule", "noam", "--warmup", "4"]) == 0
+    assert "4 warm-up steps to a peak of 5e-05" in capsys.readouterr().out
+    assert max(rates_used) == pytest.approx(5e-5) == rates_used[4]  # the rate at step 4, before its update
+
+
 @pytest.mark.parametrize(
     "flags,expected",
     [

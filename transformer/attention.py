@@ -13,7 +13,6 @@ import types
 from typing import Any
 
 import torch
-from einops import rearrange
 from torch import nn
 
 from .backends import (
@@ -132,14 +131,15 @@ class AttentionHeads(nn.Module):
     ) -> Float[Tensor, "batch {self.h} seq {self.d_k}"]:
         """(batch, seq, h * d_k) -> (batch, h, seq, d_k): each head sees its own d_k slice.
 
-        Not checked itself: its results go straight into ``attend``, whose contract checks them.
+        Not checked itself: its results go straight into ``attend``, whose contract checks them. Plain torch views,
+        no einops: einops 0.8.0 (the oldest the package takes) imports ``torch._dynamo`` at its first call.
         """
-        return rearrange(x, "b s (h d) -> b h s d", h=self.h)
+        return x.unflatten(-1, (self.h, -1)).transpose(1, 2)
 
     def split_kv_heads(self, x: Tensor) -> Float[Tensor, "batch {self.kv_heads} seq {self.d_k}"]:
         """(batch, seq, kv_heads * d_k) -> (batch, kv_heads, seq, d_k): the projected keys or values (checked, as
         :meth:`split_heads`' results, by ``attend``)."""
-        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)
+        return x.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
 
     def value_heads(self, value: Tensor) -> Tensor:
         """The values as heads: ``value`` (batch, k_len, d_model) through W^V, split into ``kv_heads`` heads."""
@@ -203,7 +203,7 @@ class AttentionHeads(nn.Module):
     def combine_heads(self, x: Tensor) -> Tensor:
         """W^O over the concatenated heads: (batch, h, q_len, d_k) -> (batch, q_len, h * d_k) -> (batch, q_len,
         d_model)."""
-        return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))
+        return self.out_proj(x.transpose(1, 2).flatten(2))
 
 
 class MultiHeadedAttention(AttentionHeads):

@@ -23,7 +23,8 @@ What a command says when it cannot do its job is one line on stderr, never a tra
 an ``--out`` that is not writable or already holds a checkpoint, a package of the ``text`` extra missing for
 ``train lm``, ``train translate`` or a file task's checkpoint), 3 when a run stops without a result (the loss
 diverged, the disk is full or read-only: the last good checkpoint is intact), 130 after Ctrl-C and 143 after
-SIGTERM (``train`` saves a checkpoint at the end of the current step first; a second one stops at once).
+SIGTERM (``train`` saves a checkpoint at the end of the current step first; a second one stops at once), the last
+line then the command that continues the run, to paste as printed (:func:`~transformer.cli.messages.resume_command`).
 
 One concept per module; ``main`` is here, everything else is imported from here:
 
@@ -54,11 +55,11 @@ from ..common.output_dirs import OutputWriteError
 from ..lm.pretrained import PretrainedFormatError
 from ..tasks import UnknownTokenError
 from ..training import TrainingDiverged, TrainingInterrupted
-from .arguments import add_lm_flags, add_translate_flags
 from .checkpoint_commands import decode_translation, generate_command, run_consolidate, run_decode, run_generate
 from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_TERMINATED, EXIT_USAGE, CommandError, UsageError
 from .export import run_export
-from .messages import describe_schedule
+from .file_flags import add_lm_flags, add_translate_flags
+from .messages import describe_schedule, resume_command
 from .parser import FILE_TASKS, PROG, add_generate_parser, build_parser, parse
 from .prove import run_prove
 from .train import run_train
@@ -114,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
         return EXIT_RUN_FAILED
     except TrainingInterrupted as interrupted:
-        more = f"; continue it with --resume --out {interrupted.saved_to}" if interrupted.saved_to else ""
+        saved = interrupted.saved_to
+        more = f"; continue it with: {resume_command(args.task, saved)}" if saved and args.command == "train" else ""
         print(f"{PROG} {args.command}: {interrupted}{more}", file=sys.stderr)
         return EXIT_TERMINATED if interrupted.signum == signal.SIGTERM else EXIT_INTERRUPTED
     except KeyboardInterrupt:

@@ -4,13 +4,23 @@ schedule it trains on."""
 
 from __future__ import annotations
 
+import os
+import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from ..checkpoint import checkpoint_step, read_metadata
 from ..distributed import is_sharded_checkpoint
 from .parser import PROG
 
-__all__ = ["resumed_message", "saved_message", "describe_checkpoint", "describe_schedule", "setting_flag"]
+__all__ = [
+    "resume_command",
+    "resumed_message",
+    "saved_message",
+    "describe_checkpoint",
+    "describe_schedule",
+    "setting_flag",
+]
 
 
 def setting_flag(name: str, value: object) -> str:
@@ -22,6 +32,21 @@ def setting_flag(name: str, value: object) -> str:
 def resumed_message(out: str, step: int, restart: int | None = None) -> str:
     """``resumed from OUT at step N``, after ``restart R: `` when a torchrun restart (not ``--resume``) resumed it."""
     return f"{f'restart {restart}: ' if restart is not None else ''}resumed from {out} at step {step}"
+
+
+def resume_command(task: str, out: str, environ: Mapping[str, str] = os.environ) -> str:
+    """The command that continues the interrupted ``train task`` run in ``out``, exactly as it can be pasted:
+    ``typed-transformer train TASK --resume --out OUT`` (the checkpoint holds the run's flags); under torchrun on one
+    node ``torchrun --standalone --nproc-per-node N -m transformer train ...`` (the same number of ranks, which a
+    sharded checkpoint needs); on several nodes the same on every node, after the job's own rendezvous flags."""
+    command = f"{PROG} train {task} --resume --out {shlex.quote(out)}"
+    world, local = environ.get("WORLD_SIZE"), environ.get("LOCAL_WORLD_SIZE")
+    if not (world and local and world.isdigit() and local.isdigit()):
+        return command
+    ranks = f"--nproc-per-node {local} -m transformer {command.removeprefix(PROG + ' ')}"
+    if world == local:
+        return f"torchrun --standalone {ranks}"
+    return f"torchrun --nnodes {int(world) // int(local)} {ranks} (on every node, with the job's rendezvous flags)"
 
 
 def saved_message(out: str, command: str) -> str:

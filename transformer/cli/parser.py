@@ -12,16 +12,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..tasks import TASKS
-from .arguments import (
-    CommandParser,
-    add_lm_flags,
-    add_runtime_flags,
-    add_training_flags,
-    add_translate_flags,
-    positive_int,
-)
+from .arguments import CommandParser, add_runtime_flags, add_training_flags, positive_int
 from .errors import EXIT_STATUSES
 from .export import add_export_parser
+from .file_flags import add_lm_flags, add_translate_flags
 from .generate_flags import add_generate_flags
 from .prove import add_prove_parser
 

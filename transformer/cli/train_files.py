@@ -142,15 +142,31 @@ def _store_stamps(data_dir: str) -> dict[str, tuple[int, int]]:
     return stamps
 
 
+def _token_stores(data) -> list:
+    """Every token store of ``data``: a language model's (``stores``), or translation's source and target stores
+    of the training and held-out pairs."""
+    stores = getattr(data, "stores", None)
+    if stores is not None:
+        return list(stores)
+    return [store for split in (data.train, data.valid) for store in (split.src, split.tgt)]
+
+
 def _data_line(data, data_dir: str, reused: bool) -> str:
-    """What was read: the corpus report of a fresh tokenization, or the store reused (a reused store read no line)."""
+    """What was read: the corpus report of a fresh tokenization, or the tokens of the stores reused (a reused store
+    read no line)."""
     if not reused:
         return data.report.summary()
-    stores = getattr(data, "stores", None)
-    if stores:
-        tokens = sum(int(store.offsets[-1]) for store in stores)
-        return f"reused {tokens:,} tokens from {data_dir} (tokenized before; the files are unchanged)"
-    return f"reused the token store in {data_dir} (tokenized before; the files are unchanged)"
+    tokens = sum(int(store.offsets[-1]) for store in _token_stores(data))
+    return f"reused {tokens:,} tokens from {data_dir} (tokenized before; the files are unchanged)"
+
+
+def _stored_report(results: dict, data, reused: bool) -> dict:
+    """``results`` with the corpus report the reused stores recorded when they were built (the last store's: the
+    report of every file), not this run's (which read no line)."""
+    report = _token_stores(data)[-1].info.get("report") if reused else None
+    if isinstance(report, dict):
+        results["corpus"] = {**results["corpus"], **report}
+    return results
 
 
 #: The flags that define a new model or its tokenizer: ``--init`` takes both from its folder.
@@ -268,8 +284,7 @@ def _train_lm(args, run: FileRun, data_dir: str, tokenizer) -> int:
     start = time.perf_counter()
     trainer.train(on_eval=loss_lines(trainer, args))
     results = run.results(lm_results(trainer, data, time.perf_counter() - start), data)  # every rank: evaluate()
-    if reused and isinstance(data.stores[-1].info.get("report"), dict):  # what the files held when tokenized
-        results["corpus"] = {**results["corpus"], **data.stores[-1].info["report"]}
+    _stored_report(results, data, reused)  # what the files held when tokenized
     require_finite(results["eval_loss"], trainer.step)
     trainer.metadata["results"] = results
     model = run.strategy.full_model(trainer.model)  # every rank takes part (FSDP gathers the shards on rank 0)
@@ -351,7 +366,7 @@ def _train_translate(args, run: FileRun, data_dir: str, tokenizer) -> int:
         results, examples = translation_results(
             model, trainer, eval_loss, data, train_seconds, examples=args.eval_examples, beam_size=args.beam_size or 1
         )
-        trainer.metadata["results"] = run.results(results, data)
+        trainer.metadata["results"] = _stored_report(run.results(results, data), data, reused)
     trainer.save(out)  # every rank: a collective
     if not run.strategy.is_main:
         return 0

@@ -100,7 +100,7 @@ MUTANTS = [
     Mutant(
         "blind-lm31-cli-generate-seed-default",
         "transformer/cli/checkpoint_commands.py",
-        (("                    seed=0 if args.seed is None else args.seed,", "                    seed=args.seed,"),),
+        (("    seeds = args.seed or [0]\n", "    seeds = args.seed or [None]\n"),),
         "`generate --sample` without --seed draws from torch's global generator instead of the documented seed 0: "
         "the text differs from --seed 0's and from one call of main() to the next in the same process.",
     ),
@@ -109,8 +109,8 @@ MUTANTS = [
         "transformer/cli/train_setup.py",
         (
             (
-                'for name in ("lr", "lr_factor", "warmup"))',
-                'for name in ("lr", "lr_factor"))',
+                '    names = ("lr", "lr_factor", "warmup", "warmup_ratio", "lr_schedule")\n',
+                '    names = ("lr", "lr_factor", "warmup_ratio", "lr_schedule")\n',
             ),
         ),
         "`train ... --resume --warmup N` without --lr/--lr-factor keeps the checkpoint's warm-up: the new --warmup is "

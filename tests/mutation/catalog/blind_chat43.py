@@ -38,8 +38,8 @@ MUTANTS = [
         "transformer/lm/pretrained/tokenizer.py",
         (
             (
-                "        return self.encode(text, add_special_tokens=False) if tokenize else text\n",
-                "        return self.encode(text) if tokenize else text\n",
+                "            add_special_tokens=False,\n            return_tensors=return_tensors,\n",
+                "            add_special_tokens=True,\n            return_tensors=return_tensors,\n",
             ),
         ),
         "apply_chat_template's ids are encoded with the post-processor's special tokens: a template that writes "

@@ -100,8 +100,8 @@ MUTANTS = [
         "transformer/attention.py",
         (
             (
-                '        return rearrange(x, "b s (g d) -> b g s d", g=self.kv_heads)\n',
-                '        return rearrange(x, "b s (d g) -> b g s d", g=self.kv_heads)\n',
+                "        return x.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)\n",
+                "        return x.unflatten(-1, (-1, self.kv_heads)).permute(0, 3, 1, 2)\n",
             ),
         ),
         "the projected keys/values are split into kv_heads heads by interleaving features instead of contiguous "

@@ -104,8 +104,8 @@ MUTANTS = [
         "transformer/lm/model.py",
         (
             (
-                "            left = self.sliding_window - 1\n",
-                "            left = self.sliding_window\n",
+                "            left = window - 1\n",
+                "            left = window\n",
             ),
         ),
         "The sliding window lets each query see sliding_window + 1 keys (i - j <= window): with sliding_window=4 "

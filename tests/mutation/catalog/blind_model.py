@@ -79,13 +79,13 @@ MUTANTS = [
             (
                 (
                     "        self.sublayer = clones(\n"
-                    "            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)), 2\n"
+                    "            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)), 2\n"
                     "        )\n"
                 ),
                 (
                     "        self.sublayer = nn.ModuleList(\n"
                     "            [\n"
-                    "                SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps)),\n"
+                    "                SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)),\n"
                     "                SublayerConnection(size, dropout, norm_placement, eps),\n"
                     "            ]\n"
                     "        )\n"

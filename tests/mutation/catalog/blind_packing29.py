@@ -35,7 +35,7 @@ MUTANTS = [
     Mutant(
         "blind-p29-window-one-wider",
         "transformer/lm/model.py",
-        (("left = self.sliding_window - 1", "left = self.sliding_window"),),
+        (("            left = window - 1\n", "            left = window\n"),),
         "A full (uncached) forward with sliding_window W lets each position see W + 1 keys (window_left = W instead "
         "of W - 1): outputs differ from Mistral's window and from cached decoding, which still uses W - 1.",
     ),
@@ -89,7 +89,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-p29-pack-default-off",
-        "transformer/cli/arguments.py",
+        "transformer/cli/file_flags.py",
         (
             (
                 '        default=True,\n        help="keep the documents',

@@ -100,8 +100,8 @@ MUTANTS = [
         "transformer/lm/model.py",
         (
             (
-                "return save_pretrained(self, path, architecture=architecture)",
-                "return save_pretrained(self, path)",
+                'return _folder_io("save")(self, path, architecture=architecture)',
+                'return _folder_io("save")(self, path)',
             ),
         ),
         "TransformerLM.save_pretrained(path, architecture=...) ignores the architecture named: a model loaded as "

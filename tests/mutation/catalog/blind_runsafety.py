@@ -50,8 +50,8 @@ MUTANTS = [
         "transformer/cli/arguments.py",
         (
             (
-                '    lr.add_argument("--warmup", type=positive_int, default=None, help=f"warm-up steps (default: {d[\'warmup\']})")\n',
-                '    lr.add_argument("--warmup", type=positive_int, default=d["warmup"], help="warm-up steps (default: %(default)s)")\n',
+                '        "--warmup",\n        type=non_negative_int,\n        default=None,\n',
+                '        "--warmup",\n        type=non_negative_int,\n        default=d["warmup"],\n',
             ),
         ),
         "--warmup always has a value (the task's 200), so every --resume counts as 'the command line sets the "

@@ -73,11 +73,11 @@ MUTANTS = [
     ),
     Mutant(
         "blind-usepretrained-init-warmup-ignored-for-peak",
-        "transformer/cli/train_files.py",
+        "transformer/cli/train_setup.py",
         (
             (
-                'warmup = d["warmup"] if args.warmup is None else args.warmup\n        fine_tune',
-                'warmup = d["warmup"]\n        fine_tune',
+                '        return noam_factor(defaults["peak"], d_model, warmup), warmup\n',
+                '        return noam_factor(defaults["peak"], d_model, defaults["warmup"]), warmup\n',
             ),
         ),
         "train lm --init with --warmup W no longer has its documented 5e-5 peak learning rate: the factor is "

@@ -59,8 +59,8 @@ MUTANTS = [
     B(
         "blocks-yarn-no-attention-factor",
         _ROT,
-        "self._cos = angles.cos() * self.attention_factor",
-        "self._cos = angles.cos()",
+        "cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor",
+        "cos, sin = angles.cos(), angles.sin() * self.attention_factor",
         "yarn's attention factor multiplies sin but not cos",
     ),
     B(

@@ -44,15 +44,15 @@ MUTANTS = [
     M(
         "attn-split-heads-transposed",
         "transformer/attention.py",
-        '        return rearrange(x, "b s (h d) -> b h s d", h=self.h)\n',
-        '        return rearrange(x, "b s (d h) -> b h s d", h=self.h)\n',
+        "        return x.unflatten(-1, (self.h, -1)).transpose(1, 2)\n",
+        "        return x.unflatten(-1, (-1, self.h)).permute(0, 3, 1, 2)\n",
         "split d_model into heads in the wrong order",
     ),
     M(
         "attn-merge-heads-transposed",
         "transformer/attention.py",
-        '        return self.out_proj(rearrange(x, "b h s d -> b s (h d)"))\n',
-        '        return self.out_proj(rearrange(x, "b h s d -> b s (d h)"))\n',
+        "        return self.out_proj(x.transpose(1, 2).flatten(2))\n",
+        "        return self.out_proj(x.permute(0, 2, 3, 1).flatten(2))\n",
         "concatenate the heads in the wrong order",
     ),
     M(

@@ -87,10 +87,16 @@ def choose_template(templates: str | dict[str, str] | None, chat_template: str |
     return templates
 
 
-def render_chat(template: str, messages: Sequence[Mapping[str, Any]], **variables: Any) -> str:
+def render_chat(
+    template: str, messages: Sequence[Mapping[str, Any]], *, continue_final_message: bool = False, **variables: Any
+) -> str:
     """``template`` rendered for ``messages`` (each a mapping with ``role`` and ``content``) with ``variables``
     (``add_generation_prompt``, ``tools``, ``documents``, the special tokens, extra keywords), as transformers
-    renders it; messages' keys whose value is None are dropped first, as transformers does."""
+    renders it; messages' keys whose value is None are dropped first, as transformers does.
+
+    ``continue_final_message=True`` leaves the last message open (transformers' rule, ``render_jinja_template``):
+    a tag is appended to its content (to its last text block when the content is a list), and the text is cut at
+    the tag (and its trailing space trimmed where the template trimmed the content), so no end-of-turn follows it."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ChatTemplateError(
             f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got {messages!r:.80}"
@@ -100,12 +106,57 @@ def render_chat(template: str, messages: Sequence[Mapping[str, Any]], **variable
         if not isinstance(message, Mapping):
             raise ChatTemplateError(f"messages[{i}] must be a dict with 'role' and 'content', got {message!r:.80}")
         chat.append({key: _plain(value) for key, value in message.items() if value is not None})
+    if not isinstance(continue_final_message, bool):
+        raise TypeError(f"continue_final_message must be a bool, got {continue_final_message!r}")
+    if continue_final_message and variables.get("add_generation_prompt"):
+        raise ChatTemplateError(
+            "continue_final_message and add_generation_prompt are not compatible (as in transformers): "
+            "continue_final_message continues the last message, add_generation_prompt opens a new assistant turn; "
+            "pass one of them"
+        )
+    final = _open_final_message(chat) if continue_final_message else None
     jinja2 = _jinja2()
     compiled = _compile(template)
     try:
-        return compiled.render(messages=chat, **{key: _plain(value) for key, value in variables.items()})
+        text = compiled.render(messages=chat, **{key: _plain(value) for key, value in variables.items()})
     except jinja2.exceptions.TemplateError as error:
         raise ChatTemplateError(f"the chat template refused the conversation: {error}") from None
+    return text if final is None else _cut_at_tag(text, final)
+
+
+#: What transformers appends to the message to continue, to find where it ends in the rendered text.
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _open_final_message(chat: list[dict[str, Any]]) -> str:
+    """The text of the last message (its last text block for a list of blocks), the tag appended to it in ``chat``."""
+    last = chat[-1]
+    content = last.get("content")
+    if content is None:
+        raise ChatTemplateError('continue_final_message is set but the final message has no "content" to continue')
+    if isinstance(content, (list, tuple)):
+        blocks = [dict(block) if isinstance(block, Mapping) else block for block in content]
+        for block in reversed(blocks):
+            if isinstance(block, dict) and "text" in block:
+                final, block["text"] = block["text"], f"{block['text']}{CONTINUE_TAG}"
+                last["content"] = blocks
+                return final
+        raise ChatTemplateError("continue_final_message is set but the final message has no text block to continue")
+    final = str(content)
+    last["content"] = f"{final}{CONTINUE_TAG}"
+    return final
+
+
+def _cut_at_tag(text: str, final: str) -> str:
+    """``text`` up to the tag (transformers' cut: without the trailing space the template trimmed)."""
+    tag = CONTINUE_TAG.strip()
+    if final.strip() not in text or tag not in text:
+        raise ChatTemplateError(
+            "continue_final_message is set but the final message does not appear in the rendered chat (the template "
+            f"deletes part of it): final message {final.strip()!r:.80}"
+        )
+    at = text.rindex(tag)
+    return text[:at] if text[at : at + len(CONTINUE_TAG)] == CONTINUE_TAG else text[:at].rstrip()
 
 
 def _plain(value: Any) -> Any:

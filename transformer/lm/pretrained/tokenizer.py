@@ -17,8 +17,9 @@ call, padded with the pad token to the longest on :attr:`PretrainedTokenizer.pad
 ``padding_side``, else ``"right"``, as transformers; generation needs ``"left"``), with the ``attention_mask`` (1 = a
 real token): transformers' ``input_ids`` and ``attention_mask`` for the same side.
 
-:meth:`PretrainedTokenizer.apply_chat_template` renders a conversation with the folder's chat template
-(:mod:`transformer.lm.pretrained.chat_template`) and encodes it without special tokens, as transformers does.
+:meth:`PretrainedTokenizer.apply_chat_template` renders a conversation, or a batch of them, with the folder's chat
+template (:mod:`transformer.lm.pretrained.chat_template`) and encodes it without special tokens (padded as the call
+above pads), as transformers does; ``continue_final_message`` leaves the last message open.
 """
 
 from __future__ import annotations
@@ -174,33 +175,58 @@ class PretrainedTokenizer:
 
     def apply_chat_template(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[dict[str, Any]] | Sequence[Sequence[dict[str, Any]]],
         *,
         add_generation_prompt: bool = False,
+        continue_final_message: bool = False,
         tokenize: bool = True,
+        padding: bool | str = False,
+        padding_side: str | None = None,
+        return_tensors: str | None = None,
+        return_dict: bool = False,
         chat_template: str | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
         documents: Sequence[dict[str, Any]] | None = None,
         **variables: Any,
-    ) -> list[int] | str:
-        """The conversation ``messages`` (``[{"role": "user", "content": ...}, ...]``) rendered with the chat
-        template (:attr:`chat_template`, or ``chat_template=``: a template or the name of one), as transformers'
-        ``apply_chat_template``: the text (``tokenize=False``) or its ids encoded with ``add_special_tokens=False``
-        (transformers 5 returns a dict by default: these are its ``input_ids``, what ``return_dict=False`` gives).
-        ``add_generation_prompt=True`` ends it with the template's opening of the assistant's answer; ``tools``,
+    ) -> Any:
+        """The conversation ``messages`` (``[{"role": "user", "content": ...}, ...]``), or a batch of them (a list
+        of such lists), rendered with the chat template (:attr:`chat_template`, or ``chat_template=``: a template or
+        the name of one), as transformers' ``apply_chat_template``: the text (``tokenize=False``; a list of texts for
+        a batch) or its ids encoded with ``add_special_tokens=False`` by :meth:`__call__` (with ``padding``,
+        ``padding_side`` and ``return_tensors``: transformers' ``input_ids``, a list of lists for a batch).
+        ``return_dict=True`` gives ``{"input_ids", "attention_mask"}`` (transformers 5's default; ours is False, the
+        ids alone, what its ``return_dict=False`` gives). ``add_generation_prompt=True`` ends each with the
+        template's opening of the assistant's answer; ``continue_final_message=True`` leaves the last message open
+        for the model to continue (refused with ``add_generation_prompt``, as transformers refuses); ``tools``,
         ``documents`` and extra keywords reach the template as variables. A folder without a template, or a
         conversation the template refuses: :class:`~transformer.lm.pretrained.chat_template.ChatTemplateError`."""
+        batched = _is_batch(messages)
+        if not isinstance(return_dict, bool):
+            raise TypeError(f"PretrainedTokenizer.apply_chat_template: return_dict must be a bool, got {return_dict!r}")
         template = choose_template(self.chat_template, chat_template, tools, self.where)
         tokens = {field: token for field, (token, _) in self.special_tokens.items()}
-        text = render_chat(
-            template,
-            messages,
-            add_generation_prompt=bool(add_generation_prompt),
-            tools=tools,
-            documents=documents,
-            **{**tokens, **variables},
+        texts = [
+            render_chat(
+                template,
+                conversation,
+                add_generation_prompt=bool(add_generation_prompt),
+                continue_final_message=continue_final_message,
+                tools=tools,
+                documents=documents,
+                **{**tokens, **variables},
+            )
+            for conversation in (messages if batched else [messages])
+        ]
+        if not tokenize:
+            return texts if batched else texts[0]
+        encoded = self(
+            texts if batched else texts[0],
+            padding=padding,
+            padding_side=padding_side,
+            add_special_tokens=False,
+            return_tensors=return_tensors,
         )
-        return self.encode(text, add_special_tokens=False) if tokenize else text
+        return encoded if return_dict else encoded["input_ids"]
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         """The text of ``ids`` (special tokens left out unless ``skip_special_tokens=False``)."""
@@ -212,6 +238,11 @@ class PretrainedTokenizer:
         if not self.eos_ids:
             return {}
         return {"end_symbol": self.eos_ids[0], "end_symbols": list(self.eos_ids[1:])}
+
+
+def _is_batch(messages: object) -> bool:
+    """Whether ``messages`` is a batch of conversations (its first item a list or tuple), transformers' test."""
+    return isinstance(messages, (list, tuple)) and len(messages) > 0 and isinstance(messages[0], (list, tuple))
 
 
 def _padding_side(name: str, side: object) -> str:
