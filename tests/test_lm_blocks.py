@@ -65,13 +65,15 @@ def test_rms_norm_gradients_in_float64():
 
 # ---------------------------------------------------------------- activations and the feed-forward networks
 @pytest.mark.parametrize(
-    "name, theirs", [("gelu_tanh", "gelu_new"), ("gelu_tanh", "gelu_pytorch_tanh"), ("silu", "silu")]
+    "name, theirs",
+    [("gelu_tanh", "gelu_new"), ("gelu_tanh", "gelu_pytorch_tanh"), ("gelu_new", "gelu_new"), ("silu", "silu")],
 )
 def test_activations_equal_transformers_and_their_formulas(name, theirs):
     x = torch.linspace(-6, 6, 101, dtype=torch.float64)
     torch.testing.assert_close(ACTIVATIONS[name](x), ACT2FN[theirs](x), rtol=1e-12, atol=1e-12)
     formula = {
         "gelu_tanh": 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+        "gelu_new": 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
         "silu": x / (1 + torch.exp(-x)),
     }[name]
     torch.testing.assert_close(ACTIVATIONS[name](x), formula, rtol=1e-12, atol=1e-12)
@@ -112,7 +114,9 @@ def test_the_bias_switch_of_the_plain_feed_forward_network_and_an_unknown_activa
     assert ff.w_1.bias is None and ff.w_2.bias is None
     x = torch.randn(3, 4)
     torch.testing.assert_close(ff(x), ACT2FN["gelu_new"](x @ ff.w_1.weight.T) @ ff.w_2.weight.T)
-    with pytest.raises(ValueError, match="activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu', got 'swish'"):
+    with pytest.raises(
+        ValueError, match="activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu', 'gelu_new', got 'swish'"
+    ):
         GatedFeedForward(4, 8, activation="swish")
 
 
@@ -310,7 +314,10 @@ def test_gradients_of_the_new_blocks_in_float64():
         ({"sliding_window": 0}, "sliding_window must be a positive int or None, got sliding_window=0"),
         ({"sliding_window": True}, "sliding_window must be a positive int or None, got sliding_window=True"),
         ({"norm": "rmsnorm"}, "norm must be one of 'layer', 'std', 'rms'; got 'rmsnorm'"),
-        ({"activation": "swiglu"}, "activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'; got 'swiglu'"),
+        (
+            {"activation": "swiglu"},
+            "activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu', 'gelu_new'; got 'swiglu'",
+        ),
         ({"ffn_gated": 1}, "ffn_gated must be a bool, got ffn_gated=1"),
         ({"qkv_bias": "no"}, "qkv_bias must be a bool, got qkv_bias='no'"),
         ({"out_bias": None}, "out_bias must be a bool, got out_bias=None"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 
 import torch
@@ -15,12 +16,16 @@ from .contracts import Float, Tensor, checked
 __all__ = ["clones", "LayerNorm", "SublayerConnection", "PositionwiseFeedForward", "residual", "ACTIVATIONS"]
 
 #: The feed-forward networks' activations by name: ReLU (the paper's), GELU (Hendrycks and Gimpel 2016, erf form),
-#: its tanh approximation (GPT-2's ``gelu_new``, Hugging Face's ``gelu_pytorch_tanh``) and SiLU (swish; SwiGLU's).
+#: its tanh approximation (torch's fused kernel, Hugging Face's ``gelu_pytorch_tanh``), the same formula written out
+#: operation by operation as GPT-2's ``gelu_new`` (transformers' ``NewGELUActivation``: equal in float32 and float64
+#: within rounding, but in bfloat16 and float16 each operation rounds, so only this form gives GPT-2's half-precision
+#: outputs) and SiLU (swish; SwiGLU's).
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "gelu_new": lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0)))),
 }
 
 

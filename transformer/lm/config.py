@@ -29,7 +29,7 @@ __all__ = ["LMConfig"]
 
 NormKind = Literal["layer", "std", "rms"]
 LMPositional = Literal["sinusoidal", "learned", "rotary", "none"]
-LMActivation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+LMActivation = Literal["relu", "gelu", "gelu_tanh", "silu", "gelu_new"]
 RopeScaling = Literal["none", "linear", "llama3", "yarn"]
 PositionalInit = Literal["normal", "zeros"]
 ValueProjection = Literal["output", "per_head"]
@@ -78,7 +78,8 @@ class LMConfig(ConfigRecord):
         attention_scale: tau, the factor on the scores Q K^T inside the softmax; None is 1/sqrt(d_k) (3.2.1).
         value_projection: ``"output"`` (per-head values of width d_k, concatenated, then W^O: section 3.2.2) or
             ``"per_head"`` (each head's value maps d_model -> d_model; the heads are summed, no W^O).
-        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"`` inside the feed-forward network.
+        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"silu"`` or ``"gelu_new"`` (the tanh form
+            written out as GPT-2's, :data:`~transformer.layers.ACTIVATIONS`) inside the feed-forward network.
         ffn_hidden_dropout: dropout (P_drop = ``dropout``) also on the feed-forward network's hidden activations,
             between its two linear maps, as the Annotated Transformer's ``PositionwiseFeedForward`` (True, the
             default, the placement this model has always had); False leaves only the dropout on each sub-layer's

@@ -34,15 +34,17 @@ MUTANTS = [
         (("        if low < 0 or high >= n_experts:\n", "        if low < 0 or high > n_experts:\n"),),
         "Off by one at the top of the range: an expert index equal to n_experts passes dispatch's check, so the "
         "promised refusal 'argument 'experts' must hold expert indices in [0, n_experts), got values in [...]' is "
-        "not raised (counts get n_experts + 1 entries and the error surfaces later, naming 'counts').",
+        "not raised (the count's index_add_ then fails with torch's own IndexError instead).",
     ),
     Mutant(
         "blind-m44-counts-without-minlength",
         "transformer/lm/moe/dispatch.py",
         (
             (
-                "    counts = torch.bincount(flat, minlength=n_experts)\n",
-                "    counts = torch.bincount(flat)\n",
+                "    counts = torch.zeros(n_experts, dtype=torch.long, device=flat.device).index_add_(0, flat, "
+                "torch.ones_like(flat))\n",
+                "    counts = torch.zeros(int(flat.max()) + 1, dtype=torch.long, device=flat.device).index_add_(0, flat, "
+                "torch.ones_like(flat))\n",
             ),
         ),
         "counts loses the trailing experts no token chose: Dispatch.counts is documented as (n_experts,) tokens per "

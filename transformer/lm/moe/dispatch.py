@@ -71,8 +71,6 @@ def dispatch(experts: Int[Tensor, "tokens k"], n_experts: int) -> Dispatch:
     order = torch.sort(flat, stable=True).indices
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=order.device)
-    if torch.compiler.is_compiling():  # a count of fixed length: bincount's length depends on the values
-        counts = torch.zeros(n_experts, dtype=torch.long, device=flat.device).index_add_(0, flat, torch.ones_like(flat))
-    else:
-        counts = torch.bincount(flat, minlength=n_experts)
+    # one count of fixed length, eager and traced alike (bincount's length would depend on the values under trace)
+    counts = torch.zeros(n_experts, dtype=torch.long, device=flat.device).index_add_(0, flat, torch.ones_like(flat))
     return Dispatch(order=order, inverse=inverse, token=order // k, counts=counts, k=k)

@@ -35,7 +35,7 @@ __all__ = ["Architecture", "ACTIVATIONS", "NEUTRAL_FIELDS", "build_config"]
 ACTIVATIONS = {
     "relu": "relu",
     "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
+    "gelu_new": "gelu_new",  # written out: its half-precision rounding is not the fused kernel's
     "gelu_pytorch_tanh": "gelu_tanh",
     "silu": "silu",
     "swish": "silu",

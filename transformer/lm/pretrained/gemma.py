@@ -34,7 +34,13 @@ from .rope import rope_fields, rope_parameters
 
 __all__ = ["Gemma2", "Gemma3"]
 
-_WRITTEN_ACTIVATION = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
+_WRITTEN_ACTIVATION = {
+    "silu": "silu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_pytorch_tanh",
+    "gelu_new": "gelu_new",
+    "relu": "relu",
+}
 _KINDS = ("full_attention", "sliding_attention")
 
 

@@ -22,7 +22,11 @@ from .tensor_map import TensorMap
 
 __all__ = ["GPT2"]
 
-_WRITTEN_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+#: our activation -> GPT-2's activation_function: the fused tanh GELU is transformers' gelu_pytorch_tanh, the written
+#: out one its gelu_new (equal in float32; in half precision each rounds its own way)
+_WRITTEN_ACTIVATION = {
+    "gelu_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu",
+}  # fmt: skip
 
 
 class GPT2(Architecture):

@@ -26,7 +26,13 @@ from .tensor_map import TensorMap
 
 __all__ = ["GPTNeoX"]
 
-_WRITTEN_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
+_WRITTEN_ACTIVATION = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_pytorch_tanh",
+    "gelu_new": "gelu_new",
+    "relu": "relu",
+    "silu": "silu",
+}
 
 
 class GPTNeoX(Architecture):

@@ -27,7 +27,13 @@ from .rope import rope_fields, rope_parameters
 
 __all__ = ["Llama", "Qwen2", "Qwen3", "Mistral"]
 
-_WRITTEN_ACTIVATION = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
+_WRITTEN_ACTIVATION = {
+    "silu": "silu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_pytorch_tanh",
+    "gelu_new": "gelu_new",
+    "relu": "relu",
+}
 
 
 class Llama(Architecture):

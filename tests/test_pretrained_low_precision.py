@@ -1,0 +1,138 @@
+"""bfloat16 and float16 generation equal to transformers' ``generate`` on every supported architecture (issues 43
+and 44): greedy token for token on a left-padded batch whose near-tied logits make the float32 decision matter, and
+sampling from the same filtered distribution (temperature, top-k, top-p as transformers' logits processors) at
+every step of every row. The comparison is ``low_precision_generation``'s (its docstring says what "the same" is);
+this file runs its short fixed-seed budget (seed 0); ``TT_FUZZ_BUDGET=N`` runs N seeds per case, and ``python
+tests/low_precision_generation.py --seeds 10`` is the long run by hand whose counts are committed in
+``benchmarks/results/differential/low_precision_generation.json``.
+
+What this comparison found, each an operation rounded in another dtype or order than transformers': GPT-2's
+``gelu_new`` is transformers' formula written out (each operation rounds in half precision; we ran torch's fused
+tanh GELU, which rounds once), fixed: ``activation="gelu_new"``. Still open, named in ``KNOWN`` (their steps must
+stay within the bound their logits' difference allows; greedy rows that differ are strict xfails).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections import Counter
+
+import pytest
+import torch
+from architecture_models import EVERY
+from low_precision_generation import DTYPES, run_case
+
+transformers = pytest.importorskip("transformers")
+
+BUDGET = int(os.environ.get("TT_FUZZ_BUDGET", "1"))
+NEW = 12  # tokens per row here (the long run: 24)
+#: the architectures whose half-precision logits are not yet transformers' bit for bit, with the operation that
+#: differs: their steps may be ``close`` (the distribution within the bound the logits' difference allows) or
+#: ``cut_moved`` (the supports differ only in tokens whose log-probabilities moved), never further
+KNOWN = {
+    "gemma2": "Gemma 2's eager attention rounds the scores, the soft cap and the probabilities to the model's dtype; "
+    "our soft-capped attention (the torch backend's math form) computes them in float32",
+    "gemma3": "past the window, transformers' sliding cache hands sdpa only the window's keys; our cache hands it "
+    "every key with the window as a mask: the same function, another rounding order in half precision",
+    "qwen2_moe": "Qwen2-MoE's router casts its top-k weights to the model's dtype before weighting the experts' "
+    "outputs (router_top_value.to(router_logits.dtype)); ours weights in float32 (Mixtral's way)",
+    "qwen3_moe": "as Qwen2-MoE: the top-k weights cast to the model's dtype before the weighting",
+    "smollm3": "float16 only, one step in 192 of the long run's seed (not yet traced to its operation)",
+}
+
+
+def _router_casts(module: str) -> bool:
+    """Whether this transformers' Qwen MoE router casts its top-k weights to the model's dtype (5.17 and 5.24 do;
+    5.4 weights in float32, as we do, and its tokens are ours)."""
+    import importlib
+    import inspect
+
+    source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
+    return "router_top_value.to(router_logits.dtype)" in source
+
+
+#: cases whose greedy tokens differ on this budget (the operation above moves a near tie), where it exists
+GREEDY_DIFFERS = {
+    case
+    for case in (("qwen2_moe", torch.bfloat16), ("qwen2_moe", torch.float16), ("qwen3_moe", torch.bfloat16))
+    if _router_casts(case[0])
+}
+CASES = [
+    pytest.param(kind, dtype, id=f"{kind}-{str(dtype).removeprefix('torch.')}",
+                 marks=[pytest.mark.xfail(strict=True, reason=KNOWN.get(kind, ""))] * ((kind, dtype) in GREEDY_DIFFERS))
+    for kind in EVERY for dtype in DTYPES
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind, dtype", CASES)
+def test_half_precision_generation_is_transformers(kind, dtype):
+    counts = Counter()
+    for seed in range(BUDGET):
+        counts.update(run_case(transformers, kind, dtype, seed, new=NEW))
+    rows, steps = counts["greedy_rows_agreed"] + counts["greedy_rows_disagreement"], counts["greedy_steps"]
+    assert rows == 8 * BUDGET and steps == 8 * NEW * BUDGET  # every row and step compared
+    assert counts["greedy_rows_disagreement"] == 0, dict(counts)
+    accepted = ("agreed", "tie", "close", "cut_moved") if kind in KNOWN else ("agreed", "tie")
+    assert sum(counts[f"sampling_steps_{verdict}"] for verdict in accepted) == steps, dict(counts)
+    if kind not in KNOWN:
+        assert counts["logits_differ"] == 0, dict(counts)  # bit for bit, every step of every row
+
+
+def test_gelu_new_is_transformers_bit_for_bit_in_half_precision():
+    """``"gelu_new"`` rounds as transformers' ``NewGELUActivation`` in bfloat16 and float16 (every value equal);
+    torch's fused tanh GELU (``"gelu_tanh"``, transformers' ``gelu_pytorch_tanh``) differs from it there, so a GPT-2
+    folder read with it computes other half-precision logits."""
+    from transformers.activations import ACT2FN
+
+    from transformer.layers import ACTIVATIONS
+
+    x = torch.linspace(-6, 6, 4001)
+    for dtype in DTYPES:
+        half = x.to(dtype)
+        assert torch.equal(ACTIVATIONS["gelu_new"](half), ACT2FN["gelu_new"](half))
+        assert torch.equal(ACTIVATIONS["gelu_tanh"](half), ACT2FN["gelu_pytorch_tanh"](half))
+        assert not torch.equal(ACTIVATIONS["gelu_tanh"](half), ACT2FN["gelu_new"](half))
+    torch.testing.assert_close(ACTIVATIONS["gelu_new"](x.double()), ACTIVATIONS["gelu_tanh"](x.double()))
+
+
+def test_a_gpt2_folder_loads_with_the_written_out_gelu(tmp_path):
+    from architecture_models import saved
+
+    from transformer.lm import TransformerLM
+
+    folder = saved(transformers, "gpt2", tmp_path / "gpt2", torch.bfloat16)
+    assert TransformerLM.from_pretrained(folder).config.activation == "gelu_new"
+    folder = saved(transformers, "gpt2", tmp_path / "tanh", activation_function="gelu_pytorch_tanh")
+    assert TransformerLM.from_pretrained(folder).config.activation == "gelu_tanh"
+
+
+def test_the_comparison_can_fail():
+    """A sampler that rounds its log-probabilities to bfloat16 first (the decision issue 43 found) disagrees with
+    transformers on this data, and so does a greedy decision on them: the counts above mean something."""
+    import low_precision_generation as module
+
+    original = module.sampling_probabilities
+
+    def rounded(log_probs, temperature, top_k, top_p):
+        return original(log_probs.to(torch.bfloat16).float(), temperature, top_k, top_p)
+
+    module.sampling_probabilities = rounded
+    try:
+        counts = run_case(transformers, "llama", torch.bfloat16, 0, new=NEW)
+    finally:
+        module.sampling_probabilities = original
+    assert counts["sampling_steps_agreed"] + counts["sampling_steps_tie"] < counts["greedy_steps"], dict(counts)
+    assert counts["float32_decided"] > 0  # steps where rounding the log-probs first picks another token
+
+
+def test_the_sampling_draw_is_random_per_seed():
+    """Each case draws its own (temperature, top_k, top_p) from its seed: the short budget's seed 0 and the long
+    run's seeds meet every setting of each."""
+    draws = set()
+    for seed in [0, *range(100, 110)]:
+        rng = random.Random(seed)
+        draws.add((rng.choice([0.7, 1.0, 1.3]), rng.choice([None, 5, 20]), rng.choice([None, 0.8, 0.95])))
+    assert {t for t, _, _ in draws} == {0.7, 1.0, 1.3} and {k for _, k, _ in draws} == {None, 5, 20}
+    assert {p for _, _, p in draws} == {None, 0.8, 0.95} and not math.isnan(len(draws))
