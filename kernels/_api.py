@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from ._args import document_bounds
+from ._args import acc_dtype, document_bounds
 from ._op import attention
 from ._validate import run_reason
 from ._validate import validate as check_inputs
@@ -51,20 +51,23 @@ def flash_attention_with_lse(
     window_right=None,
     softcap=None,
     alibi_slopes=None,
+    sinks=None,
     validate: bool = True,
 ):
     """Fused attention; returns (out, logsumexp). See :func:`flash_attention` and docs/kernels.md.
 
     The logsumexp has shape (batch, heads, q_len), float32, natural log, of the scaled (softcapped, ALiBi-biased)
-    and masked scores before dropout; -inf for a query row with no allowed key. It is differentiable.
+    and masked scores before dropout, the sink's logit included with ``sinks``; -inf for a query row with no allowed
+    key (without sinks). It is differentiable.
     """
-    structure = (documents, window_left, window_right, softcap, alibi_slopes)
+    structure = (documents, window_left, window_right, softcap, alibi_slopes, sinks)
     return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, structure, validate, True)
 
 
 def _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, structure, validate, with_lse: bool):
     """(out, lse) with ``with_lse``, else out alone (the eager autograd graph then has one output: less host time).
-    ``structure``: (documents, window_left, window_right, softcap, alibi_slopes) as the public functions take them."""
+    ``structure``: (documents, window_left, window_right, softcap, alibi_slopes, sinks) as the public functions take
+    them."""
     if validate:
         check_inputs(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
         check_structure(q, k, *structure)
@@ -76,14 +79,23 @@ def _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, 
         q, scale = -q, -scale  # is the same, and autograd carries dq back through the negation
     dropout_p = float(dropout_p)
     seed_t = philox_state(seed, q.device) if dropout_p > 0.0 else None
-    documents, window_left, window_right, softcap, alibi_slopes = structure
-    if documents is None and window_left is None and window_right is None and softcap is None and alibi_slopes is None:
+    documents, window_left, window_right, softcap, alibi_slopes, sinks = structure
+    if (
+        documents is None
+        and window_left is None
+        and window_right is None
+        and softcap is None
+        and alibi_slopes is None
+        and sinks is None
+    ):
         kernel_structure = ()
     else:
         doc_bounds = None if documents is None else document_bounds(documents)
         windows = (None if w is None else int(w) for w in (window_left, window_right))
         cap = None if softcap is None else float(softcap)
-        kernel_structure = (doc_bounds, alibi_slopes, *windows, cap)
+        if sinks is not None:  # in the logsumexp's dtype, differentiably: the gradient goes back through the cast
+            sinks = sinks.to(acc_dtype(q.dtype)).contiguous()
+        kernel_structure = (doc_bounds, alibi_slopes, *windows, cap, sinks)
     args = (q, k, v, mask, key_mask, key_lengths, seed_t, bool(causal), scale, dropout_p)
     return attention(*args, with_lse, kernel_structure)
 
@@ -105,6 +117,7 @@ def flash_attention(
     window_right=None,
     softcap=None,
     alibi_slopes=None,
+    sinks=None,
     validate: bool = True,
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v with dropout on the probabilities, in one fused Triton kernel.
@@ -126,10 +139,14 @@ def flash_attention(
     softcap) (Gemma 2); ``alibi_slopes`` (heads,) or (batch, heads) of the query heads, float32 or q's dtype: then
     -slope * |p(i) - j| is added (ALiBi). Order: scale, softcap, ALiBi, masks, softmax. Key blocks outside every
     query's document and window are never loaded. The slopes get no gradient.
+    ``sinks`` float (heads,), one logit z_h per query head (gpt-oss's attention sinks; docs/moe.md): a column of
+    logit z_h and value zero joins every row's softmax, out_i = sum_j exp(s_ij - lse_i) v_j with
+    lse_i = log(exp(z_h) + sum_j exp(s_ij)); a row with no allowed key outputs 0. The sinks get a gradient,
+    d z_h = -sum_i exp(z_h - lse_i) rowsum(dO_i * O_i) (summed over the batch).
     ``validate=False`` skips the input checks, for a caller that has just had :func:`unsupported_reason`
     check the same inputs (the attention dispatcher): the inputs are then validated once per call, not twice.
     """
-    structure = (documents, window_left, window_right, softcap, alibi_slopes)
+    structure = (documents, window_left, window_right, softcap, alibi_slopes, sinks)
     return _call(q, k, v, mask, key_mask, key_lengths, causal, scale, dropout_p, seed, structure, validate, False)
 
 
@@ -149,6 +166,7 @@ def tune(
     window_right=None,
     softcap=None,
     alibi_slopes=None,
+    sinks=None,
     backward: bool = True,
 ) -> None:
     """Autotune (and compile) the kernels for these inputs now, outside any CUDA graph capture: one forward call,
@@ -165,6 +183,7 @@ def tune(
         window_right=window_right,
         softcap=softcap,
         alibi_slopes=alibi_slopes,
+        sinks=sinks,
     )
     check_structure(q, k, *structure.values())
     if q.is_cuda and torch.cuda.is_current_stream_capturing():

@@ -78,11 +78,14 @@ def backward(
     window_left=None,
     window_right=None,
     softcap=None,
+    sinks=None,
     kernel_wrapper=None,
 ):
     """Gradients (dq, dk, dv). ``grad_lse`` (or None) is the incoming gradient of the logsumexp output. The
     arguments go to the kernels positionally, in the order of their signatures. ``doc_bounds`` to ``softcap`` and
-    ``kernel_wrapper``: as in _forward.forward."""
+    ``kernel_wrapper``: as in _forward.forward. ``sinks`` is not read: given the forward's logsumexp (which includes
+    the sinks), p_ij = exp(s_ij - lse_i) and dq, dk, dv are the same computation (the sink's value is zero, so
+    delta = rowsum(dO * O) has no sink term); the sinks' own gradient is computed by the op (kernels/_op.py)."""
     batch, heads, q_len, head_dim = q.shape
     kv_heads, k_len = k.shape[1], k.shape[2]
     pairs = batch * heads

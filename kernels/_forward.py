@@ -38,6 +38,7 @@ def _fwd_kernel(
     SEED,
     DOCB,
     SLOPES,
+    SINKS,
     s_qb,
     s_qh,
     s_qm,
@@ -88,6 +89,7 @@ def _fwd_kernel(
     HAS_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
     PRECISION: tl.constexpr,
     SPLIT: tl.constexpr,
     TMA: tl.constexpr,
@@ -99,7 +101,11 @@ def _fwd_kernel(
     """One program per (batch, head, query block), or with ``SPLIT`` per (batch, head, query block, key split):
     then it attends only keys [split * split_keys, (split + 1) * split_keys) and writes its normalized partial
     output (float32, to O[b, h, split]) and logsumexp (LSE[(b, h), split]) for _combine_kernel (FlashDecoding).
-    Tiles are in head-dim pieces (BLOCK_D, and BLOCK_D2 > 0 for a split head dim: kernels/_pieces.py)."""
+    Tiles are in head-dim pieces (BLOCK_D, and BLOCK_D2 > 0 for a split head dim: kernels/_pieces.py).
+
+    ``HAS_SINKS``: SINKS holds one logit z_h per query head (gpt-oss's attention sinks, docs/moe.md): the online
+    softmax starts from the sink, m = z_h and l = 1 (a column of logit z_h whose value is zero), instead of (-inf, 0),
+    so the logsumexp includes it; with ``SPLIT`` only split 0 starts from it (the combine adds the splits' sums)."""
     split = tl.program_id(0) % n_splits  # (n_splits is 1 without SPLIT)
     bh, b, h, pid_m, offs_m, cols = program_tile(
         q_len, heads, n_splits, HEAD_DIM, BLOCK_M, BLOCK_D, BLOCK_D2, BLOCKS_DESCENDING * CAUSAL
@@ -129,6 +135,11 @@ def _fwd_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), LSE.dtype.element_ty)  # float32 (float64 for float64 inputs)
     l_i = tl.zeros([BLOCK_M], LSE.dtype.element_ty)
+    if HAS_SINKS:  # the sink's column first: m = z_h (base 2, as the running max), l = exp2(z_h - m) = 1
+        sink = tl.load(SINKS + h).to(LSE.dtype.element_ty) * 1.4426950408889634
+        first = split == 0
+        m_i = tl.where(first, tl.zeros([BLOCK_M], LSE.dtype.element_ty) + sink, m_i)
+        l_i = tl.where(first, l_i + 1.0, l_i)
     acc = zeros(cols, BLOCK_M, LSE.dtype.element_ty)
     # Interior key blocks first, with no per-element mask; only the blocks from full_end to hi pay for masking.
     for phase in tl.static_range(2):  # unrolled at compile time: two loops, each with its MASKED
@@ -179,6 +190,7 @@ def forward(
     window_left=None,
     window_right=None,
     softcap=None,
+    sinks=None,
     kernel_wrapper=None,
     descriptors: bool = True,
 ):
@@ -195,6 +207,7 @@ def forward(
 
     ``doc_bounds`` (kernels/_args.py ``document_bounds``), ``alibi_slopes``, ``window_left``, ``window_right`` and
     ``softcap``: the documents, windows and score modifiers (kernels/_structure.py), validated by the caller.
+    ``sinks``: None or the (heads,) attention sinks' logits, contiguous, in the logsumexp's dtype (kernels/_api.py).
 
     The arguments go to the kernel positionally, in the order of its signature (keywords cost host time)."""
     batch, heads, q_len, head_dim = q.shape
@@ -213,7 +226,7 @@ def forward(
     # tensor descriptors (TMA) where the layouts allow them; pointers for the registered op and for split-KV
     tma = descriptors and splits == 1 and _tuning.tma_enabled(device) and tma_ok(q, k, v, out)
     tile = _head_dim.tile("split" if splits > 1 else "forward", head_dim)  # padded, or in power-of-two pieces
-    extra = (*_EXTRA[splits > 1, tma], *structure_flags(*structure), *tile)
+    extra = (*_EXTRA[splits > 1, tma], *structure_flags(*structure), ("HAS_SINKS", sinks is not None), *tile)
     constexprs = kernel_constexprs(q, mask, key_mask, key_lengths, causal, dropout_p, blocks, extra)
     tuning = _tuning.buckets(q_len, k_len, pairs)
     klen_dtype = key_lengths.dtype if key_lengths is not None else None
@@ -222,11 +235,12 @@ def forward(
         _tuning.check_ready(("forward",) if splits == 1 else ("split",), key, device)
     wrap = kernel_wrapper if kernel_wrapper is not None else eager_launch
     seed = seed if seed is not None else q
+    sinks_ptr = sinks if sinks is not None else q  # a dummy pointer without sinks (never read: HAS_SINKS is off)
     strides_qkv = (*q.stride(), *k.stride(), *v.stride())
     with device_guard(device):
         if splits == 1:
             o_b, o_h, o_m, o_d = out.stride()
-            args = (q, k, v, out, lse, *pointers, seed, docb, slopes, *strides_qkv, o_b, o_h, 0, o_m, o_d)
+            args = (q, k, v, out, lse, *pointers, seed, docb, slopes, sinks_ptr, *strides_qkv, o_b, o_h, 0, o_m, o_d)
             args = (*args, *side_strides, s_sb, s_sh, heads, group, q_len, k_len, scale, dropout_p, *modifiers)
             args = (*args, 1, k_len, *tuning)
             grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs)  # noqa: E731
@@ -237,7 +251,7 @@ def forward(
             return out, lse
         parts = torch.empty((batch, heads, splits, q_len, head_dim), device=device, dtype=lse.dtype)
         part_lse = torch.empty((batch, heads, splits, q_len), device=device, dtype=lse.dtype)
-        args = (q, k, v, parts, part_lse, *pointers, seed, docb, slopes, *strides_qkv, *parts.stride())
+        args = (q, k, v, parts, part_lse, *pointers, seed, docb, slopes, sinks_ptr, *strides_qkv, *parts.stride())
         args = (*args, *side_strides, s_sb, s_sh, heads, group, q_len, k_len, scale, dropout_p, *modifiers)
         args = (*args, splits, split_keys, *tuning)
         grid = lambda meta: _grid.blocks_grid(q_len, meta["BLOCK_M"], pairs, splits)  # noqa: E731

@@ -64,15 +64,16 @@ class FuncForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        from ._op import NO_GRADS
+        from ._op import NO_GRADS, sink_grad
 
-        q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes = ctx.saved_tensors
+        q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks = ctx.saved_tensors
+        d_sinks = sink_grad(ctx, grad_out, grad_lse, out, lse, sinks)
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         rest = (ctx.causal, ctx.scale, ctx.dropout_p, doc_bounds, alibi_slopes)
         rest = (*rest, ctx.window_left, ctx.window_right, ctx.softcap)
         dq, dk, dv = FuncBackward.apply(grad_out, q, k, v, out, lse, grad_lse, mask, key_mask, key_lengths, seed, *rest)
-        return dq, dk, dv, *NO_GRADS
+        return dq, dk, dv, *NO_GRADS, d_sinks
 
     @staticmethod
     def vmap(info, in_dims, q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure):

@@ -53,16 +53,18 @@ def _fwd(
     window_left: int | None = None,
     window_right: int | None = None,
     softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(out, logsumexp). ``seed`` is the Philox (seed, offset) pair, a 2-element int64 tensor on q's device (or
     None without dropout); ``doc_bounds`` (kernels/_args.py ``document_bounds``) to ``softcap``: the documents,
-    windows and score modifiers (kernels/_structure.py)."""
+    windows and score modifiers (kernels/_structure.py); ``sinks``: the (heads,) attention sinks' logits in the
+    logsumexp's dtype, or None."""
     from . import _forward  # decorates the kernels at first use: TRITON_INTERPRET is read then
 
     wrapper = _traceable  # pointers, not tensor descriptors: torch.compile traces this body
     return _forward.forward(
         q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, doc_bounds, alibi_slopes, window_left,
-        window_right, softcap, kernel_wrapper=wrapper, descriptors=False,
+        window_right, softcap, sinks, kernel_wrapper=wrapper, descriptors=False,
     )  # fmt: skip
 
 
@@ -132,13 +134,27 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _save(ctx, q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure) -> None:
     """What the backward needs: the tensors saved for it, the rest on ``ctx``."""
-    doc_bounds, alibi_slopes, window_left, window_right, softcap = structure
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes)
+    doc_bounds, alibi_slopes, window_left, window_right, softcap, sinks = structure
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
     ctx.window_left, ctx.window_right, ctx.softcap = window_left, window_right, softcap
 
 
-NO_GRADS = (None,) * 12  # the forward's inputs after q, k, v get no gradient (slopes included: they are constants)
+NO_GRADS = (None,) * 12  # the inputs after q, k, v up to the sinks get no gradient (slopes: constants)
+SINKS_INPUT = 3 + len(NO_GRADS)  # the sinks' position among the op's inputs (the last)
+
+
+def sink_grad(ctx, grad_out, grad_lse, out, lse, sinks):
+    """The sinks' gradient, or None (no sinks, or none asked for). With p_i = exp(z_h - lse_i) the sink's share of
+    query i's softmax and delta_i = rowsum(dO_i * O_i) (the sink's value is zero, so it adds nothing to O):
+    d z_h = -sum over batch and queries of p_i (delta_i - d lse_i), in the logsumexp's dtype, computed in torch
+    (the kernels' dq, dk and dv do not change: they use the same lse)."""
+    if sinks is None or not ctx.needs_input_grad[SINKS_INPUT]:
+        return None
+    delta = torch.zeros_like(lse) if grad_out is None else (grad_out.to(lse.dtype) * out.to(lse.dtype)).sum(-1)
+    if grad_lse is not None:
+        delta = delta - grad_lse
+    return -(torch.exp(sinks[:, None] - lse) * delta).sum((0, 2))
 
 
 def _registered(name: str):
@@ -166,7 +182,7 @@ def _register(suffix: str, interpreted: bool):
         bwd = triton_op(f"{NAMESPACE}::flash_attn_bwd{suffix}", _bwd, mutates_args=())
 
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes = ctx.saved_tensors
+        q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks = ctx.saved_tensors
         dq, dk, dv = bwd(
             grad_out,
             grad_lse,
@@ -188,7 +204,7 @@ def _register(suffix: str, interpreted: bool):
             ctx.window_right,
             ctx.softcap,
         )
-        return dq, dk, dv, *NO_GRADS
+        return dq, dk, dv, *NO_GRADS, sink_grad(ctx, grad_out, grad_lse, out, lse, sinks)
 
     register_autograd(f"{NAMESPACE}::flash_attn_fwd{suffix}", backward, setup_context=_setup_context)
     return fwd
@@ -219,7 +235,8 @@ def _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scal
 
 
 def _eager_backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes = ctx.saved_tensors
+    q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks = ctx.saved_tensors
+    d_sinks = sink_grad(ctx, grad_out, grad_lse, out, lse, sinks)
     if grad_out is None:  # only the logsumexp was used
         grad_out = torch.zeros_like(out)
     if _legacy_batched(grad_out) or (grad_lse is not None and _legacy_batched(grad_lse)):
@@ -248,7 +265,7 @@ def _eager_backward(ctx, grad_out, grad_lse):
             ctx.dropout_p,
             *structure,
         )
-        return dq, dk, dv, *NO_GRADS
+        return dq, dk, dv, *NO_GRADS, d_sinks
     dq, dk, dv = _modules()[1].backward(
         grad_out,
         q,
@@ -271,7 +288,7 @@ def _eager_backward(ctx, grad_out, grad_lse):
         ctx.softcap,
         kernel_wrapper=eager_launch,
     )
-    return dq, dk, dv, *NO_GRADS
+    return dq, dk, dv, *NO_GRADS, d_sinks
 
 
 # The kernels' backward has no backward of its own. Only a backward with create_graph=True runs with grad enabled;
@@ -346,9 +363,13 @@ def attention(
 ):
     """(out, lse) (``with_lse=False``: out alone) through the registered op when the call needs it, else eagerly: the
     autograd.Function when a gradient may be asked for, the forward launcher itself when none can be (inference,
-    e.g. decoding). ``structure``: (doc_bounds, alibi_slopes, window_left, window_right, softcap), () for none."""
-    structure = structure or (None,) * 5
-    if not torch.compiler.is_compiling() and (_wrapped(q) or _wrapped(k) or _wrapped(v)):  # functorch transforms
+    e.g. decoding). ``structure``: (doc_bounds, alibi_slopes, window_left, window_right, softcap, sinks), () for
+    none."""
+    structure = structure or (None,) * 6
+    sinks = structure[5]
+    if not torch.compiler.is_compiling() and (
+        _wrapped(q) or _wrapped(k) or _wrapped(v) or (sinks is not None and _wrapped(sinks))
+    ):  # functorch transforms
         from ._functorch import FuncForward
 
         result = FuncForward.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
@@ -357,7 +378,9 @@ def attention(
         op = flash_attn_fwd if q.is_cuda else flash_attn_fwd_interpreted
         result = op(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
         return result if with_lse else result[0]
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
+    ):
         function = _EagerFlashAttention if with_lse else _EagerFlashAttentionOut
         return function.apply(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure)
     result = _modules()[0].forward(

@@ -136,7 +136,9 @@ def _validate_masks(q, k, mask, key_mask, key_lengths) -> None:
             raise ValueError(f"key_lengths must be on q's device {q.device}, got {key_lengths.device}")
 
 
-def validate_structure(q, k, documents=None, window_left=None, window_right=None, softcap=None, alibi_slopes=None):
+def validate_structure(
+    q, k, documents=None, window_left=None, window_right=None, softcap=None, alibi_slopes=None, sinks=None
+):
     """Raise ValueError naming the argument, the expected and the actual value for malformed documents, windows or
     score modifiers (kernels/_structure.py). Non-decreasing document ids are checked when ``documents`` is on the
     CPU (elsewhere the check would wait for the device), except while torch.compile traces (a data-dependent branch).
@@ -154,6 +156,18 @@ def validate_structure(q, k, documents=None, window_left=None, window_right=None
         raise ValueError(f"softcap must be a finite float > 0 or None, got {softcap!r}")
     if alibi_slopes is not None:
         _validate_slopes(alibi_slopes, q, batch, heads)
+    if sinks is not None:
+        _validate_sinks(sinks, q, heads)
+
+
+def _validate_sinks(sinks, q, heads: int) -> None:
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (heads,):
+        got = f"{_shape(sinks)} {sinks.dtype}" if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise ValueError(
+            f"sinks must be a float tensor of one logit per query head, shape (heads,)=({heads},), got {got}"
+        )
+    if sinks.device != q.device:
+        raise ValueError(f"sinks must be on q's device {q.device}, got {sinks.device}")
 
 
 def _validate_documents(documents, q, batch: int, q_len: int, k_len: int) -> None:
@@ -295,11 +309,12 @@ def unsupported_reason(
     window_right=None,
     softcap=None,
     alibi_slopes=None,
+    sinks=None,
 ) -> str | None:
     """None when the Triton path can run these inputs on this machine, else a sentence saying why not."""
     try:
         validate(q, k, v, mask, key_mask, key_lengths, dropout_p, scale)
-        validate_structure(q, k, documents, window_left, window_right, softcap, alibi_slopes)
+        validate_structure(q, k, documents, window_left, window_right, softcap, alibi_slopes, sinks)
     except ValueError as error:
         return str(error)
     return run_reason(q, k)
