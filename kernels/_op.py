@@ -90,30 +90,25 @@ def _bwd(
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from the saved forward inputs and outputs."""
-    from . import _backward
+    saved = (q, k, v, out, lse, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, doc_bounds, alibi_slopes)
+    return _run_backward(grad_out, grad_lse, (*saved, window_left, window_right, softcap), _traceable)
 
-    return _backward.backward(
-        grad_out,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        grad_lse,
-        mask,
-        key_mask,
-        key_lengths,
-        seed,
-        causal,
-        scale,
-        dropout_p,
-        doc_bounds,
-        alibi_slopes,
-        window_left,
-        window_right,
-        softcap,
-        kernel_wrapper=_traceable,
-    )
+
+def _saved(ctx) -> tuple[tuple, Tensor | None]:
+    """The backward's inputs after (grad_out, grad_lse), in ``_bwd``'s order, from what :func:`_save` kept; and
+    the sinks (or None)."""
+    q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks = ctx.saved_tensors
+    return (
+        q, k, v, out, lse, mask, key_mask, key_lengths, seed, ctx.causal, ctx.scale, ctx.dropout_p, doc_bounds,
+        alibi_slopes, ctx.window_left, ctx.window_right, ctx.softcap,
+    ), sinks  # fmt: skip
+
+
+def _run_backward(grad_out: Tensor, grad_lse: Tensor | None, saved: tuple, wrapper) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward launcher on ``saved`` (:func:`_saved`'s order) with ``wrapper`` around each kernel: the one
+    backward call of the registered ops and of the eager path."""
+    q, k, v, out, lse, *rest = saved
+    return _modules()[1].backward(grad_out, q, k, v, out, lse, grad_lse, *rest, kernel_wrapper=wrapper)
 
 
 def _fwd_fake(q, k, v, mask, key_mask, key_lengths, seed, causal, scale, dropout_p, *structure):
@@ -182,29 +177,9 @@ def _register(suffix: str, interpreted: bool):
         bwd = triton_op(f"{NAMESPACE}::flash_attn_bwd{suffix}", _bwd, mutates_args=())
 
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks = ctx.saved_tensors
-        dq, dk, dv = bwd(
-            grad_out,
-            grad_lse,
-            q,
-            k,
-            v,
-            out,
-            lse,
-            mask,
-            key_mask,
-            key_lengths,
-            seed,
-            ctx.causal,
-            ctx.scale,
-            ctx.dropout_p,
-            doc_bounds,
-            alibi_slopes,
-            ctx.window_left,
-            ctx.window_right,
-            ctx.softcap,
-        )
-        return dq, dk, dv, *NO_GRADS, sink_grad(ctx, grad_out, grad_lse, out, lse, sinks)
+        saved, sinks = _saved(ctx)
+        dq, dk, dv = bwd(grad_out, grad_lse, *saved)
+        return dq, dk, dv, *NO_GRADS, sink_grad(ctx, grad_out, grad_lse, saved[3], saved[4], sinks)
 
     register_autograd(f"{NAMESPACE}::flash_attn_fwd{suffix}", backward, setup_context=_setup_context)
     return fwd
@@ -235,59 +210,19 @@ def _eager_forward(ctx, q, k, v, mask, key_mask, key_lengths, seed, causal, scal
 
 
 def _eager_backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, mask, key_mask, key_lengths, seed, doc_bounds, alibi_slopes, sinks = ctx.saved_tensors
-    d_sinks = sink_grad(ctx, grad_out, grad_lse, out, lse, sinks)
+    saved, sinks = _saved(ctx)
+    out = saved[3]
+    d_sinks = sink_grad(ctx, grad_out, grad_lse, out, saved[4], sinks)
     if grad_out is None:  # only the logsumexp was used
         grad_out = torch.zeros_like(out)
     if _legacy_batched(grad_out) or (grad_lse is not None and _legacy_batched(grad_lse)):
         # batched gradients (torch.autograd.grad(is_grads_batched=True), gradcheck's check_batched_grad): the
         # registered backward op, which the batching fallback runs once per gradient with plain tensors
-        op = (
-            torch.ops.typed_transformer.flash_attn_bwd
-            if q.is_cuda
-            else torch.ops.typed_transformer.flash_attn_bwd_interpreted
-        )
-        structure = (doc_bounds, alibi_slopes, ctx.window_left, ctx.window_right, ctx.softcap)
-        dq, dk, dv = op(
-            grad_out,
-            grad_lse,
-            q,
-            k,
-            v,
-            out,
-            lse,
-            mask,
-            key_mask,
-            key_lengths,
-            seed,
-            ctx.causal,
-            ctx.scale,
-            ctx.dropout_p,
-            *structure,
-        )
-        return dq, dk, dv, *NO_GRADS, d_sinks
-    dq, dk, dv = _modules()[1].backward(
-        grad_out,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        grad_lse,
-        mask,
-        key_mask,
-        key_lengths,
-        seed,
-        ctx.causal,
-        ctx.scale,
-        ctx.dropout_p,
-        doc_bounds,
-        alibi_slopes,
-        ctx.window_left,
-        ctx.window_right,
-        ctx.softcap,
-        kernel_wrapper=eager_launch,
-    )
+        ops = torch.ops.typed_transformer
+        op = ops.flash_attn_bwd if out.is_cuda else ops.flash_attn_bwd_interpreted
+        dq, dk, dv = op(grad_out, grad_lse, *saved)
+    else:
+        dq, dk, dv = _run_backward(grad_out, grad_lse, saved, eager_launch)
     return dq, dk, dv, *NO_GRADS, d_sinks
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "NoamSchedule",
     "noam_factor",
     "noam_adam",
+    "fused_supported",
     "SCHEDULES",
     "DEFAULT_WARMUP_RATIO",
     "warmup_steps",
@@ -81,12 +82,31 @@ class NoamSchedule:
         return rate(self.warmup, self.model_size, self.factor, self.warmup)
 
 
+FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def fused_supported(parameters: Iterable[torch.Tensor]) -> bool:
+    """Whether torch's fused Adam (one kernel over every parameter: ``Adam(..., fused=True)``) runs on all of
+    ``parameters``: plain tensors (no subclass such as a DTensor) of a floating dtype on the CPU or CUDA."""
+    return all(
+        type(p) in (torch.Tensor, torch.nn.Parameter) and p.device.type in ("cpu", "cuda") and p.dtype in FUSED_DTYPES
+        for p in parameters
+    )
+
+
 def noam_adam(
-    parameters: Iterable[torch.nn.Parameter], model_size: int, factor: float, warmup: int
+    parameters: Iterable[torch.nn.Parameter], model_size: int, factor: float, warmup: int, *, fused: bool | None = None
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """The paper's optimizer (section 5.3): Adam(betas=(0.9, 0.98), eps=1e-9) with base learning rate 1, scaled at
-    each step by ``NoamSchedule(model_size, factor, warmup)``; returns ``(optimizer, scheduler)``."""
-    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    each step by ``NoamSchedule(model_size, factor, warmup)``; returns ``(optimizer, scheduler)``.
+
+    ``fused``: torch's fused Adam step (one kernel over all parameters instead of a loop of small operations per
+    parameter; the same update up to float rounding). None (the default): fused where :func:`fused_supported`
+    says it runs, else torch's default; False: torch's default (the package's before issue 45)."""
+    parameters = list(parameters)
+    if fused is None:
+        fused = bool(parameters) and fused_supported(parameters)
+    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused or None)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=NoamSchedule(model_size, factor, warmup))
 
 
