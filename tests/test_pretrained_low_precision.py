@@ -50,7 +50,9 @@ def _router_casts(module: str) -> bool:
     import inspect
 
     source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
-    return "router_top_value.to(router_logits.dtype)" in source
+    # 5.4 writes the same cast, but after ``router_logits`` was rebound to the float32 softmax: no cast there
+    rebound = "router_logits = torch.nn.functional.softmax(router_logits, dtype=torch.float" in source
+    return "router_top_value.to(router_logits.dtype)" in source and not rebound
 
 
 #: cases whose greedy tokens differ on this budget (the operation above moves a near tie), where it exists
