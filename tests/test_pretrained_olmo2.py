@@ -252,35 +252,6 @@ def test_a_folder_without_the_optional_fields_reads_transformers_defaults(tmp_pa
 def test_a_fine_tune_exports_as_olmo2_and_transformers_computes_our_logits(olmo2_folder, tmp_path, capsys):
     """``typed-transformer export`` writes a ``train lm --init`` fine-tune of the folder back as Olmo2ForCausalLM, which
     transformers loads to our logits (float32 within 1e-5 x max|logit|)."""
-    from olmo_helpers import skip_unless_transformers_builds
-    from test_cli_pretrained import TRAIN
+    from olmo_helpers import assert_fine_tune_exports_as
 
-    from transformer.checkpoint import load_checkpoint
-    from transformer.cli import main
-
-    skip_unless_transformers_builds(transformers, "Olmo2Config")
-    corpus = tmp_path / "text.txt"
-    corpus.write_text("\n".join(["def add ( a , b ) : return a + b", "the box is the value of the self"] * 40) + "\n")
-    out, hf_dir = tmp_path / "run", tmp_path / "hf"
-    argv = [
-        "train",
-        "lm",
-        "--init",
-        str(olmo2_folder),
-        "--text",
-        str(corpus),
-        *TRAIN,
-        "--steps",
-        "2",
-        "--out",
-        str(out),
-    ]
-    assert main(argv) == 0
-    assert main(["export", "--checkpoint", str(out), "--to", str(hf_dir)]) == 0
-    assert json.loads((hf_dir / "config.json").read_text())["architectures"] == ["Olmo2ForCausalLM"]
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="sdpa").eval()
-    ours = load_checkpoint(out).model
-    x = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 5]])
-    with torch.no_grad():
-        a, b = ours.logits(x), theirs(input_ids=x).logits
-    assert (a - b).abs().max().item() <= 1e-5 * b.abs().max().item()
+    assert_fine_tune_exports_as(transformers, "olmo2", olmo2_folder, tmp_path)
