@@ -115,9 +115,12 @@ class Reference:
         windowed = cfg.sliding_window is not None and (cfg.window_layers is None or cfg.window_layers[layer])
         batch, seq, _ = x.shape
         h, kv, d_k = cfg.n_heads, cfg.n_kv_heads or cfg.n_heads, cfg.d_k
-        q = self.linear(x, f"{name}.q_proj", cfg.qkv_bias).view(batch, seq, h, d_k).transpose(1, 2)
-        k = self.linear(x, f"{name}.k_proj", cfg.qkv_bias).view(batch, seq, kv, d_k).transpose(1, 2)
-        if cfg.qk_norm:
+        q, k = self.linear(x, f"{name}.q_proj", cfg.qkv_bias), self.linear(x, f"{name}.k_proj", cfg.qkv_bias)
+        if cfg.qk_norm and cfg.qk_norm_scope == "projection":  # OLMo: one norm over all the heads, before the split
+            q, k = self.rms(q, self.p[f"{name}.q_norm.weight"]), self.rms(k, self.p[f"{name}.k_norm.weight"])
+        q = q.view(batch, seq, h, d_k).transpose(1, 2)
+        k = k.view(batch, seq, kv, d_k).transpose(1, 2)
+        if cfg.qk_norm and cfg.qk_norm_scope == "head":
             q, k = self.rms(q, self.p[f"{name}.q_norm.weight"]), self.rms(k, self.p[f"{name}.k_norm.weight"])
         if cfg.positional_encoding == "rotary" and (cfg.rope_layers is None or cfg.rope_layers[layer]):
             rope = cfg
@@ -177,11 +180,13 @@ class Reference:
                     sublayer = lambda y, f=sublayer: cfg.residual_scale * f(y)  # noqa: E731
                 if cfg.post_sublayer_norm:  # x + Norm'(Sublayer(Norm(x)))
                     sublayer = lambda y, f=sublayer, post=f"{name}.post_norms.{s}": self.norm(f(y), post)  # noqa: E731
-                x = (
-                    x + sublayer(self.norm(x, norm))
-                    if cfg.norm_placement == "pre"
-                    else self.norm(x + sublayer(x), norm)
-                )
+                if cfg.norm_placement == "post":
+                    x = self.norm(x + sublayer(x), norm)
+                elif cfg.pre_sublayer_norm:
+                    x = x + sublayer(self.norm(x, norm))
+                else:  # OLMo 2: no norm before the sub-layer, x + Norm'(Sublayer(x))
+                    assert f"{norm}.weight" not in self.p, f"{norm} exists with pre_sublayer_norm=False"
+                    x = x + sublayer(x)
         x = self.norm(x, "norm")
         out = self.p["embed.0.lut.weight"] if cfg.tie_weights else self.p["generator.proj.weight"]
         logits = x @ out.T
