@@ -17,14 +17,8 @@ MUTANTS = [
         "transformer/lm/attention.py",
         (
             (
-                "        if self.qk_norm:\n"
-                "            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n"
-                "        if rotation is not None:\n"
-                "            q, k = rotation(q), None if k is None else rotation(k)\n",
-                "        if rotation is not None:\n"
-                "            q, k = rotation(q), None if k is None else rotation(k)\n"
-                "        if self.qk_norm:\n"
-                "            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n",
+                "        elif self.qk_norm:\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n",
+                '        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n        if self.qk_norm and self.qk_norm_scope == "head":\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n',
             ),
         ),
         "QK-norm runs after RoPE instead of before it (Qwen3's order): identical while the q_norm/k_norm gains are "
@@ -78,8 +72,8 @@ MUTANTS = [
         "transformer/decoding/sampling.py",
         (
             (
-                "        if top_k is not None and top_k < logits.size(-1):",
-                "        if top_k is not None and top_k < logits.size(-1) - 1:",
+                "    if top_k is not None and top_k < logits.size(-1):",
+                "    if top_k is not None and top_k < logits.size(-1) - 1:",
             ),
         ),
         "Sampling with top_k = vocab - 1 keeps every token (the least probable one can be drawn); other top_k values "

@@ -22,7 +22,12 @@ MUTANTS = [
     Mutant(
         "blind-edge31-fast-short-variadic",
         "transformer/contracts/fast.py",
-        (("        if i or not top:", "        if not top:"),),
+        (
+            (
+                '        if i or not top or any(d[0] == "anon" for d in dims[i + 1 :]):',
+                '        if not top or any(d[0] == "anon" for d in dims[i + 1 :]):',
+            ),
+        ),
         "The eager fast checker skips the rank test of a top-level annotation with axes before the variadic one: "
         "'a *mid b' accepts a 1-D tensor (too few axes) that jaxtyping refuses.",
     ),

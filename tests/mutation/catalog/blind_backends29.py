@@ -34,8 +34,8 @@ MUTANTS = [
         "transformer/backends/torch_backend.py",
         (
             (
-                "query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, softcap=softcap, alibi_slopes=alibi_slopes",
-                "query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, softcap=softcap",
+                '        modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}\n        return reference(',
+                '        modifiers = {"softcap": softcap, "sinks": sinks}\n        return reference(',
             ),
         ),
         "On the torch backend, softcap together with alibi_slopes applies the cap only: the ALiBi bias is lost "
@@ -46,8 +46,8 @@ MUTANTS = [
         "transformer/backends/sdpa.py",
         (
             (
-                "    if softcap is not None or alibi_slopes is not None:\n        _check_modifiers(",
-                "    if alibi_slopes is not None:\n        _check_modifiers(",
+                "    if softcap is not None or alibi_slopes is not None or sinks is not None:\n        _check_modifiers(",
+                "    if alibi_slopes is not None or sinks is not None:\n        _check_modifiers(",
             ),
         ),
         "The drop-in scaled_dot_product_attention(softcap=c) without alibi_slopes neither checks nor applies the "

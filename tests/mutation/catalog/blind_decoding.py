@@ -10,10 +10,8 @@ MUTANTS = [
         "transformer/decoding/greedy.py",
         (
             (
-                "            ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])\n"
-                "            finished |= ys[:, -1] == end_symbol\n",
-                "            finished |= ys[:, -1] == end_symbol\n"
                 "            ys[:, -1] = torch.where(finished, torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])\n",
+                "            ys[:, -1] = torch.where(finished | (ys[:, -1] == end_symbol), torch.full_like(ys[:, -1], pad_symbol), ys[:, -1])\n",
             ),
         ),
         "greedy/sample decoding (and LM generate) overwrite the end symbol itself with pad_symbol: a row that "
@@ -24,8 +22,8 @@ MUTANTS = [
         "transformer/decoding/sampling.py",
         (
             (
-                "            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)\n",
-                "            drop = drop_sorted.gather(-1, order)\n",
+                "        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)\n",
+                "        drop = drop_sorted.gather(-1, order)\n",
             ),
         ),
         "top-p sampling maps the sorted drop decisions back with the wrong permutation (gather instead of "

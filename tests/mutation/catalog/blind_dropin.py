@@ -20,7 +20,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-dropin-float32-mask-refused-for-half",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_rules.py",
         (
             (
                 "    if mask.dtype not in (torch.bool, torch.float32, query.dtype):\n",
@@ -32,7 +32,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-dropin-broadcast-left-aligned",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_rules.py",
         (("        for i, size in enumerate(shape, n - len(shape)):\n", "        for i, size in enumerate(shape):\n"),),
         "leading dims of inputs of different ranks are aligned from the left, not the right as torch.matmul: "
         "query (2, 3, L, E) with key/value (3, S, E) is refused ('do not broadcast') although torch accepts it, "

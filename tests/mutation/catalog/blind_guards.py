@@ -28,7 +28,7 @@ MUTANTS = [
     Mutant(
         "blind-guards-sampler-float32-logits",
         "transformer/decoding/sampling.py",
-        (("        logits = log_probs.detach().to(torch.float64)\n", "        logits = log_probs.detach().float()\n"),),
+        (("    logits = log_probs.detach().to(torch.float64)\n", "    logits = log_probs.detach().float()\n"),),
         "the tempered logits are computed in float32: a temperature below float32's range (e.g. 1e-50, 1e-300) "
         "turns the best token's 0/temperature into NaN and sampling raises 'log-probabilities ... are NaN' "
         "instead of being greedy decoding",
@@ -38,8 +38,8 @@ MUTANTS = [
         "transformer/decoding/sampling.py",
         (
             (
-                "            drop_sorted = before >= top_p - TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p\n",
-                "            drop_sorted = before >= top_p + TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p\n",
+                "        drop_sorted = before >= top_p - TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p\n",
+                "        drop_sorted = before >= top_p + TOP_P_SLACK  # keep the smallest prefix whose mass reaches top_p\n",
             ),
         ),
         "the top-p slack is applied the wrong way: a prefix whose mass reaches top_p up to float32 rounding "

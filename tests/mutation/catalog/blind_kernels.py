@@ -23,8 +23,8 @@ MUTANTS = [
         "kernels/_op.py",
         (
             (
-                "    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):",
-                "    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):",
+                "        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)\n    ):\n        function = _Eager",
+                "        q.requires_grad or k.requires_grad or (sinks is not None and sinks.requires_grad)\n    ):\n        function = _Eager",
             ),
         ),
         "the cheap eager path decides whether a gradient may be asked for from q and k only: when only v requires "

@@ -10,8 +10,8 @@ MUTANTS = [
         "transformer/common/arguments.py",
         (
             (
-                "    if isinstance(value, bool) or not isinstance(value, int):\n        return False\n    return (at_least",
-                "    if not isinstance(value, int):\n        return False\n    return (at_least",
+                '    if isinstance(value, bool) or not (isinstance(value, int) or type(value).__name__ == "SymInt"):\n        return False\n    return (at_least',
+                '    if not (isinstance(value, int) or type(value).__name__ == "SymInt"):\n        return False\n    return (at_least',
             ),
         ),
         "n_layers=True (or any bool) passes every is_int validator and silently builds a 1-layer (or 0-sized) model instead of being refused.",

@@ -72,16 +72,8 @@ MUTANTS = [
         "transformer/lm/attention.py",
         (
             (
-                """        if self.qk_norm:
-            q, k = self.q_norm(q), None if k is None else self.k_norm(k)
-        if rotation is not None:
-            q, k = rotation(q), None if k is None else rotation(k)
-""",
-                """        if rotation is not None:
-            q, k = rotation(q), None if k is None else rotation(k)
-        if self.qk_norm:
-            q, k = self.q_norm(q), None if k is None else self.k_norm(k)
-""",
+                "        elif self.qk_norm:\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n",
+                '        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n        if self.qk_norm and self.qk_norm_scope == "head":\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n',
             ),
         ),
         "QK-norm is applied after RoPE instead of before (Qwen3's order): with trained (non-uniform) q_norm/k_norm "

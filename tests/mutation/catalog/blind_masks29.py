@@ -102,8 +102,8 @@ MUTANTS = [
         "transformer/backends/dispatch.py",
         (
             (
-                "return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]",
-                "return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap)[0]",
+                '    modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}\n    return attention.unchecked(',
+                '    modifiers = {"softcap": softcap, "sinks": sinks}\n    return attention.unchecked(',
             ),
         ),
         "run_backend's eager path ignores alibi_slopes: multi-head attention with ALiBi on the eager backend "

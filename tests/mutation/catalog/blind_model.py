@@ -77,19 +77,8 @@ MUTANTS = [
         "transformer/lm/layers.py",
         (
             (
-                (
-                    "        self.sublayer = clones(\n"
-                    "            SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)), 2\n"
-                    "        )\n"
-                ),
-                (
-                    "        self.sublayer = nn.ModuleList(\n"
-                    "            [\n"
-                    "                SublayerConnection(size, dropout, norm_placement, eps, norm=make_norm(norm, size, eps, unit_offset)),\n"
-                    "                SublayerConnection(size, dropout, norm_placement, eps),\n"
-                    "            ]\n"
-                    "        )\n"
-                ),
+                "        self.sublayer = clones(SublayerConnection(size, dropout, norm_placement, eps, norm=before), 2)\n",
+                "        self.sublayer = nn.ModuleList([SublayerConnection(size, dropout, norm_placement, eps, norm=before), SublayerConnection(size, dropout, norm_placement, eps) if pre_norm else SublayerConnection(size, dropout, norm_placement, eps, norm=before)])\n",
             ),
         ),
         "DecoderOnlyLayer applies norm='std' (the functional transformer's standardize) only in the attention "

@@ -94,8 +94,8 @@ MUTANTS = [
         "transformer/lm/rotary.py",
         (
             (
-                "    low = max(math.floor(correction_dim(beta_fast)), 0)\n",
-                "    low = max(math.ceil(correction_dim(beta_fast)), 0)\n",
+                "        low, high = math.floor(low), math.ceil(high)\n",
+                "        low, high = math.ceil(low), math.ceil(high)\n",
             ),
         ),
         "YaRN's correction range is ceiled at both ends instead of floored at the low end (truncate=True floors low "
@@ -105,7 +105,7 @@ MUTANTS = [
     Mutant(
         "blind-m41-gelu-new-as-erf",
         "transformer/lm/pretrained/architectures.py",
-        (('    "gelu_new": "gelu_tanh",\n', '    "gelu_new": "gelu",\n'),),
+        (('    "gelu_new": "gelu_new",  # written out', '    "gelu_new": "gelu",  # written out'),),
         "transformers' gelu_new (GPT-2's default activation_function) is read as the erf GELU instead of its tanh "
         'form (docs/pretrained.md: gelu_new = activation="gelu_tanh"): a loaded GPT-2\'s logits differ from '
         "transformers' by about 1e-3 relative, and saving a gelu_tanh GPT-2 is refused as not reading back.",

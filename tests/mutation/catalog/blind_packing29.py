@@ -17,8 +17,8 @@ MUTANTS = [
         "transformer/lm/positions.py",
         (
             (
-                "starts[:, 1:] = documents[:, 1:] != documents[:, :-1]",
-                "starts[:, :-1] = documents[:, 1:] != documents[:, :-1]",
+                "    starts = (documents != documents.roll(1, dims=-1)) | (slots == 0)\n",
+                "    starts = (documents != documents.roll(-1, dims=-1)) | (slots == 0)\n",
             ),
         ),
         "positions_from_documents marks the last token of each document as the start of the next, so positions in a "

@@ -148,8 +148,8 @@ MUTANTS += [
     M(
         "greedy-stops-when-any-row-ends",
         "transformer/decoding/greedy.py",
-        "        if end_symbol is not None and bool(finished.all()):\n",
-        "        if end_symbol is not None and bool(finished.any()):\n",
+        "        if ends and bool(finished.all()):\n",
+        "        if ends and bool(finished.any()):\n",
         "greedy stops (and pads every row) as soon as one row has ended",
     ),
 ]
@@ -185,7 +185,12 @@ MUTANTS += [
     Mutant(
         "generate-sampling-options-ignored",
         _GEN,
-        (("        if given:\n", "        if False:\n"),),
+        (
+            (
+                "            if value != default\n        ]\n        if given:\n",
+                "            if value != default\n        ]\n        if False:\n",
+            ),
+        ),
         "generate(temperature=0.7) without sample=True decodes greedily without a word",
         ("tests/test_sampling.py",),
     ),

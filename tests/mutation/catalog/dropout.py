@@ -165,45 +165,33 @@ MUTANTS: list[Mutant] = [
     D(
         "dropout-eager-backend-ignored",
         "transformer/backends/dispatch.py",
-        "    return attention.unchecked(q, k, v, dense, dropout, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]\n",
-        "    return attention.unchecked(q, k, v, dense, None, scale, softcap=softcap, alibi_slopes=alibi_slopes)[0]\n",
+        "    return attention.unchecked(q, k, v, dense, dropout, scale, **modifiers)[0]\n",
+        "    return attention.unchecked(q, k, v, dense, None, scale, **modifiers)[0]\n",
         "the eager backend never drops the attention probabilities",
     ),
     D(
         "dropout-torch-backend-ignored",
         "transformer/backends/torch_backend.py",
-        "        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale\n",
-        (
-            "        query,\n"
-            "        key,\n"
-            "        value,\n"
-            "        attn_mask=mask,\n"
-            "        dropout_p=0.0 if mask is not None else dropout_p,\n"
-            "        is_causal=is_causal,\n"
-            "        scale=scale,\n"
-        ),
+        "    return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)\n",
+        "    return _TORCH_SDPA(\n"
+        "        query, key, value, attn_mask=mask, dropout_p=0.0 if mask is not None else dropout_p, is_causal=is_causal, scale=scale\n"
+        "    )\n",
         "the torch backend with a dense mask (or none) never passes dropout_p to F.scaled_dot_product_attention",
     ),
     D(
         "dropout-torch-causal-ignored",
         "transformer/backends/torch_backend.py",
-        "        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale\n",
-        "        query, key, value, attn_mask=mask, dropout_p=0.0 if is_causal else dropout_p, is_causal=is_causal, scale=scale\n",
+        "    return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)\n",
+        "    return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=0.0 if is_causal else dropout_p, is_causal=is_causal, scale=scale)\n",
         "the torch backend with a causal-only AttentionMask (is_causal=True) never drops",
     ),
     D(
         "dropout-torch-empty-mask-ignored",
         "transformer/backends/torch_backend.py",
-        "        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale\n",
-        (
-            "        query,\n"
-            "        key,\n"
-            "        value,\n"
-            "        attn_mask=mask,\n"
-            "        dropout_p=0.0 if mask is None and not is_causal else dropout_p,\n"
-            "        is_causal=is_causal,\n"
-            "        scale=scale,\n"
-        ),
+        "    return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)\n",
+        "    return _TORCH_SDPA(\n"
+        "        query, key, value, attn_mask=mask, dropout_p=0.0 if mask is None and not is_causal else dropout_p, is_causal=is_causal, scale=scale\n"
+        "    )\n",
         "the torch backend with an empty AttentionMask never drops",
     ),
     D(

@@ -158,7 +158,7 @@ MUTANTS: list[Mutant] = [
         "transformer/contracts/decorator.py",
         (
             (
-                "                return call_traced(contract, fn, args, kwargs)",
+                "                return call_traced(contract, fn, args, kwargs, wrapper)",
                 "                return fn(*args, **kwargs)",
             ),
         ),

@@ -14,6 +14,9 @@ _SDPA, _DROPIN_TESTS, _GQA_TESTS = (
 _TORCH_BACKEND, _GROUPED = "transformer/backends/torch_backend.py", "transformer/backends/grouped.py"
 
 
+_RULES = "transformer/backends/sdpa_rules.py"  # the drop-in's checks of torch's rules
+
+
 def _dropin(
     id: str, old: str, new: str, what: str, tests: tuple[str, ...] = _DROPIN_TESTS, file: str = _SDPA
 ) -> Mutant:
@@ -59,19 +62,21 @@ MUTANTS += [
         "    if is_causal and attn_mask is not None:\n",
         "    if False:\n",
         "a mask together with is_causal is not refused (torch's fused CPU path ignores one of them)",
+        file=_RULES,
     ),
     _dropin(
         "dropin-value-length-unchecked",
-        "    if value.size(-2) != key.size(-2):\n",
+        "    if not _may_equal(value.size(-2), key.size(-2)):\n",
         "    if False:\n",
         "values of another length than the keys are not refused (torch's fused CPU path reads past them)",
+        file=_RULES,
     ),
     _dropin(
         "dropin-mask-grows-weights",
-        "    if len(shape) > len(weights) or any(m not in (1, w) "
-        "for m, w in zip(shape[::-1], weights[::-1], strict=False)):\n",
-        "    if any(m not in (1, w) for m, w in zip(shape[::-1], weights[::-1], strict=False)):\n",
+        "    fits = len(shape) <= len(weights)\n",
+        "    fits = True\n",
         "a mask with more dims than the attention weights is not refused",
+        file=_RULES,
     ),
     _dropin(
         "dropin-kernel-gets-repeated-heads",

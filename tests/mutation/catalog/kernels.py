@@ -537,7 +537,12 @@ MUTANTS += [
     Mutant(
         "kernel-eager-never-records-autograd",
         "kernels/_op.py",
-        (("if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):", "if False:"),),
+        (
+            (
+                "    if torch.is_grad_enabled() and (\n        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)\n    ):\n        function = _Eager",
+                "    if False and (\n        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)\n    ):\n        function = _Eager",
+            ),
+        ),
         "eager calls never record the autograd node: inputs requiring grad get no gradient",
         API_TESTS,
     ),

@@ -45,8 +45,8 @@ MUTANTS = [
     B(
         "blocks-partial-rotation-swapped",
         _ROT,
-        "return torch.cat((turned * self.cos + rotate_half(turned) * self.sin, passed), dim=-1)",
-        "return torch.cat((passed, turned * self.cos + rotate_half(turned) * self.sin), dim=-1)",
+        "return torch.cat(((turned * self.cos + rotate_half(turned) * self.sin).to(x.dtype), passed), dim=-1)",
+        "return torch.cat((passed, (turned * self.cos + rotate_half(turned) * self.sin).to(x.dtype)), dim=-1)",
         "with rope_fraction < 1 the rotated dimensions are put after the passed ones",
     ),
     B(
@@ -94,10 +94,8 @@ MUTANTS = [
     B(
         "blocks-qk-norm-after-rope",
         "transformer/lm/attention.py",
-        "        if self.qk_norm:\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n"
-        "        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n",
-        "        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n"
-        "        if self.qk_norm:\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n",
+        "        elif self.qk_norm:\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n",
+        '        if rotation is not None:\n            q, k = rotation(q), None if k is None else rotation(k)\n        if self.qk_norm and self.qk_norm_scope == "head":\n            q, k = self.q_norm(q), None if k is None else self.k_norm(k)\n',
         "QK-norm after RoPE instead of before (Qwen3 normalises first)",
     ),
     B(
