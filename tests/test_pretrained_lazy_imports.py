@@ -94,3 +94,29 @@ def test_loading_a_folder_and_one_checked_forward_import_no_compiler(kind, tmp_p
     # strict on every torch (2.9-2.14) and einops the package takes: the forward calls no einops (0.8.0 imports
     # torch._dynamo at its first call on a torch tensor)
     assert out["seen"] == {"import": [], "load": [], "forward": []}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(norm="rms", qk_norm=True, qk_norm_scope="projection", pre_sublayer_norm=False, post_sublayer_norm=True),
+        dict(value_projection="per_head"),
+    ],
+    ids=["olmo2-blocks", "per-head-values"],
+)
+def test_the_blocks_that_joined_heads_with_einops_import_no_compiler_either(fields):
+    """OLMo's QK-norm over the whole projection and the per-head value form join and split heads: a fresh process
+    builds such a model and runs checked forwards (the eager and the torch backend) without importing a compiler."""
+    base = dict(vocab=29, n_layers=2, d_model=16, d_ff=24, n_heads=4, positional_encoding="rotary", max_len=32)
+    code = (
+        "import json, sys, torch, transformer as T\n"
+        "from transformer.lm import LMConfig, build_lm\n"
+        f"model = build_lm(LMConfig(**{ {**base, **fields}!r})).eval()\n"
+        "tokens = torch.randint(1, 29, (2, 7))\n"
+        "with torch.no_grad():\n"
+        "    for backend in ('eager', 'torch'):\n"
+        "        with T.use_backend(backend):\n"
+        "            model.logits(tokens)\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    assert json.loads(_fresh(code)) == []

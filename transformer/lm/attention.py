@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import rearrange
 from torch import nn
 
 from ..attention import AttentionHeads
@@ -100,8 +99,9 @@ class LMSelfAttention(AttentionHeads):
         """``norm`` over every head of ``x`` (batch, heads, seq, d_k) at once, as over the projection before the
         split (Team OLMo 2024; transformers' ``q_norm(q_proj(x))``): the heads joined (a view of the projection's
         output, so the sums run in its order), normalised, split again."""
-        heads = x.size(1)
-        return rearrange(norm(rearrange(x, "b h s d -> b s (h d)")), "b s (h d) -> b h s d", h=heads)
+        batch, heads, seq, d_k = x.shape  # torch views, not einops (0.8.0 imports torch._dynamo at its first call)
+        joined = norm(x.transpose(1, 2).reshape(batch, seq, heads * d_k))
+        return joined.view(batch, seq, heads, d_k).transpose(1, 2)
 
     @checked
     def forward(
@@ -204,9 +204,11 @@ class PerHeadValueAttention(LMSelfAttention):
             values = chunks.unsqueeze(1).expand(-1, h, -1, -1, -1).reshape(batch, h * (h + 1), k_len, d_k)
             q, k = repeat_kv_heads(q, k, h * (h + 1))  # each head h + 1 times in a row: head i, chunk c at i(h+1)+c
             u = run_backend("triton", q, k, values, mask, dropout_p, self.scale)
-            u = rearrange(u, "b (i c) s d -> b i s (c d)", i=h)[..., : self.d_model + 1]
+            u = u.view(batch, h, h + 1, -1, d_k).transpose(2, 3).reshape(batch, h, -1, (h + 1) * d_k)
+            u = u[..., : self.d_model + 1]  # head i's chunks side by side: (batch, h, q_len, (h + 1) d_k)
         else:
-            values = torch.cat([rearrange(shared, "b c s d -> b 1 s (c d)"), ones], dim=-1).expand(-1, h, -1, -1)
+            joined = shared.transpose(1, 2).reshape(batch, 1, k_len, -1)  # (batch, 1, k_len, d_model): the chunks
+            values = torch.cat([joined, ones], dim=-1).expand(-1, h, -1, -1)
             u = self.attend_heads(q, k, values, mask, name)
         out = torch.einsum("bisd,ide->bse", u[..., : self.d_model], self.value_weight)
         return out + torch.einsum("bis,ie->bse", u[..., self.d_model], self.value_bias)
