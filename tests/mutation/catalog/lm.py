@@ -69,8 +69,8 @@ MUTANTS = [
     L(
         "lm-kernel-chunks-misordered",
         _ATT,
-        '            u = rearrange(u, "b (i c) s d -> b i s (c d)", i=h)[..., : self.d_model + 1]\n',
-        '            u = rearrange(u, "b (c i) s d -> b i s (c d)", i=h)[..., : self.d_model + 1]\n',
+        "            u = u.view(batch, h, h + 1, -1, d_k).transpose(2, 3).reshape(batch, h, -1, (h + 1) * d_k)\n",
+        "            u = u.view(batch, h + 1, h, -1, d_k).transpose(1, 2).transpose(2, 3).reshape(batch, h, -1, (h + 1) * d_k)\n",
         "on the kernel, the (head, value chunk) problems are put back together in the wrong order",
     ),
     # --- causality and the cache
