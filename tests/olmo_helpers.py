@@ -63,25 +63,30 @@ def skip_unless_transformers_builds(transformers, config_class: str) -> None:
         pytest.skip(f"transformers {transformers.__version__} cannot build {config_class}(): {str(error)[:160]}")
 
 
-def load_memory_rise(config, folder, architecture: str | None = None) -> tuple[float, dict]:
-    """Our model of ``config`` (random weights) saved into ``folder`` with our ``save_pretrained`` (as
-    ``architecture``, else the one its config chooses), then loaded in a fresh interpreter by
-    benchmarks/load_memory.py's measurement: the peak resident memory's rise over the baseline divided by the size
-    of ``model.safetensors``, and the run."""
+def load_memory_benchmark():
+    """benchmarks/load_memory.py as a module."""
     import importlib.util
     from pathlib import Path
-
-    from transformer.lm import build_lm
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("bench_load_memory", root / "benchmarks" / "load_memory.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def load_memory_rise(config, folder, architecture: str | None = None, measure=None) -> tuple[float, dict]:
+    """Our model of ``config`` (random weights) saved into ``folder`` with our ``save_pretrained`` (as
+    ``architecture``, else the one its config chooses), then loaded by benchmarks/load_memory.py's measurement (in
+    a fresh interpreter, or by ``measure``: a ``ForkedMeasurements``' one): the peak resident memory's rise over
+    the baseline divided by the size of ``model.safetensors``, and the run."""
+    from transformer.lm import build_lm
+
     torch.manual_seed(0)
     model = build_lm(config)
     model.save_pretrained(folder, architecture=architecture)
     del model
     size = (folder / "model.safetensors").stat().st_size
-    run = bench.measure(folder)
+    run = (measure or load_memory_benchmark().measure)(folder)
     assert run["loaded"] - run["baseline"] >= run["parameter_bytes"] >= size - 2**20  # the weights were read
     return (run["loaded"] - run["baseline"]) / size, run

@@ -14,9 +14,8 @@ import dataclasses
 
 import pytest
 import torch
-from architecture_models import MOE, NEW_CONFIGS, architecture_model, saved
+from architecture_models import MOE, architecture_model, model_class_name, saved
 from fine_tune_helpers import assert_exports_as, assert_resumes_exactly, first_batch, with_tokenizer, write_corpus
-from moe_helpers import CONFIGS as MOE_CONFIGS
 from moe_helpers import skip_if_their_aux_loss_is_softmax_twice
 from test_cli_pretrained import WORDS
 
@@ -31,10 +30,6 @@ FINE_TUNED = ("gemma2", "gemma3", "gpt_neox", "smollm3", "granite", *MOE)
 AUX_COEF = 0.3
 
 
-def _class_of(kind: str) -> str:
-    return MOE_CONFIGS[kind][1] if kind in MOE else NEW_CONFIGS[kind][1]
-
-
 @pytest.mark.parametrize("kind", FINE_TUNED)
 def test_train_lm_init_fine_tunes_resumes_exactly_and_exports_as_the_architecture(kind, tmp_path, capsys):
     fields = dict(vocab_size=len(WORDS) + 3)
@@ -42,10 +37,10 @@ def test_train_lm_init_fine_tunes_resumes_exactly_and_exports_as_the_architectur
         fields["router_aux_loss_coef"] = AUX_COEF
     folder = with_tokenizer(saved(transformers, kind, tmp_path / kind, **fields))
     corpus = write_corpus(tmp_path)
-    straight = assert_resumes_exactly(folder, corpus, tmp_path, capsys, _class_of(kind))
+    straight = assert_resumes_exactly(folder, corpus, tmp_path, capsys, model_class_name(kind))
     if kind in MOE:
         _assert_first_loss_is_theirs_with_the_aux_loss(folder, corpus, tmp_path, straight)
-    assert_exports_as(transformers, straight, tmp_path / "hf", _class_of(kind))
+    assert_exports_as(transformers, straight, tmp_path / "hf", model_class_name(kind))
 
 
 def _assert_first_loss_is_theirs_with_the_aux_loss(folder, corpus, tmp_path, straight):
