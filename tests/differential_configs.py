@@ -28,6 +28,10 @@ RULES = ("default", "linear", "llama3", "yarn")
 ARCHITECTURES += ("olmo2", "olmoe")
 CLASSES.update(olmo2="Olmo2Config", olmoe="OlmoeConfig")
 ROPE_RULES.update(olmo2=4, olmoe=4)
+# SmolLM3 and Granite (issue 44): appended, as OLMo's
+ARCHITECTURES += ("smollm3", "granite")
+CLASSES.update(smollm3="SmolLM3Config", granite="GraniteConfig")
+ROPE_RULES.update(smollm3=4, granite=4)
 MAX_POSITIONS = 64
 
 
@@ -88,10 +92,11 @@ def random_config(transformers, kind: str, rng: random.Random):
         fields["norm_epsilon" if kind == "starcoder2" else "rms_norm_eps"] = eps
         if kind in ("llama", "qwen3", "mistral", "gemma2", "gemma3"):
             fields["head_dim"] = head_dim
-        if kind in ("llama", "qwen3"):
+        if kind in ("llama", "qwen3", "smollm3", "granite"):
             fields["attention_bias"] = rng.random() < 0.5
-        if kind == "llama":
+        if kind in ("llama", "smollm3", "granite"):
             fields["mlp_bias"] = rng.random() < 0.3
+        if kind == "llama":
             fields["hidden_act"] = rng.choice(["silu", "gelu", "gelu_pytorch_tanh"])
         window = rng.choice([None, None, 3, 4, 6])
         if kind in ("qwen2", "qwen3"):
@@ -105,6 +110,13 @@ def random_config(transformers, kind: str, rng: random.Random):
             fields.update(_gemma(rng, kind, layers, fields["rope_parameters"]))
         if kind in ("olmo2", "olmoe"):
             fields.update(_olmo(rng, kind, head_dim))
+        if kind == "smollm3":
+            fields.update(_smollm3(rng, layers, window))
+        if kind == "granite":
+            fields.update(
+                embedding_multiplier=rng.choice([1.0, 3.0, 12.0]), attention_multiplier=rng.choice([0.05, 0.3, 1.0]),
+                residual_multiplier=rng.choice([0.2, 0.5, 1.0]), logits_scaling=rng.choice([1.0, 2.5, 8.0]),
+            )  # fmt: skip
     config = getattr(transformers, CLASSES[kind])(**fields)
     described = {k: v for k, v in fields.items() if k not in ids}
     return config, described
@@ -137,4 +149,16 @@ def _olmo(rng: random.Random, kind: str, head_dim: int) -> dict:
         experts = rng.randint(2, 6)
         fields.update(num_experts=experts, num_experts_per_tok=rng.randint(1, min(3, experts)),
                       norm_topk_prob=rng.random() < 0.5)  # fmt: skip
+    return fields
+
+
+def _smollm3(rng: random.Random, layers: int, window: int | None) -> dict:
+    """SmolLM3's own fields: the layers without RoPE (``no_rope_layers`` drawn, or every fourth by default), the
+    window on the layers ``layer_types`` marks (drawn where there is a window, or by default the layers without
+    RoPE)."""
+    fields: dict = {"use_sliding_window": window is not None, "sliding_window": window}
+    if rng.random() < 0.7:
+        fields["no_rope_layers"] = [rng.choice([0, 1, 1]) for _ in range(layers)]
+    if window is not None and rng.random() < 0.5:  # sliding layers without a window: transformers' cache fails
+        fields["layer_types"] = [rng.choice(["sliding_attention", "full_attention"]) for _ in range(layers)]
     return fields
