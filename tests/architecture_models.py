@@ -65,15 +65,17 @@ def architecture_config(transformers, kind: str, **overrides):
     return getattr(transformers, config_class)(**{**fields, **overrides})
 
 
+def model_class_name(kind: str) -> str:
+    """The transformers class of ``kind`` (any of :data:`EVERY`), as ``architectures`` names it."""
+    if kind in ORIGINAL:
+        return MODEL_CLASSES[kind]
+    return MOE_CONFIGS[kind][1] if kind in MOE else NEW_CONFIGS[kind][1]
+
+
 def architecture_model(transformers, kind: str, seed: int = 0, **overrides):
     """A random tiny float32 model of ``kind`` in eval mode (module docstring)."""
     config = architecture_config(transformers, kind, **overrides)
-    if kind in ORIGINAL:
-        model_class = MODEL_CLASSES[kind]
-    elif kind in MOE:
-        model_class = MOE_CONFIGS[kind][1]
-    else:
-        model_class = NEW_CONFIGS[kind][1]
+    model_class = model_class_name(kind)
     torch.manual_seed(seed)
     attention = ATTENTION.get(kind, "sdpa")
     model = getattr(transformers, model_class)._from_config(copy.deepcopy(config), attn_implementation=attention)

@@ -63,53 +63,30 @@ def skip_unless_transformers_builds(transformers, config_class: str) -> None:
         pytest.skip(f"transformers {transformers.__version__} cannot build {config_class}(): {str(error)[:160]}")
 
 
-def load_memory_rise(config, folder) -> tuple[float, dict]:
-    """Our model of ``config`` (random weights) saved into ``folder`` with our ``save_pretrained``, then loaded in a
-    fresh interpreter by benchmarks/load_memory.py's measurement: the peak resident memory's rise over the
-    baseline divided by the size of ``model.safetensors``, and the run."""
+def load_memory_benchmark():
+    """benchmarks/load_memory.py as a module."""
     import importlib.util
     from pathlib import Path
-
-    from transformer.lm import build_lm
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("bench_load_memory", root / "benchmarks" / "load_memory.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def load_memory_rise(config, folder, architecture: str | None = None, measure=None) -> tuple[float, dict]:
+    """Our model of ``config`` (random weights) saved into ``folder`` with our ``save_pretrained`` (as
+    ``architecture``, else the one its config chooses), then loaded by benchmarks/load_memory.py's measurement (in
+    a fresh interpreter, or by ``measure``: a ``ForkedMeasurements``' one): the peak resident memory's rise over
+    the baseline divided by the size of ``model.safetensors``, and the run."""
+    from transformer.lm import build_lm
+
     torch.manual_seed(0)
     model = build_lm(config)
-    model.save_pretrained(folder)
+    model.save_pretrained(folder, architecture=architecture)
     del model
     size = (folder / "model.safetensors").stat().st_size
-    run = bench.measure(folder)
+    run = (measure or load_memory_benchmark().measure)(folder)
     assert run["loaded"] - run["baseline"] >= run["parameter_bytes"] >= size - 2**20  # the weights were read
     return (run["loaded"] - run["baseline"]) / size, run
-
-
-def assert_fine_tune_exports_as(transformers, kind: str, folder, tmp_path) -> None:
-    """``train lm --init FOLDER`` for two steps, then ``typed-transformer export``: the folder's ``architectures`` is
-    ``kind``'s class, and transformers loads it to our checkpoint's logits (float32 within 1e-5 x max|logit|)."""
-    import json
-
-    from test_cli_pretrained import TRAIN
-
-    from transformer.checkpoint import load_checkpoint
-    from transformer.cli import main
-
-    config_class, model_class, _ = CLASSES[kind]
-    skip_unless_transformers_builds(transformers, config_class)
-    corpus = tmp_path / "text.txt"
-    corpus.write_text("\n".join(["def add ( a , b ) : return a + b", "the box is the value of the self"] * 40) + "\n")
-    out, hf_dir = tmp_path / "run", tmp_path / "hf"
-    argv = ["train", "lm", "--init", str(folder), "--text", str(corpus), *TRAIN, "--steps", "2", "--out", str(out)]
-    assert main(argv) == 0
-    assert main(["export", "--checkpoint", str(out), "--to", str(hf_dir)]) == 0
-    assert json.loads((hf_dir / "config.json").read_text())["architectures"] == [model_class]
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="sdpa").eval()
-    if kind == "olmoe":
-        theirs.config._experts_implementation = "eager"
-    ours = load_checkpoint(out).model
-    x = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 5]])
-    with torch.no_grad():
-        a, b = ours.logits(x), theirs(input_ids=x).logits
-    assert (a - b).abs().max().item() <= 1e-5 * b.abs().max().item()

@@ -1,5 +1,6 @@
 """The differential fuzzer of ``differential_models`` against transformers, on its short fixed-seed budget: one
-random config per supported architecture (GPT-2, Llama, Qwen2, Qwen3, Mistral, StarCoder2, Phi-3), each in float32,
+random config per supported architecture (GPT-2, Llama, Qwen2, Qwen3, Mistral, StarCoder2, Phi-3, Gemma 2 and 3,
+GPT-NeoX, OLMo 2, OLMoE, SmolLM3, Granite), each in float32,
 bfloat16 and float16, with left padding, with and without the caches; logits, greedy tokens and the sampling
 distributions must agree (ties counted, not failed: see the module's docstring for what "the same" means in half
 precision). ``TT_FUZZ_BUDGET=N`` runs N seeds per architecture instead (the long budget; ``python
