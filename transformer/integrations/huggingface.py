@@ -14,10 +14,14 @@ build no attention mask at all for a new name (padding and causality silently lo
 
 :func:`attention_forward` mirrors transformers' ``sdpa_attention_forward`` (``integrations/sdpa_attention.py``):
 the same arguments, the same ``is_causal`` rule (only without a mask and with more than one query), the same
-``position_bias`` handling, the same refusal of attention sinks (``s_aux``); it returns
-``(attn_output (batch, seq, heads, dim), None)``. It also takes what transformers' SDPA refuses or ignores:
+``position_bias`` handling; it returns ``(attn_output (batch, seq, heads, dim), None)``. It also takes what
+transformers' SDPA refuses or ignores:
 
 * ``softcap`` (Gemma 2's ``attn_logit_softcapping``): the scores become ``c * tanh(s / c)`` before the mask;
+* ``s_aux``, the attention sinks (gpt-oss passes its ``self.sinks``, (heads,): one logit per query head in each
+  softmax's denominator), as the drop-in's ``sinks`` on every backend (transformers' SDPA refuses them; its
+  flash_attention_2 casts them to the queries' dtype, we pass them as they are: each backend computes as its
+  ``sinks`` say, the half-precision ones in float32); a shape other than (heads,) is refused naming ``s_aux``;
 * ``sliding_window`` W (Mistral, Gemma 2's sliding layers: key j seen by query i iff ``i - W < j <= i``);
 * packed (padding-free) batches: ``cu_seq_lens_q``/``cu_seq_lens_k`` (FlashAttention's varlen arguments, one packed
   row; as transformers' flash_attention_2 honours them) or ``position_ids`` that restart (transformers' rule,
@@ -112,8 +116,7 @@ def attention_forward(
     q_len, dim), ``key``/``value`` (batch, kv_heads, k_len, dim), ``attention_mask`` from the mask function (boolean,
     True = attend; or a float mask a caller built) or None; returns ((batch, q_len, heads, dim), None)."""
     global _warned_output_attentions
-    if kwargs.get("s_aux") is not None:
-        raise ValueError(f"attn_implementation={NAME!r} does not support attention sinks (`s_aux`); use 'eager'")
+    sinks = attention_sinks(kwargs.get("s_aux"), query)
     if kwargs.get("output_attentions", False) and not _warned_output_attentions:
         _warned_output_attentions = True
         logger.warning(
@@ -144,8 +147,35 @@ def attention_forward(
         scale=scaling,
         enable_gqa=grouped,
         softcap=kwargs.get("softcap"),
+        sinks=sinks,
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def attention_sinks(s_aux: Tensor | None, query: Tensor) -> Tensor | None:
+    """transformers' ``s_aux`` (gpt-oss's learned ``self.sinks``) as the drop-in's ``sinks``, unchanged (its dtype
+    too, so its gradient reaches the parameter): a float tensor of one logit per query head, (heads,) with heads =
+    ``query.shape[1]``, on the queries' device; anything else is refused with a ValueError naming ``s_aux``, the
+    expected and the actual value. None stays None."""
+    if s_aux is None:
+        return None
+    heads = query.shape[1]
+    if not isinstance(s_aux, Tensor):
+        raise ValueError(
+            f"attn_implementation={NAME!r}: s_aux (attention sinks) must be a tensor of shape ({heads},), one logit "
+            f"per query head, got {type(s_aux).__name__}"
+        )
+    if tuple(s_aux.shape) != (heads,) or not s_aux.is_floating_point():
+        raise ValueError(
+            f"attn_implementation={NAME!r}: s_aux (attention sinks) must be a float tensor of shape ({heads},), one "
+            f"logit per query head of query {tuple(query.shape)}, got shape {tuple(s_aux.shape)} {s_aux.dtype}"
+        )
+    if s_aux.device != query.device:
+        raise ValueError(
+            f"attn_implementation={NAME!r}: s_aux (attention sinks) must be on the queries' device {query.device}, "
+            f"got {s_aux.device}"
+        )
+    return s_aux
 
 
 def structured_mask(
