@@ -148,6 +148,8 @@ def test_bad_sinks_are_refused_naming_s_aux():
         huggingface.attention_forward(module, q, q, q, None, s_aux=torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"s_aux \(attention sinks\) must be a tensor of shape \(4,\).*got list"):
         huggingface.attention_forward(module, q, q, q, None, s_aux=[0.0] * 4)
+    with pytest.raises(ValueError, match=r"s_aux \(attention sinks\) must be on the queries' device cpu, got meta"):
+        huggingface.attention_forward(module, q, q, q, None, s_aux=torch.zeros(4, device="meta"))
 
 
 NEEDS_KERNEL = pytest.mark.skipif(
