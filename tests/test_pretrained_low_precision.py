@@ -11,7 +11,9 @@ What this comparison found, each an operation rounded in another dtype or order 
 tanh GELU, which rounds once), fixed: ``activation="gelu_new"``; Qwen2-MoE's and Qwen3-MoE's routers round their
 top-k weights to the model's dtype before weighting the experts (we weighted in float32, Mixtral's way), fixed:
 ``router_weights_rounded``, which their loaders set (transformers 5.4 weights in float32: with it, ``OLDER_ROUTERS``
-names them, their steps need only be close and their greedy rows are not compared). Still open, named in ``KNOWN``
+names them, their steps need only be close and their greedy rows are not compared); Gemma 2's eager attention rounds
+the scores, the soft cap and the probabilities to the model's dtype (our torch backend's math form computed them in
+float32), fixed: the torch backend's ``half_softcap_attention``. Still open, named in ``KNOWN``
 (their steps must stay within the bound their logits' difference allows).
 """
 
@@ -58,8 +60,6 @@ OLDER_ROUTERS = {
 #: differs: their steps may be ``close`` (the distribution within the bound the logits' difference allows) or
 #: ``cut_moved`` (the supports differ only in tokens whose log-probabilities moved), never further
 KNOWN = {
-    "gemma2": "Gemma 2's eager attention rounds the scores, the soft cap and the probabilities to the model's dtype; "
-    "our soft-capped attention (the torch backend's math form) computes them in float32",
     "gemma3": "past the window, transformers' sliding cache hands sdpa only the window's keys; our cache hands it "
     "every key with the window as a mask: the same function, another rounding order in half precision",
     "smollm3": "float16 only, one step in 192 of the long run's seed (not yet traced to its operation)",
@@ -141,6 +141,40 @@ def test_the_qwen_routers_round_their_weights_as_transformers(tmp_path, kind):
         matching, differing = (rounded, unrounded) if _router_casts(kind) else (unrounded, rounded)
         assert torch.equal(matching, theirs)
         assert not torch.equal(differing, theirs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_half_precision_softcap_attention_is_transformers_eager_attention(dtype):
+    """With a softcap, the torch backend rounds float16 and bfloat16 attention as transformers' eager attention
+    (Gemma 2's ``eager_attention_forward``, the oracle) does, bit for bit, on grouped heads with left padding and a
+    causal mask; torch's math definition (float32 inside, one rounding) differs from it there; float32 inputs still
+    take torch's math definition, unchanged (docs/attention.md, "Soft-capped attention in half precision")."""
+    from types import SimpleNamespace
+
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    from transformer.backends.sdpa import reference
+    from transformer.backends.torch_backend import torch_sdpa
+
+    generator = torch.Generator().manual_seed(0)
+    batch, heads, kv_heads, q_len, k_len, d, scale, cap = 3, 4, 2, 5, 9, 12, 20**-0.5, 1.0
+    q = 3 * torch.randn(batch, heads, q_len, d, generator=generator)
+    k, v = (3 * torch.randn(batch, kv_heads, k_len, d, generator=generator) for _ in range(2))
+    causal = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    keys = torch.arange(k_len)[None, :] >= torch.tensor([0, 2, 3])[:, None]  # rows padded by 0, 2, 3 on the left
+    mask = (causal & keys[:, None, :]).unsqueeze(1)  # (batch, 1, q_len, k_len); every row keeps a key
+    module = SimpleNamespace(num_key_value_groups=heads // kv_heads, training=False)
+    for inputs in (dtype, torch.float32):
+        qh, kh, vh = q.to(inputs), k.to(inputs), v.to(inputs)
+        ours = torch_sdpa(qh, kh, vh, mask, 0.0, scale, enable_gqa=True, softcap=cap)
+        math_form = reference(qh, kh, vh, mask, 0.0, False, scale, True, softcap=cap)
+        if inputs == torch.float32:
+            assert torch.equal(ours, math_form)
+            continue
+        additive = torch.zeros(mask.shape, dtype=inputs).masked_fill(~mask, torch.finfo(inputs).min)
+        theirs, _ = eager_attention_forward(module, qh, kh, vh, additive, scaling=scale, softcap=cap)
+        assert torch.equal(ours.transpose(1, 2), theirs)
+        assert not torch.equal(math_form.transpose(1, 2), theirs)
 
 
 def test_the_comparison_can_fail():
