@@ -13,7 +13,9 @@ top-k weights to the model's dtype before weighting the experts (we weighted in 
 ``router_weights_rounded``, which their loaders set (transformers 5.4 weights in float32: with it, ``OLDER_ROUTERS``
 names them, their steps need only be close and their greedy rows are not compared); Gemma 2's eager attention rounds
 the scores, the soft cap and the probabilities to the model's dtype (our torch backend's math form computed them in
-float32), fixed: the torch backend's ``half_softcap_attention``. Still open, named in ``KNOWN``
+float32), fixed: the torch backend's ``half_softcap_attention``; past the window, transformers' sliding cache hands
+Gemma 3's sdpa only the window's keys where ours handed every key with the window as a mask (the same function,
+another rounding order), fixed: ``window_keys``. Still open, named in ``KNOWN``
 (their steps must stay within the bound their logits' difference allows).
 """
 
@@ -60,8 +62,6 @@ OLDER_ROUTERS = {
 #: differs: their steps may be ``close`` (the distribution within the bound the logits' difference allows) or
 #: ``cut_moved`` (the supports differ only in tokens whose log-probabilities moved), never further
 KNOWN = {
-    "gemma3": "past the window, transformers' sliding cache hands sdpa only the window's keys; our cache hands it "
-    "every key with the window as a mask: the same function, another rounding order in half precision",
     "smollm3": "float16 only, one step in 192 of the long run's seed (not yet traced to its operation)",
     **OLDER_ROUTERS,
 }
@@ -175,6 +175,16 @@ def test_half_precision_softcap_attention_is_transformers_eager_attention(dtype)
         theirs, _ = eager_attention_forward(module, qh, kh, vh, additive, scaling=scale, softcap=cap)
         assert torch.equal(ours.transpose(1, 2), theirs)
         assert not torch.equal(math_form.transpose(1, 2), theirs)
+
+
+def test_gemma3_differs_without_the_window_cut(monkeypatch):
+    """Without ``window_keys`` (every cached key handed to sdpa, the window as a mask) bfloat16 Gemma 3's steps past
+    the window are not transformers' bit for bit on this data: the cut is what makes them equal."""
+    import transformer.lm.attention as lm_attention
+
+    monkeypatch.setattr(lm_attention, "window_keys", lambda q, k, v, mask: (k, v, mask))
+    counts = run_case(transformers, "gemma3", torch.bfloat16, 0, new=NEW)
+    assert counts["logits_differ"] > 0 and counts["greedy_rows_disagreement"] == 0, dict(counts)
 
 
 def test_the_comparison_can_fail():
