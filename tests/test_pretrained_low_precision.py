@@ -15,8 +15,10 @@ names them, their steps need only be close and their greedy rows are not compare
 the scores, the soft cap and the probabilities to the model's dtype (our torch backend's math form computed them in
 float32), fixed: the torch backend's ``half_softcap_attention``; past the window, transformers' sliding cache hands
 Gemma 3's sdpa only the window's keys where ours handed every key with the window as a mask (the same function,
-another rounding order), fixed: ``window_keys``. Still open, named in ``KNOWN``
-(their steps must stay within the bound their logits' difference allows).
+another rounding order), fixed: ``window_keys`` (SmolLM3's windowed layers too). With transformers 5.17 and later
+none is open: every architecture's logits are theirs bit for bit at every step. Against an older transformers
+``KNOWN`` names what still differs (5.4's Qwen MoE routers): those steps must stay within the bound their logits'
+difference allows.
 """
 
 from __future__ import annotations
@@ -58,13 +60,10 @@ OLDER_ROUTERS = {
     for kind in ("qwen2_moe", "qwen3_moe")
     if not _router_casts(kind)
 }
-#: the architectures whose half-precision logits are not yet transformers' bit for bit, with the operation that
-#: differs: their steps may be ``close`` (the distribution within the bound the logits' difference allows) or
-#: ``cut_moved`` (the supports differ only in tokens whose log-probabilities moved), never further
-KNOWN = {
-    "smollm3": "float16 only, one step in 192 of the long run's seed (not yet traced to its operation)",
-    **OLDER_ROUTERS,
-}
+#: the architectures whose half-precision logits are not this transformers' bit for bit, with the operation that
+#: differs (none with 5.17 and later): their steps may be ``close`` (the distribution within the bound the logits'
+#: difference allows) or ``cut_moved`` (the supports differ only in tokens whose log-probabilities moved), never further
+KNOWN = dict(OLDER_ROUTERS)
 CASES = [
     pytest.param(kind, dtype, id=f"{kind}-{str(dtype).removeprefix('torch.')}") for kind in EVERY for dtype in DTYPES
 ]
