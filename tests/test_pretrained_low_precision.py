@@ -32,23 +32,12 @@ import pytest
 import torch
 from architecture_models import EVERY
 from low_precision_generation import DTYPES, run_case
+from moe_helpers import their_router_rounds
 
 transformers = pytest.importorskip("transformers")
 
 BUDGET = int(os.environ.get("TT_FUZZ_BUDGET", "1"))
 NEW = 12  # tokens per row here (the long run: 24)
-
-
-def _router_casts(module: str) -> bool:
-    """Whether this transformers' Qwen MoE router rounds its top-k weights to the model's dtype (4.x did, 5.17 and
-    5.24 do; 5.4 weights in float32: our ``router_weights_rounded=False``)."""
-    import importlib
-    import inspect
-
-    source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
-    # 5.4 writes the same cast, but after ``router_logits`` was rebound to the float32 softmax: no cast there
-    rebound = "router_logits = torch.nn.functional.softmax(router_logits, dtype=torch.float" in source
-    return "router_top_value.to(router_logits.dtype)" in source and not rebound
 
 
 #: the Qwen mixtures where this transformers' router weights in float32 (5.4): our loaders round the weights as
@@ -58,7 +47,7 @@ OLDER_ROUTERS = {
     "after router_logits was rebound to the float32 softmax); ours rounds the top-k weights to the model's dtype, as "
     "transformers 4.x and >= 5.17 do (router_weights_rounded, docs/moe.md)"
     for kind in ("qwen2_moe", "qwen3_moe")
-    if not _router_casts(kind)
+    if not their_router_rounds(kind)
 }
 #: the architectures whose half-precision logits are not this transformers' bit for bit, with the operation that
 #: differs (none with 5.17 and later): their steps may be ``close`` (the distribution within the bound the logits'
@@ -137,7 +126,7 @@ def test_the_qwen_routers_round_their_weights_as_transformers(tmp_path, kind):
         if dtype == torch.float32:
             assert torch.equal(rounded, unrounded)
             continue
-        matching, differing = (rounded, unrounded) if _router_casts(kind) else (unrounded, rounded)
+        matching, differing = (rounded, unrounded) if their_router_rounds(kind) else (unrounded, rounded)
         assert torch.equal(matching, theirs)
         assert not torch.equal(differing, theirs)
 
