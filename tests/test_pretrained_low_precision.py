@@ -163,6 +163,8 @@ def test_half_precision_softcap_attention_is_transformers_eager_attention(dtype)
         theirs, _ = eager_attention_forward(module, qh, kh, vh, additive, scaling=scale, softcap=cap)
         assert torch.equal(ours.transpose(1, 2), theirs)
         assert not torch.equal(math_form.transpose(1, 2), theirs)
+        float_mask = torch_sdpa(qh, kh, vh, additive.float(), 0.0, scale, enable_gqa=True, softcap=cap)
+        assert torch.equal(float_mask.transpose(1, 2), theirs)  # a float mask: added in the dtype, as theirs
 
 
 def test_gemma3_differs_without_the_window_cut(monkeypatch):

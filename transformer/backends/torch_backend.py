@@ -128,7 +128,8 @@ def half_softcap_attention(
     if is_causal:
         mask = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
     if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
+        bias = None if mask.dtype == torch.bool else mask.to(scores.dtype)  # a float mask added in the dtype, as theirs
+        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if bias is None else scores + bias
     empty = (scores == float("-inf")).all(dim=-1, keepdim=True)
     probs = scores.masked_fill(empty, 0.0).softmax(dim=-1, dtype=torch.float32).masked_fill(empty, 0.0)
     probs = probs.to(query.dtype)
