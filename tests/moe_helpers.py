@@ -78,3 +78,16 @@ def skip_if_their_aux_loss_is_softmax_twice(transformers, model) -> None:
             f"transformers {transformers.__version__}'s router returns its softmax as router_logits, so its aux_loss "
             "applies the softmax twice (later versions, 5.17 and 5.24 here, return the logits)"
         )
+
+
+def their_router_rounds(module: str) -> bool:
+    """Whether the installed transformers' router of ``module`` (``qwen2_moe``, ``qwen3_moe``, ``olmoe``) rounds its
+    top-k weights to the model's dtype (4.x did, 5.17 and 5.24 do: our ``router_weights_rounded``); 5.4 weights in
+    float32 (docs/moe.md, "Half precision")."""
+    import importlib
+    import inspect
+
+    source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
+    # 5.4 writes the same cast, but after ``router_logits`` was rebound to the float32 softmax: no cast there
+    rebound = "router_logits = torch.nn.functional.softmax(router_logits, dtype=torch.float" in source
+    return "router_top_value.to(router_logits.dtype)" in source and not rebound

@@ -126,3 +126,55 @@ def test_drop_first_is_checked():
         KVCache(static=True).drop_first(0)
     with pytest.raises(ValueError, match="window must be a positive int or None, got window=0"):
         LMCache(2, window=0)
+
+
+@pytest.mark.parametrize("new", [1, 2])
+def test_a_step_past_the_window_attends_only_the_keys_the_window_shows(new):
+    """``window_keys``: a cached step's mask (key padding and ``window_left``) cut to the last ``new + window_left``
+    keys gives the same attention (float64, 1e-12) as all the keys with the window as a mask, on data where the
+    window matters (without it the output moves); with one new query the window is dropped, with two it stays."""
+    from transformer.backends import run_heads
+    from transformer.lm.attention import window_keys
+
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, new, 8, generator=generator, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 11, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    real = torch.ones(2, 11, dtype=torch.bool)
+    real[1, :2] = False  # a left-padded row
+    real[0, 9] = False  # a pad inside the window
+    mask = T.masks.AttentionMask(key_mask=real, window_left=3)
+    cut_k, cut_v, cut = window_keys(q, k, v, mask)
+    assert cut_k.shape[2] == cut_v.shape[2] == new + 3 and torch.equal(cut_k, k[:, :, -new - 3 :])
+    assert torch.equal(cut.key_mask, real[:, -new - 3 :]) and cut.window_left == (3 if new > 1 else None)
+    for backend in ("eager", "torch"):
+        full = run_heads(backend, q, k, v, mask, 0.0)
+        torch.testing.assert_close(run_heads(backend, q, cut_k, cut_v, cut, 0.0), full, rtol=1e-12, atol=1e-12)
+        assert (run_heads(backend, q, k, v, mask.replace(window_left=None), 0.0) - full).abs().max() > 1e-3
+    causal = mask.replace(causal=True)  # another mask than a step's: unchanged
+    assert all(a is b for a, b in zip(window_keys(q, k, v, causal), (k, v, causal), strict=True))
+
+
+def test_a_windowed_layer_of_a_full_cache_attends_the_window_only(monkeypatch):
+    """With the window on some layers only (``window_layers``: the cache keeps every position), each one-token step
+    hands a windowed layer only its window's W keys, the other layers every key, as transformers' sliding cache;
+    the logits stay those of the whole prefix recomputed."""
+    from transformer.lm.attention import CausalSelfAttention
+
+    torch.manual_seed(0)
+    config = LMConfig(
+        vocab=VOCAB, n_layers=2, d_model=16, d_ff=24, n_heads=4, n_kv_heads=2, positional_encoding="rotary",
+        sliding_window=3, window_layers=(True, False), max_len=40, dropout=0.0, attention_dropout=0.0, pad_id=0,
+    )  # fmt: skip
+    model = build_lm(config).double().eval()
+    seen, original = [], CausalSelfAttention.attend
+    monkeypatch.setattr(
+        CausalSelfAttention,
+        "attend",
+        lambda self, q, k, v, mask: seen.append(k.size(2)) or original(self, q, k, v, mask),
+    )
+    tokens, cache = _prompt(length=9), model.new_cache()
+    steps = [model.logits(tokens[:, :5], cache=cache)]
+    seen.clear()
+    steps += [model.logits(tokens[:, t : t + 1], cache=cache) for t in range(5, 9)]
+    assert seen == [3, 6, 3, 7, 3, 8, 3, 9]  # layer 0 (windowed): W keys; layer 1: every key
+    torch.testing.assert_close(torch.cat(steps, dim=1), model.logits(tokens), rtol=1e-10, atol=1e-10)

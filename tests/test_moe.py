@@ -185,6 +185,10 @@ def test_lmconfig_expert_fields_are_refused_by_name():
         _config(n_experts=4, router_score="relu")
     with pytest.raises(ValueError, match=r"n_experts \(gated experts\) needs ffn_gated=True"):
         _config(n_experts=4, ffn_gated=False)
+    with pytest.raises(ValueError, match=r"router_weights_rounded=True needs n_experts"):
+        _config(router_weights_rounded=True)
+    with pytest.raises(ValueError, match=r"router_weights_rounded must be a bool, got router_weights_rounded=1"):
+        _config(n_experts=4, router_weights_rounded=1)
 
 
 def test_dense_layers_keep_the_dense_network_and_the_config_survives_json():

@@ -220,3 +220,27 @@ def test_router_jitter_and_a_missing_expert_are_refused_by_name(tmp_path):
         PretrainedFormatError, match=r"missing tensor 'model\.layers\.1\.block_sparse_moe\.experts\.4\.w3"
     ):
         TransformerLM.from_pretrained(tmp_path / "cut")
+
+
+@pytest.mark.parametrize("kind", ["Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
+def test_a_config_without_the_rounding_is_not_written_as_qwen(tmp_path, kind):
+    """Qwen's routers round their top-k weights to the model's dtype (docs/moe.md, "Half precision"): an LMConfig
+    that weights in float32 is not written as theirs (it would read back rounding), naming the field; with
+    ``router_weights_rounded`` it is, and reads back unchanged."""
+    import dataclasses
+
+    from transformer.lm import LMConfig, build_lm
+
+    base = LMConfig(
+        vocab=40, n_layers=2, d_model=16, d_ff=24, n_heads=4, n_kv_heads=2, positional_encoding="rotary", norm="rms",
+        activation="silu", ffn_gated=True, out_bias=False, ffn_bias=False, lm_head_bias=False, embedding_scale=1.0,
+        pad_id=None, dropout=0.0, attention_dropout=0.0, ffn_hidden_dropout=False, layer_norm_eps=1e-6,
+        n_experts=4, experts_per_token=2, expert_d_ff=24, router_norm_topk=False, router_aux_loss_coef=0.001,
+        **(dict(shared_expert_d_ff=16) if kind.startswith("Qwen2") else dict(qkv_bias=False, qk_norm=True)),
+    )  # fmt: skip
+    with pytest.raises(PretrainedFormatError, match=rf"router_weights_rounded=False \(written as {kind} it reads "):
+        build_lm(base).save_pretrained(tmp_path / "float32", architecture=kind)
+    rounded = dataclasses.replace(base, router_weights_rounded=True)
+    folder = build_lm(rounded).save_pretrained(tmp_path / "rounded", architecture=kind)
+    back = TransformerLM.from_pretrained(folder).config
+    assert back.router_weights_rounded and dataclasses.replace(back, init=rounded.init) == rounded

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from moe_helpers import skip_if_their_aux_loss_is_softmax_twice
+from moe_helpers import skip_if_their_aux_loss_is_softmax_twice, their_router_rounds
 from olmo_helpers import load_memory_rise, olmo_model, olmo_pair
 from pretrained_helpers import (
     VOCAB,
@@ -58,16 +58,22 @@ def test_logits_equal_transformers(tmp_path, case, dtype):
         assert_logits_close(our_logits(ours, tokens, mask), hf_logits(theirs, tokens, mask), mask, dtype)
 
 
-def test_bfloat16_logits_are_close_to_transformers(tmp_path):
-    """Not bit for bit: their router casts the top-k weights to bfloat16 and adds the experts' outputs one expert
-    at a time in bfloat16 (docs/moe.md); within 2^-5 of the largest logit."""
+def test_bfloat16_logits_are_transformers_with_the_rounding_its_router_does(tmp_path):
+    """Their router rounds the top-k weights to bfloat16 (5.17 and later; ``router_weights_rounded``, set by the
+    loader): our bfloat16 logits are theirs bit for bit, and without the rounding they are not. Against 5.4 (float32
+    weights) ours round otherwise: within 2^-5 of the largest logit (docs/moe.md, "Half precision")."""
     theirs, ours = olmo_pair(transformers, tmp_path, "olmoe", torch.bfloat16)
-    assert ours.weights_dtype() == torch.bfloat16
+    assert ours.weights_dtype() == torch.bfloat16 and ours.config.router_weights_rounded
+    other = build_lm(dataclasses.replace(ours.config, router_weights_rounded=False)).to(torch.bfloat16).eval()
+    other.load_state_dict(ours.state_dict())
     tokens, mask = left_padded_batch()
     with torch.no_grad():
-        expected = hf_logits(theirs, tokens, mask)
-        error = (our_logits(ours, tokens, mask) - expected)[mask].abs().max()
-    assert error <= 2**-5 * expected[mask].abs().max()
+        expected = hf_logits(theirs, tokens, mask)[mask]
+        rounded, unrounded = our_logits(ours, tokens, mask)[mask], our_logits(other, tokens, mask)[mask]
+    if their_router_rounds("olmoe"):
+        assert torch.equal(rounded, expected) and not torch.equal(unrounded, expected)
+    else:
+        assert (rounded - expected).abs().max() <= 2**-5 * expected.abs().max()
 
 
 def test_the_whole_projection_norm_and_the_experts_matter_here(tmp_path):
@@ -245,7 +251,7 @@ def olmoe_folder(tmp_path_factory):
         positional_encoding="rotary", norm="rms", activation="silu", ffn_gated=True, qkv_bias=False, out_bias=False,
         ffn_bias=False, lm_head_bias=False, embedding_scale=1.0, pad_id=None, dropout=0.0, attention_dropout=0.0,
         ffn_hidden_dropout=False, qk_norm=True, qk_norm_scope="projection", n_experts=4, experts_per_token=2,
-        router_norm_topk=False, router_aux_loss_coef=0.02, layer_norm_eps=1e-5,
+        router_norm_topk=False, router_aux_loss_coef=0.02, layer_norm_eps=1e-5, router_weights_rounded=True,
     )  # fmt: skip
     torch.manual_seed(0)
     build_lm(config).save_pretrained(folder)
@@ -291,7 +297,7 @@ def test_loading_an_olmoe_folder_keeps_the_memory_bound(tmp_path):
         attention_dropout=0.0, norm="rms", positional_encoding="rotary", embedding_scale=1.0, activation="silu",
         ffn_gated=True, ffn_hidden_dropout=False, qkv_bias=False, out_bias=False, ffn_bias=False, lm_head_bias=False,
         pad_id=None, qk_norm=True, qk_norm_scope="projection", n_experts=8, experts_per_token=2,
-        router_norm_topk=False, router_aux_loss_coef=0.01,
+        router_norm_topk=False, router_aux_loss_coef=0.01, router_weights_rounded=True,
     )  # fmt: skip
     ratio, run = load_memory_rise(config, tmp_path / "olmoe")
     assert json.loads((tmp_path / "olmoe" / "config.json").read_text())["architectures"] == ["OlmoeForCausalLM"]

@@ -6,7 +6,10 @@ The score modifiers (:mod:`transformer.backends.score_mods`): ALiBi alone is an 
 bias (it reshapes the scores before the mask), so with one the attention is torch's math definition in plain PyTorch
 (:func:`transformer.backends.sdpa.reference`, dense scores). ``flex_attention``'s ``score_mod`` would express it, but
 on the CPU without torch.compile it has no backward and its forward was no faster than the dense form
-(``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers").
+(``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers"). That form
+computes float16 and bfloat16 inputs in float32, as torch's math backend does; with a softcap they are computed
+instead as transformers' eager attention (Gemma 2's ``eager_attention_forward``) rounds them, so a half-precision
+Gemma 2 computes its logits bit for bit (:func:`half_softcap_attention`); float32 and float64 are unchanged.
 
 The attention sinks (one logit ``z_h`` per query head, gpt-oss): one more key column whose key and value are zero and
 whose additive float mask entry is ``z_h`` (its score is then exactly ``z_h``), the mask as -inf elsewhere where it
@@ -22,7 +25,7 @@ from ..common.versions import TORCH_VERSION
 from ..masks import AttentionMask
 from .score_mods import alibi_bias
 
-__all__ = ["alibi_attn_mask", "sink_column_inputs", "torch_mask_form", "torch_sdpa"]
+__all__ = ["alibi_attn_mask", "half_softcap_attention", "sink_column_inputs", "torch_mask_form", "torch_sdpa"]
 
 _TORCH_HAS_GQA = TORCH_VERSION >= (2, 5)  # enable_gqa
 # torch's operator itself (the object F.scaled_dot_product_attention names): a caller that rebinds
@@ -64,9 +67,14 @@ def torch_sdpa(
     """torch's own function on inputs already checked, with the mask in its most structured form
     (:func:`torch_mask_form`). ``enable_gqa``: key/value heads (dim -3) shared by groups of query heads (torch < 2.5
     has no enable_gqa: the key/value heads are repeated for it). ``softcap``/``alibi_slopes``: the score modifiers,
-    ALiBi as a float mask (:func:`alibi_attn_mask`), a cap through torch's math definition (see the module);
-    ``sinks`` (heads,): one more key column (:func:`sink_column_inputs`)."""
+    ALiBi as a float mask (:func:`alibi_attn_mask`), a cap through torch's math definition (see the module; in
+    float16 and bfloat16 without sinks, :func:`half_softcap_attention`); ``sinks`` (heads,): one more key column
+    (:func:`sink_column_inputs`)."""
     mask, is_causal = torch_mask_form(mask, query.size(-2), key.size(-2), is_causal)
+    if softcap is not None and sinks is None and query.dtype in (torch.float16, torch.bfloat16):
+        return half_softcap_attention(
+            query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, softcap, alibi_slopes
+        )
     if softcap is not None:
         from .sdpa import reference  # the drop-in's module imports this one
 
@@ -88,6 +96,46 @@ def torch_sdpa(
         key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
     return _TORCH_SDPA(query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+
+
+def half_softcap_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    softcap: float,
+    alibi_slopes: Tensor | None = None,
+) -> Tensor:
+    """Soft-capped attention on float16 or bfloat16 inputs, rounded as transformers' eager attention rounds it
+    (Gemma 2's ``eager_attention_forward``): ``q k^T``, its scaling, the cap ``c * tanh(s / c)`` (and an ALiBi bias)
+    each in the inputs' dtype, the mask, the softmax in float32 cast back to the dtype (``softmax(..., dtype=float32)
+    .to(query.dtype)``), dropout, and the product with the values in the dtype. The mask forbids with -inf where
+    theirs adds the dtype's minimum: the same probabilities (both exponentials are 0 in float32). A row with no key
+    left outputs 0, as :func:`transformer.backends.sdpa.reference`. Inputs already checked (a float mask is added)."""
+    from .score_mods import modify_scores
+
+    if enable_gqa:  # query head h reads key/value head h // group, as transformers' repeat_kv
+        group = query.size(-3) // key.size(-3)
+        key, value = key.repeat_interleave(group, dim=-3), value.repeat_interleave(group, dim=-3)
+    scores = torch.matmul(query, key.transpose(-2, -1))
+    if query.size(-1) > 0:
+        scores = scores * (query.size(-1) ** -0.5 if scale is None else scale)
+    scores = modify_scores(scores, softcap, alibi_slopes)
+    if is_causal:
+        mask = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+    if mask is not None:
+        bias = None if mask.dtype == torch.bool else mask.to(scores.dtype)  # a float mask added in the dtype, as theirs
+        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if bias is None else scores + bias
+    empty = (scores == float("-inf")).all(dim=-1, keepdim=True)
+    probs = scores.masked_fill(empty, 0.0).softmax(dim=-1, dtype=torch.float32).masked_fill(empty, 0.0)
+    probs = probs.to(query.dtype)
+    if dropout_p > 0.0:
+        probs = torch.nn.functional.dropout(probs, dropout_p, training=True)
+    return torch.matmul(probs, value)
 
 
 def sink_column_inputs(

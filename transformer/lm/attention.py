@@ -43,7 +43,7 @@ from ..masks import AttentionMask
 from .rms_norm import RMSNorm
 from .rotary import Rotation
 
-__all__ = ["CausalSelfAttention", "PerHeadValueAttention", "LMSelfAttention"]
+__all__ = ["CausalSelfAttention", "PerHeadValueAttention", "LMSelfAttention", "window_keys"]
 
 
 class LMSelfAttention(AttentionHeads):
@@ -113,11 +113,34 @@ class LMSelfAttention(AttentionHeads):
         rotation: Rotation | None = None,
     ) -> Float[Tensor, "batch seq {self.d_model}"]:
         """``x`` holds the new positions; with ``cache`` they attend to every cached one too (``mask`` covers all).
-        ``rotation`` (rotary positions) turns the new queries and keys by their positions."""
+        ``rotation`` (rotary positions) turns the new queries and keys by their positions. Past a sliding window
+        (a cached step's mask), only the keys the window lets a new query see are attended (:func:`window_keys`)."""
         validate_dtype_device(
             f"{type(self).__name__}.forward", lambda: next(self.parameters()), "the module's parameters", x=x, mask=mask
         )
-        return self.attend(*self.project(x, x, x, cache, rotation), mask)
+        q, k, v = self.project(x, x, x, cache, rotation)
+        return self.attend(q, *window_keys(q, k, v, mask))
+
+
+def window_keys(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | AttentionMask | None
+) -> tuple[Tensor, Tensor, Tensor | AttentionMask | None]:
+    """The keys, values and mask of a cached step (``mask`` of key padding and ``window_left`` only, the queries the
+    last positions) cut to the last ``q_len + window_left`` keys, the only ones any new query may see: transformers'
+    sliding-window cache hands its attention just those, so the same function rounds the same way in half precision
+    (sdpa's sums over the masked keys run in another order). With one query the window then hides nothing and is
+    dropped (the mask is the key padding alone, or none); other masks, and symbolic lengths under tracing, unchanged."""
+    if not isinstance(mask, AttentionMask) or mask.window_left is None or mask.window_right is not None:
+        return k, v, mask
+    if mask.causal or set(mask.named_parts()) - {"key_mask"}:  # key lengths, documents...: another mask
+        return k, v, mask
+    q_len, k_len, keep = q.size(2), k.size(2), q.size(2) + mask.window_left
+    if not isinstance(k_len, int) or not isinstance(q_len, int) or k_len <= keep:
+        return k, v, mask
+    key_mask = None if mask.key_mask is None else mask.key_mask[:, -keep:]
+    parts = {"key_mask": key_mask, "window_left": mask.window_left if q_len > 1 else None}
+    cut = AttentionMask(**{name: part for name, part in parts.items() if part is not None})
+    return k[:, :, -keep:], v[:, :, -keep:], None if cut.is_empty() else cut
 
 
 class CausalSelfAttention(LMSelfAttention):

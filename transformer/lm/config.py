@@ -135,7 +135,10 @@ class LMConfig(ConfigRecord):
     ``router_score`` (``"softmax"`` or ``"sigmoid"``), the chosen weights renormalised when ``router_norm_topk``,
     with a bias when ``router_bias``; ``shared_expert_d_ff``: Qwen2-MoE's shared expert (None: none);
     ``dense_layers``: the layers that keep the dense network (d_ff); ``router_aux_loss_coef``: the load-balancing
-    loss's weight in training.
+    loss's weight in training; ``router_weights_rounded``: the top-k weights (computed in float32) rounded to the
+    model's dtype before they weight the experts' outputs (Qwen-MoE's ``router_top_value.to(router_logits.dtype)``;
+    False: they weight in float32, Mixtral's way): the same numbers in float32 and float64, Qwen-MoE's rounding in
+    bfloat16 and float16.
 
     OLMo 2 and OLMoE (docs/lm_blocks.md, "OLMo's blocks"; checked by :mod:`~transformer.lm.config_checks`):
     ``pre_sublayer_norm`` False drops the norm before each sub-layer; with ``post_sublayer_norm`` the layer is
@@ -221,6 +224,7 @@ class LMConfig(ConfigRecord):
     shared_expert_d_ff: int | None = None
     dense_layers: tuple[int, ...] = ()
     router_aux_loss_coef: float = 0.0
+    router_weights_rounded: bool = False
     # OLMo 2 and OLMoE (docs/lm_blocks.md, "OLMo's blocks"; checked by config_checks.check_olmo)
     pre_sublayer_norm: bool = True
     qk_norm_scope: Literal["head", "projection"] = "head"

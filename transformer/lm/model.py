@@ -295,7 +295,8 @@ class TransformerLM(nn.Module):
         """An empty key/value cache for :meth:`forward` one position at a time; with ``sliding_window`` W on every
         layer it keeps only the last W - 1 positions between calls (:class:`~transformer.lm.positions.LMCache`'s
         ``window``); with the window on some layers only (``window_layers``) it keeps every position, and the
-        windowed layers' masks hide the older ones."""
+        windowed layers' masks hide the older ones (their attention takes only the window's keys:
+        :func:`~transformer.lm.attention.window_keys`)."""
         windows = set(self.layer_windows)
         return LMCache(len(self.layers), window=windows.pop() if len(windows) == 1 else None)
 

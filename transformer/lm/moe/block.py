@@ -51,6 +51,7 @@ class MoEFeedForward(nn.Module):
         router = TopKRouter(
             config.d_model, config.n_experts, config.experts_per_token, score=config.router_score,
             norm_topk=config.router_norm_topk, bias=config.router_bias, softmax_topk=config.router_softmax_topk,
+            rounded=config.router_weights_rounded,
         )  # fmt: skip
         d_ff = config.expert_d_ff or config.d_ff
         if config.expert_swiglu_limit is not None:  # gpt-oss's

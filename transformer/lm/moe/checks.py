@@ -20,6 +20,7 @@ EXPERT_DEFAULTS: dict[str, Any] = {
     "shared_expert_d_ff": None,
     "dense_layers": (),
     "router_aux_loss_coef": 0.0,
+    "router_weights_rounded": False,
 }
 
 
@@ -50,7 +51,7 @@ def check_experts(config: Any) -> None:
             _fail(f"{name} must be a positive int or None, got {name}={value!r}")
     if config.router_score not in ("softmax", "sigmoid"):
         _fail(f"router_score must be 'softmax' or 'sigmoid', got router_score={config.router_score!r}")
-    for name in ("router_norm_topk", "router_bias"):
+    for name in ("router_norm_topk", "router_bias", "router_weights_rounded"):
         if not isinstance(getattr(config, name), bool):
             _fail(f"{name} must be a bool, got {name}={getattr(config, name)!r}")
     layers = config.dense_layers

@@ -6,7 +6,9 @@ the ``k`` best experts by score, their weights the scores, divided by their sum 
 ``top_k_value /= sum``; Qwen's ``norm_topk_prob``); or, with ``softmax_topk`` (gpt-oss's ``GptOssTopKRouter``), the
 ``k`` largest logits and the softmax of those ``k`` alone, in the logits' dtype. The scores are computed in float32
 whatever the model's dtype, as transformers' routers do (``softmax(router_logits.float())``), so a float64 or
-bfloat16 model routes as theirs.
+bfloat16 model routes as theirs. ``rounded``: the top-k weights are then rounded to the logits' dtype (the model's)
+before they weight the experts' outputs, as Qwen-MoE's router does (``router_top_value.to(router_logits.dtype)``):
+in float32 and float64 the same numbers, in bfloat16 and float16 Qwen-MoE's (docs/moe.md, "Half precision").
 
 Ties: the k experts are ``torch.topk`` of the float32 scores, transformers' own two calls (softmax, topk) on the
 same logits, so equal scores pick the same experts as theirs. On the CPU that is not the lowest indices: five
@@ -33,8 +35,8 @@ RouterScore = Literal["softmax", "sigmoid"]
 @dataclass(frozen=True)
 class Routing:
     """One router call over ``tokens`` tokens: ``logits`` (tokens, n_experts) in the model's dtype (what the
-    load-balancing loss reads), ``weights`` (tokens, k) float32 (the logits' dtype with ``softmax_topk``) and
-    ``experts`` (tokens, k) int64, each token's chosen experts in decreasing score."""
+    load-balancing loss reads), ``weights`` (tokens, k) float32 (the logits' dtype with ``softmax_topk`` or
+    ``rounded``) and ``experts`` (tokens, k) int64, each token's chosen experts in decreasing score."""
 
     logits: Tensor
     weights: Tensor
@@ -46,11 +48,12 @@ class TopKRouter(nn.Module):
 
     ``weight`` (n_experts, d_model) is transformers' ``mlp.gate.weight`` (``mlp.router.weight`` in gpt-oss);
     ``bias`` only when ``bias`` (gpt-oss). ``softmax_topk``: gpt-oss's rule, ``softmax(top-k(W_r x + b_r))`` (the
-    weights then in the logits' dtype, as theirs: float64 models keep float64 weights)."""
+    weights then in the logits' dtype, as theirs: float64 models keep float64 weights). ``rounded``: the weights
+    rounded to the logits' dtype (Qwen-MoE's cast; the module's docstring)."""
 
     def __init__(
         self, d_model: int, n_experts: int, k: int, *, score: RouterScore = "softmax", norm_topk: bool = True,
-        bias: bool = False, softmax_topk: bool = False,
+        bias: bool = False, softmax_topk: bool = False, rounded: bool = False,
     ) -> None:  # fmt: skip
         super().__init__()
         if not 1 <= k <= n_experts:
@@ -60,7 +63,7 @@ class TopKRouter(nn.Module):
         self.d_model, self.n_experts, self.k, self.score, self.norm_topk = d_model, n_experts, k, score, norm_topk
         self.weight = nn.Parameter(torch.empty(n_experts, d_model))
         self.bias = nn.Parameter(torch.zeros(n_experts)) if bias else None
-        self.softmax_topk = softmax_topk
+        self.softmax_topk, self.rounded = softmax_topk, rounded
         nn.init.normal_(self.weight, std=0.02)
 
     @checked
@@ -77,9 +80,9 @@ class TopKRouter(nn.Module):
     def choose(
         self, logits: Float[Tensor, "tokens {self.n_experts}"]
     ) -> tuple[Float[Tensor, "tokens {self.k}"], Int[Tensor, "tokens {self.k}"]]:
-        """The float32 weights and the indices of each token's ``k`` experts, in decreasing score (with
-        ``softmax_topk``: the softmax of the ``k`` largest logits, in their dtype; ties as ``torch.topk`` of the logits,
-        transformers' gpt-oss call)."""
+        """The float32 weights (in the logits' dtype when ``rounded``) and the indices of each token's ``k`` experts,
+        in decreasing score (with ``softmax_topk``: the softmax of the ``k`` largest logits, in their dtype; ties as
+        ``torch.topk`` of the logits, transformers' gpt-oss call)."""
         if self.softmax_topk:
             values, experts = torch.topk(logits, self.k, dim=-1)
             return values.softmax(dim=-1), experts
@@ -87,4 +90,4 @@ class TopKRouter(nn.Module):
         weights, experts = torch.topk(scores, self.k, dim=-1)
         if self.norm_topk:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights, experts
+        return (weights.to(logits.dtype) if self.rounded else weights), experts

@@ -17,8 +17,9 @@ The files hold one tensor per expert (``mlp.experts.E.gate_proj``, ``up_proj``, 
 :mod:`~transformer.lm.pretrained.expert_tensors`). Refused by name: ``clip_qkv`` other than null (the queries, keys
 and values clamped: not implemented), a ``sliding_window`` other than null (only transformers' flash attention
 would apply it; its mask does not). ``output_router_logits`` switches their forward's outputs, not the function,
-and is not read. Like Qwen-MoE's, the router casts the top-k weights to the model's dtype before weighting the
-experts: in float32 and float64 the same numbers, in bfloat16 not bit for bit (not claimed).
+and is not read. Like Qwen-MoE's, the router rounds the top-k weights to the model's dtype before weighting the
+experts (``router_weights_rounded``, set here): in float32 and float64 the same numbers, in bfloat16 transformers'
+rounding (5.17 and later; 5.4 weights in float32: docs/moe.md, "Half precision").
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Olmoe(ExpertTensors, Llama):
             experts_per_token=config.integer("num_experts_per_tok", 8),
             router_norm_topk=config.flag("norm_topk_prob", False),
             router_aux_loss_coef=config.number("router_aux_loss_coef", 0.01, positive=False),
+            router_weights_rounded=True,
         )
         return build_config(config.path, **{**fields, **experts})
 

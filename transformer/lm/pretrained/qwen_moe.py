@@ -15,8 +15,11 @@ of experts (:mod:`~transformer.lm.moe`) in the sparse layers.
   :mod:`~transformer.lm.pretrained.expert_tensors`. transformers 5.24 writes Qwen3-MoE's expert count as
   ``num_local_experts`` (an attribute map of ``num_experts``): both are read.
 
-Their routers cast the top-k weights to the model's dtype before weighting the experts (Mixtral's stay float32):
-in float32 and float64 the same numbers; in bfloat16 not bit for bit (not claimed).
+Their routers round the top-k weights to the model's dtype before weighting the experts
+(``router_top_value.to(router_logits.dtype)``; Mixtral's stay float32): LMConfig's ``router_weights_rounded``, set
+for both. In float32 and float64 the same numbers; in bfloat16 and float16 the rounding of transformers 4.x and of
+5.17 on (5.4's router rebinds ``router_logits`` to its float32 softmax first, so its cast does nothing and it
+weights in float32: docs/moe.md, "Half precision").
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class _QwenExperts(ExpertTensors):
             shared_expert_d_ff=shared,
             dense_layers=dense,
             router_aux_loss_coef=config.number("router_aux_loss_coef", 0.001, positive=False),
+            router_weights_rounded=True,
         )
 
     def written_experts(self, config: LMConfig) -> dict[str, Any]:
