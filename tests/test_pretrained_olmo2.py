@@ -146,6 +146,10 @@ def test_lmconfig_refuses_olmo_blocks_that_describe_no_model():
     base = dict(vocab=20, n_layers=1, d_model=16, d_ff=16, n_heads=2)
     with pytest.raises(ValueError, match=r"pre_sublayer_norm=False .* needs post_sublayer_norm=True"):
         LMConfig(**base, pre_sublayer_norm=False)
+    olmo = dict(base, pre_sublayer_norm=False, post_sublayer_norm=True)
+    LMConfig(**olmo)  # OLMo 2's layer: accepted; with the post-norm placement it is no layer of the docs: refused
+    with pytest.raises(ValueError, match=r"pre_sublayer_norm=False .* needs .*norm_placement='pre'.*got .*'post'"):
+        LMConfig(**olmo, norm_placement="post")
     with pytest.raises(ValueError, match=r"qk_norm_scope='projection' says what QK-norm normalises, and qk_norm=False"):
         LMConfig(**base, qk_norm_scope="projection")
     with pytest.raises(ValueError, match=r"qk_norm_scope must be 'head' or 'projection', got qk_norm_scope='all'"):
