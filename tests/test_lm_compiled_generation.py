@@ -21,6 +21,13 @@ from transformer.lm.static_decode import room_for, static_decode_refusal
 VOCAB = 37
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_dynamo():
+    """Graphs compiled by other test files (the CLI's, a benchmark's) count toward Dynamo's recompile limit of
+    ``decode_step``: start this file without them, so that every test here compiles rather than falling back."""
+    torch._dynamo.reset()
+
+
 def _model(seed: int = 0, **overrides):
     torch.manual_seed(seed)
     fields = dict(
@@ -124,3 +131,15 @@ def test_compile_must_be_a_bool_checks_on_or_off():
         generate(_model(), _prompt(), 4, compile="yes")
     with checks(False), pytest.raises(TypeError, match="generate: compile must be a bool, got 'yes'"):
         generate(_model(), _prompt(), 4, compile="yes")
+
+
+def test_past_the_recompile_limit_a_request_decodes_the_static_step_uncompiled_after_a_warning(monkeypatch):
+    model, prompt = _model(), _prompt()
+    torch._dynamo.reset()
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(torch._dynamo.config, name, 1)
+    assert torch.equal(generate(model, prompt, 12, compile=True), generate(model, prompt, 12))  # the one graph
+    with pytest.warns(UserWarning, match="recompile limit is reached"):
+        compiled = generate(model, prompt[:2], 12, compile=True)  # another batch size: a second graph refused
+    assert torch.equal(compiled, generate(model, prompt[:2], 12))
+    torch._dynamo.reset()

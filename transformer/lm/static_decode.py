@@ -14,6 +14,9 @@ and value in place, so nothing is allocated or copied per token).
   Its inputs are tensors whose shapes do not change from token to token, so ``torch.compile`` traces it once per
   batch size and shape of request (:func:`compiled_decode_step`), never once per token.
 
+Dynamo keeps at most ``torch._dynamo.config.recompile_limit`` graphs (8 by default) of the step per process: past
+them a request decodes with the same step uncompiled, after a warning that says so.
+
 Greedy decoding takes the argmax of the logits (no log-softmax: the same token unless two logits round to one
 log-probability); sampling gets :meth:`Generator.decision_log_probs`, as the eager step gives it. The tokens equal
 the eager step's (``tests/test_lm_compiled_generation.py``), up to float rounding in the attention's sums (the
