@@ -125,3 +125,28 @@ def test_packed_training_rows_hold_each_document_once_and_labels_stay_within_doc
     kept = labels[:, :-1] != bench.IGNORE
     assert torch.equal(kept, same & (mask.documents[:, :-1] < torch.tensor([len(r) for r in groups[0]])[:, None]))
     assert torch.equal(labels[:, :-1][kept], tokens[:, 1:][kept])
+
+
+def test_generate_roofline_dry_run_records_every_variant_with_its_roofline_and_the_same_tokens(tmp_path):
+    """--quick: the tiny size, one round; every variant at batch 1 and 8 with a positive rate, the roofline the
+    bandwidth over the weights' bytes (every weight but the token embeddings, one row of them), compile times for
+    the compiled variants only, and greedy tokens equal across the four."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "roof.json"
+    script = _script("generate_roofline")
+    result = script.main(["--quick", "--batches", "1,8", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = {(r["batch"], r["variant"]): r for r in result["rows"]}
+    assert set(rows) == {(b, v) for b in (1, 8) for v in script.VARIANTS}
+    size = script.SIZES["tiny"]
+    ffn, hidden, kv = size["ffn"], size["hidden"], size["hidden"] * size["kv_heads"] // size["heads"]
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * ffn + 2 * hidden  # q, o; k, v; FFN; 2 norms
+    weights = size["layers"] * per_layer + hidden + size["vocab"] * hidden + hidden  # final norm, head, one row
+    for (batch, variant), row in rows.items():
+        assert row["decode_tokens_per_s"] > 0 and row["tokens_equal_ours_eager"], (batch, variant)
+        assert row["streamed_bytes"] == 4 * weights
+        assert row["roofline_tokens_per_s"] == pytest.approx(
+            batch * row["matvec_gb_per_s"] * 1e9 / row["streamed_bytes"], rel=0.01
+        )
+        assert (row["compile_s"] is not None) == ("compile" in variant)
+    assert "--quick" in result["command"] and result["transformers"] and result["load_average_before"]

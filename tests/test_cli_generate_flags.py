@@ -82,7 +82,7 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
     tok = _tokenizer(checkpoint)
     flags = ["--max-new-tokens", "5", "--sample", "--temperature", "0.7", "--top-k", "4", "--top-p", "0.9"]
     flags += ["--seed", "3", "--stop", "ab", "--stop", "(", "--device", "cpu", "--attention-backend", "eager"]
-    _generate(checkpoint, *flags, "--threads", "2", "def", "class")
+    _generate(checkpoint, *flags, "--threads", "2", "--compile", "on", "def", "class")
     expected = dict(
         function="generate",
         max_new_tokens=5,
@@ -98,6 +98,7 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
         end_symbol=tok.eos_id,
         end_symbols=[],
         stop_strings=["ab", "("],
+        compile=True,
         streamer="TextStreamer",  # the default: printed as the tokens come
     )
     given = [call.pop("tokenizer") for call in calls]  # the checkpoint's tokenizer, which the stop strings read
@@ -126,6 +127,7 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
             end_symbols=[],
             stop_strings=[],
             tokenizer=None,
+            compile=False,  # --compile: default off
             streamer="TextStreamer",
         )
     ]
@@ -156,6 +158,14 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
     calls.clear()
     _generate(checkpoint, "--beam-size", "2", "--early-stopping", "true", "def")
     assert calls[0]["early_stopping"] is True
+
+
+def test_compile_on_prints_the_text_of_compile_off(checkpoint, calls):
+    """``--compile on``: the static, compiled decode step; the same text as the eager step, greedy and sampled."""
+    for flags in ([], ["--sample", "--temperature", "4", "--seed", "2"]):
+        eager = _generate(checkpoint, *flags, "--max-new-tokens", "20", "--no-stream", "def")
+        assert _generate(checkpoint, *flags, "--max-new-tokens", "20", "--compile", "on", "def") == eager
+    assert [call["compile"] for call in calls] == [False, True] * 2
 
 
 def test_sample_without_a_seed_is_seed_0(checkpoint, calls):

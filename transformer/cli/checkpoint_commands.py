@@ -153,6 +153,7 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
                     end_symbols=ends[1:],
                     stop_strings=list(args.stop),
                     tokenizer=tokenizer if args.stop else None,
+                    compile=args.compile == "on",
                     **({"streamer": streamer} if streamer is not None else {}),
                 )
         except ValueError as error:

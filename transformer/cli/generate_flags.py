@@ -1,6 +1,6 @@
 """The flags of ``typed-transformer generate`` (besides the runtime flags): the model (``--checkpoint`` or
 ``--model``), the search (greedy, ``--sample``, ``--beam-size``), the stops, the prompts (``--chat``, ``--system``),
-each prompt's ``--seed`` and the output (streamed unless ``--no-stream``)."""
+each prompt's ``--seed``, ``--compile`` and the output (streamed unless ``--no-stream``)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,15 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         "add_generation_prompt (as transformers' apply_chat_template); prints the answer alone",
     )
     p.add_argument("--system", metavar="TEXT", default=None, help="--chat: a system message before each prompt")
+    p.add_argument(
+        "--compile",
+        choices=("off", "on"),
+        default="off",
+        help="on: decode over a static cache with a step compiled by torch.compile once per batch size (the same "
+        "tokens; compiling takes seconds, paid again by every run of the command; beam search and models it cannot "
+        "take decode eagerly); off: eager, which measured faster at torch's default threads (docs/benchmarks.md) "
+        "(default: off)",
+    )
     p.add_argument(
         "--no-stream",
         action="store_true",

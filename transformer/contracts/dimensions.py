@@ -14,6 +14,7 @@ DIMENSIONS: dict[str, str] = {
     "tgt_len": "target positions (decoder input and output)",
     "q_len": "query positions of an attention",
     "k_len": "key (and value) positions of an attention",
+    "room": "positions a static key/value cache holds room for (transformer.lm.static_decode)",
     "heads": "attention heads, h",
     "d_model": "model width, 512 in the base model",
     "d_k": "width of one head's queries and keys, d_model / h",

@@ -37,6 +37,7 @@ from ..decoding import (
     validate_sampling,
     validate_transformers_beam,
 )
+from .static_decode import StaticSteps, compiled_decode_step, static_decode_refusal
 
 __all__ = ["generate", "beam_generate"]
 
@@ -105,16 +106,21 @@ def _next_tokens(model: nn.Module, use_cache: bool, prompt_mask: Tensor | None, 
     """The model's step function, given the prompt's real tokens when there is a ``prompt_mask``; its key/value
     cache (if it has one) holds room for the request's ``length`` positions from the start (no copy per step).
     Beam search passes None: it reorders the cache at every step, which copies all the room reserved."""
+    _check_real_rows(who, prompt_mask)
     if prompt_mask is None:
         steps = model.next_tokens(use_cache=use_cache)
-    elif bool((~prompt_mask.any(dim=1)).any()):
-        row = int((~prompt_mask.any(dim=1)).nonzero()[0, 0])
-        raise ValueError(f"{who}: prompt_mask has no real token in row {row} (True = a real token)")
     else:
         steps = model.next_tokens(use_cache=use_cache, prompt_mask=prompt_mask)
     if length is not None and getattr(steps, "cache", None) is not None and hasattr(steps.cache, "reserve"):
         steps.cache.reserve(length)
     return steps
+
+
+def _check_real_rows(who: str, prompt_mask: Tensor | None) -> None:
+    """A ValueError naming the first row of ``prompt_mask`` without a real token."""
+    if prompt_mask is not None and bool((~prompt_mask.any(dim=1)).any()):
+        row = int((~prompt_mask.any(dim=1)).nonzero()[0, 0])
+        raise ValueError(f"{who}: prompt_mask has no real token in row {row} (True = a real token)")
 
 
 @checked
@@ -142,6 +148,7 @@ def generate(
     num_beams: int = 1,
     length_penalty: float = 1.0,
     early_stopping: bool | str = False,
+    compile: bool = False,
 ) -> Int[Tensor, "batch {max_new_tokens}+steps"]:
     """Continue ``prompt`` (batch, steps) by ``max_new_tokens`` tokens: greedy (``sample=False``), or drawn from
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
@@ -173,6 +180,14 @@ def generate(
     early_stopping=...)``, same defaults: 1.0 and False; :mod:`transformer.decoding.beam_transformers`), each row of
     the batch searched on its own, the end tokens those of ``end_symbol`` and ``end_symbols``: the best finished
     hypothesis, padded after it like the other rows. It takes no sampling, stop strings, stop sequences or streamer.
+
+    ``compile=True`` decodes over a static cache with a step compiled by ``torch.compile``, once per batch size and
+    room (:mod:`transformer.lm.static_decode`): the same tokens, greedy or sampled with the same generator. The
+    contracts are checked as ``checks`` says on the prompt; the compiled step's are checked while it is traced (its
+    shapes never change), and not at all with ``checks="never"``. Beam search, and a model the static step cannot
+    take (:func:`~transformer.lm.static_decode.static_decode_refusal`: training mode, a mixture of experts,
+    ``use_cache=False``, ...), decode eagerly as with ``compile=False``, the default (docs/benchmarks.md, "A compiled
+    decode step": on the loaded 2-core machine it measured it did not pay at torch's default thread count).
     """
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     stopped = _stop_strings("generate", stop_strings, tokenizer)
@@ -196,9 +211,14 @@ def generate(
                 )
                 out[row, : len(tokens)] = torch.tensor(tokens, dtype=prompt.dtype)
         return out
-    steps = CheckedSteps(
-        _next_tokens(model, use_cache, prompt_mask, "generate", prompt.size(1) + max_new_tokens), checks, "generate"
-    )
+    if not isinstance(compile, bool):
+        raise TypeError(f"generate: compile must be a bool, got {compile!r}")
+    length = prompt.size(1) + max_new_tokens
+    if compile and static_decode_refusal(model, use_cache) is None:
+        _check_real_rows("generate", prompt_mask)
+        steps = StaticSteps(model, length, prompt_mask, compiled_decode_step(), greedy=not sample, checks=checks)
+    else:
+        steps = CheckedSteps(_next_tokens(model, use_cache, prompt_mask, "generate", length), checks, "generate")
     if sample:
         pick = sampler(temperature, top_k, top_p, seeded_generator(seed, "generate"), who="generate")
     else:
