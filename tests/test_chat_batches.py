@@ -134,3 +134,15 @@ def test_continue_final_message_is_refused_where_transformers_refuses_it(folders
         ours.apply_chat_template(BATCH[2], continue_final_message=True, chat_template=deleting)
     with pytest.raises(TypeError, match=r"continue_final_message must be a bool, got 'yes'"):
         ours.apply_chat_template(BATCH[2], continue_final_message="yes")
+
+
+def test_a_batch_of_tuples_or_a_tuple_of_conversations_is_a_batch_as_transformers(folders):
+    """A batch is a list or tuple whose first item is a list or tuple (transformers' test): tuples of messages and a
+    tuple of conversations render as the list batch does, texts and ids, with transformers agreeing."""
+    theirs, ours = _pair(folders["chatml"])
+    want = ours.apply_chat_template(BATCH, add_generation_prompt=True, tokenize=False)
+    for batch in ([tuple(c) for c in BATCH], tuple(BATCH), tuple(tuple(c) for c in BATCH)):
+        texts = ours.apply_chat_template(batch, add_generation_prompt=True, tokenize=False)
+        assert texts == want == theirs.apply_chat_template(batch, add_generation_prompt=True, tokenize=False)
+        ids = ours.apply_chat_template(batch, add_generation_prompt=True)
+        assert ids == theirs.apply_chat_template(batch, add_generation_prompt=True, return_dict=False)

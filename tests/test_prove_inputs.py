@@ -63,6 +63,23 @@ def test_a_cached_step_is_proved_for_every_batch_and_every_cache_length(name):
 CACHED = {"batch": (1, 16), "cache_len": (1, MAX_LEN - 1)}
 
 
+@pytest.mark.parametrize("name", ["rotary-gqa", "learned"])
+def test_the_step_after_a_left_padded_prompt_is_proved_for_every_batch_and_cache_length(name):
+    """A left-padded prompt leaves the cache its pads (``real_keys``, (batch, cache_len)) and each row's next
+    position: both sized with the keys, so the next step is proved for every batch and cache length, not only the
+    example's 6 (docs/proved-shapes.md, "Named by their documented axes")."""
+    model = lm(name)
+    real = torch.ones(2, 6, dtype=torch.bool)
+    real[1, :3] = False
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(0, VOCAB, (2, 6)), AttentionMask(key_mask=real), cache=cache)
+    assert cache.real_keys is not None and not bool(cache.real_keys.all())
+    token = torch.randint(0, VOCAB, (2, 1))
+    report = prove(Step(model), token, pytree.tree_map(lambda leaf: leaf, cache), sizes=CACHED)
+    assert report.proved, str(report)
+
+
 @checked
 def cached_scores(q: Float[Tensor, "batch 2 1 8"], cache: KVCache) -> Float[Tensor, "batch 2 1 4"]:
     return q @ cache.keys.transpose(2, 3)  # the bug: the contract holds only for a cache of 4 positions

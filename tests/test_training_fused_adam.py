@@ -53,3 +53,16 @@ def test_not_fused_where_fused_adam_does_not_run():
         pass
 
     assert not fused_supported([torch.zeros(2).as_subclass(Sub)])
+
+
+def test_one_parameter_where_fused_adam_does_not_run_keeps_the_whole_model_unfused():
+    """ "Runs on all of parameters": one meta parameter (or one subclass) among CPU ones is enough for torch's
+    default Adam, whichever position it takes, and noam_adam builds that."""
+    meta = torch.nn.Parameter(torch.empty(3, device="meta"))
+    for position in (0, 1, 3):
+        params = _params(0)
+        params.insert(position, meta)
+        assert not fused_supported(params), position
+        optimizer, _ = noam_adam(params, 16, 1.0, 4)
+        assert not optimizer.param_groups[0]["fused"]
+    assert fused_supported(_params(0)) and not fused_supported([*_params(0), torch.zeros(2, dtype=torch.int64)])
