@@ -127,8 +127,13 @@ def static_decode_refusal(model: nn.Module, use_cache: bool = True) -> str | Non
     return None
 
 
-#: What Dynamo raises under ``fullgraph=True`` once a function has as many graphs as its recompile limit allows.
-_RECOMPILE_LIMIT = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", None) or torch._dynamo.exc.FailOnCacheLimitHit
+def _recompile_limit_error() -> type[Exception]:
+    """What Dynamo raises under ``fullgraph=True`` once a function has as many graphs as its recompile limit allows
+    (imported when a compiled step fails: importing the package imports no compiler, docs/install.md)."""
+    import torch._dynamo.exc as dynamo_errors
+
+    return getattr(dynamo_errors, "FailOnRecompileLimitHit", None) or dynamo_errors.FailOnCacheLimitHit
+
 
 #: The shortest room of the buffers: requests up to this many positions share one graph per batch size.
 MIN_ROOM = 256
@@ -184,7 +189,9 @@ class StaticSteps:
         arguments = (self.model, self.tokens, self.positions, self.slot, self.real_keys, self.caches, self.greedy)
         try:
             out = self.step(*arguments)
-        except _RECOMPILE_LIMIT:  # too many shapes in this process: the same step, eagerly
+        except Exception as error:  # too many shapes in this process: the same step, eagerly
+            if not isinstance(error, _recompile_limit_error()):
+                raise
             warnings.warn(
                 "generate(compile=True): torch.compile's recompile limit is reached (torch._dynamo.config."
                 "recompile_limit); this request decodes eagerly over the static cache",
