@@ -81,8 +81,8 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         default="off",
         help="on: decode over a static cache with a step compiled by torch.compile once per batch size (the same "
         "tokens; compiling takes seconds, paid again by every run of the command; beam search and models it cannot "
-        "take decode eagerly); off: eager, which measured faster at torch's default threads (docs/benchmarks.md) "
-        "(default: off)",
+        "take decode eagerly); off: eager, faster for one run of a few hundred tokens, which does not repay the "
+        "compile (docs/benchmarks.md) (default: off)",
     )
     p.add_argument(
         "--no-stream",
