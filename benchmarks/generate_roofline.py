@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -176,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     import transformers
 
+    gvt = _sibling("generate_vs_transformers")
     load_before = os.getloadavg()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,19 +202,9 @@ def main(argv: list[str] | None = None) -> dict:
         | {"sizes_detail": {n: SIZES[n] for n in args.sizes}},
         "goals": GOALS,
         "rows": rows,
-        "device": f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in load_after],
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **gvt.run_record(load_before, load_after),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json}")
-    return result
+    return gvt.write_result(args.json, result)
 
 
 if __name__ == "__main__":

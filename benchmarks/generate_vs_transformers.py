@@ -287,6 +287,17 @@ def main(argv: list[str] | None = None) -> dict:
         | {"sizes_detail": {n: SIZES[n] for n in args.sizes}},
         "rows": rows,
         "profile": profiles or None,
+        **run_record(load_before, load_after),
+    }
+    return write_result(args.json, result)
+
+
+def run_record(load_before: tuple[float, ...], load_after: tuple[float, ...]) -> dict:
+    """Where and when a run ran, for its JSON (this script's and benchmarks/generate_roofline.py's): the device,
+    the versions, torch's threads, the load average before and after (figures under load are provisional), the date."""
+    import transformers
+
+    return {
         "device": f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -296,9 +307,13 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average_after": [round(x, 2) for x in load_after],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json}")
+
+
+def write_result(path: str, result: dict) -> dict:
+    """``result`` as indented JSON at ``path`` (its folder made), said on stdout; returns it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
     return result
 
 
