@@ -55,10 +55,11 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return grads
 
 
-def _alone_loss(model, tokens) -> torch.Tensor:
-    """The summed loss of every document of ``LENGTHS`` run on its own, from position 0."""
+def _alone_loss(model, tokens, lengths_of_rows=LENGTHS) -> torch.Tensor:
+    """The summed loss of every document (``lengths_of_rows``: each row's document lengths) run on its own, from
+    position 0 (tests/test_pretrained_every_architecture.py uses it too)."""
     alone = torch.zeros((), dtype=torch.float64)
-    for row, lengths in enumerate(LENGTHS):
+    for row, lengths in enumerate(lengths_of_rows):
         start = 0
         for n in lengths:
             doc = tokens[row : row + 1, start : start + n]

@@ -18,6 +18,8 @@ from architecture_models import MOE, architecture_model, model_class_name, saved
 from fine_tune_helpers import assert_exports_as, assert_resumes_exactly, first_batch, with_tokenizer, write_corpus
 from moe_helpers import skip_if_their_aux_loss_is_softmax_twice
 from test_cli_pretrained import WORDS
+from test_lm_packing import _alone_loss as alone_loss
+from test_lm_packing import _next_token_loss as next_token_loss
 
 import transformer as T
 from transformer.lm import TransformerLM, build_lm
@@ -89,24 +91,6 @@ def _float64_statistics(model: TransformerLM) -> TransformerLM:
     return model
 
 
-def _next_token_loss(model, tokens, documents, mask=None) -> torch.Tensor:
-    """Summed -log p of every next token in the same document (a document's first token is never a label)."""
-    log_probs = model.generator(model(tokens, mask))
-    same = documents[:, 1:] == documents[:, :-1]
-    return -(log_probs[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0] * same).sum()
-
-
-def _alone_loss(model, tokens) -> torch.Tensor:
-    alone = torch.zeros((), dtype=torch.float64)
-    for row, lengths in enumerate(LENGTHS):
-        start = 0
-        for n in lengths:
-            doc = tokens[row : row + 1, start : start + n]
-            alone = alone + _next_token_loss(model, doc, torch.zeros_like(doc))
-            start += n
-    return alone
-
-
 def _loss_and_gradients(model, loss_of):
     model.zero_grad()
     loss = loss_of()
@@ -125,9 +109,12 @@ def test_packed_documents_keep_the_windows_of_the_architecture(kind, tmp_path):
     tokens = torch.randint(3, config.vocab, (2, sum(LENGTHS[0])), generator=torch.Generator().manual_seed(1))
     documents = torch.stack([torch.repeat_interleave(torch.arange(3), torch.tensor(row)) for row in LENGTHS])
     packed, packed_grads = _loss_and_gradients(
-        model, lambda: _next_token_loss(model, tokens, documents, T.AttentionMask(documents=documents))
+        model,
+        lambda: next_token_loss(
+            model.generator(model(tokens, T.AttentionMask(documents=documents))), tokens, documents
+        ),
     )
-    alone, alone_grads = _loss_and_gradients(model, lambda: _alone_loss(model, tokens))
+    alone, alone_grads = _loss_and_gradients(model, lambda: alone_loss(model, tokens, LENGTHS))
     torch.testing.assert_close(packed, alone, rtol=1e-10, atol=1e-10)
     assert packed_grads.keys() == alone_grads.keys() and len(packed_grads) > 0
     for name, grad in packed_grads.items():
@@ -136,5 +123,5 @@ def test_packed_documents_keep_the_windows_of_the_architecture(kind, tmp_path):
     unwindowed = _float64_statistics(build_lm(dataclasses.replace(config, sliding_window=64)).double())
     unwindowed.load_state_dict(model.state_dict())
     with torch.no_grad():
-        moved = abs(_alone_loss(unwindowed, tokens) - alone).item()
+        moved = abs(alone_loss(unwindowed, tokens, LENGTHS) - alone).item()
     assert moved > 1e4 * 1e-10  # ten thousand times the tolerance
