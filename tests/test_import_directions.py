@@ -64,6 +64,44 @@ def _imports(path: Path, source: str | None = None):
                 yield node.lineno, target
 
 
+def _package_graph(package: str, *, with_face: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` (``"transformer.lm"``) it imports (every import, function-local ones too);
+    an import of a name from a package counts as an import of the package (its ``__init__``). ``with_face``: the
+    package's own ``__init__`` counts too (else an import of the package itself is left out)."""
+    paths = [p for p in _sources() if (_module_name(p) + ".").startswith(package + ".")]
+    modules = {_module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        edges = set()
+        for _, target in _imports(path):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            inside = target.startswith(package + ".") or (with_face and target == package)
+            if target and target != _module_name(path) and inside:
+                edges.add(target)
+        graph[_module_name(path)] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle, as a path found by depth-first search (empty: none)."""
+    found, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
 def _part(module: str) -> str | None:
     """The part of the package ``module`` belongs to; ``"transformer"`` for the package face (``transformer`` itself,
     or a name imported from it such as ``__version__``); None outside the package."""

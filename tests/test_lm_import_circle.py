@@ -4,51 +4,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from pretrained_helpers import hf_model  # noqa: F401  (the tests' path)
-from test_import_directions import _imports, _module_name
+from test_import_directions import _cycles, _package_graph
 
 from transformer.lm import LMConfig, TransformerLM, build_lm
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _graph() -> dict[str, set[str]]:
-    """Module -> the modules of transformer.lm it imports (every import, function-local ones too); an import of a
-    name from a package counts as an import of the package (its ``__init__``)."""
-    paths = sorted((ROOT / "transformer" / "lm").rglob("*.py"))
-    modules = {_module_name(p) for p in paths}
-    graph: dict[str, set[str]] = {}
-    for path in paths:
-        edges = set()
-        for _, target in _imports(path):
-            while target and target not in modules:
-                target = target.rpartition(".")[0]
-            if target and target != _module_name(path) and target.startswith("transformer.lm."):
-                edges.add(target)
-        graph[_module_name(path)] = edges
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every import circle, as a path found by depth-first search (empty: none)."""
-    found, state = [], {}
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = "open"
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                found.append(stack[stack.index(nxt) :] + [nxt])
-            elif nxt not in state:
-                visit(nxt, [*stack, nxt])
-        state[node] = "done"
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    return found
+    """Module -> the modules of transformer.lm it imports (tests/test_import_directions.py's ``_package_graph``)."""
+    return _package_graph("transformer.lm")
 
 
 def test_the_language_model_package_has_no_import_circle():

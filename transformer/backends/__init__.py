@@ -30,6 +30,7 @@ One concept per module:
 * ``dispatch``: :func:`run_backend` (each backend's masks) and :func:`refuse` (a refusal, raised from a compiled graph);
 * ``torch_backend``: the ``"torch"`` backend, torch's function given the most structured mask it takes;
 * ``grouped``: grouped-query attention in the modules (:func:`run_heads`);
+* ``sdpa_reference``: the drop-in's reference, torch's definition in plain PyTorch (its ``"eager"`` backend);
 * ``sdpa``: the drop-in for ``F.scaled_dot_product_attention`` (also ``transformer.sdpa``).
 """
 

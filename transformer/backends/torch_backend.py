@@ -2,14 +2,14 @@
 takes (none, ``is_causal``, one key row per sentence, or a dense boolean), for the modules and the drop-in alike.
 
 The score modifiers (:mod:`transformer.backends.score_mods`): ALiBi alone is an additive float ``attn_mask`` (the bias
-``-slope * |p(i) - j|``, -inf where the mask forbids), so torch's fused function still runs; a ``softcap`` is not a
-bias (it reshapes the scores before the mask), so with one the attention is torch's math definition in plain PyTorch
-(:func:`transformer.backends.sdpa.reference`, dense scores). ``flex_attention``'s ``score_mod`` would express it, but
-on the CPU without torch.compile it has no backward and its forward was no faster than the dense form
+``-slope * |p(i) - j|``, -inf where the mask forbids), so torch's fused function still runs; a ``softcap`` is not a bias
+(it reshapes the scores before the mask), so with one the attention is torch's math definition in plain PyTorch
+(:func:`transformer.backends.sdpa_reference.reference`, dense scores). ``flex_attention``'s ``score_mod`` would express
+it, but on the CPU without torch.compile it has no backward and its forward was no faster than the dense form
 (``benchmarks/structured_attention.py``; docs/attention.md, "Documents, windows and score modifiers"). That form
-computes float16 and bfloat16 inputs in float32, as torch's math backend does; with a softcap they are computed
-instead as transformers' eager attention (Gemma 2's ``eager_attention_forward``) rounds them, so a half-precision
-Gemma 2 computes its logits bit for bit (:func:`half_softcap_attention`); float32 and float64 are unchanged.
+computes float16 and bfloat16 inputs in float32, as torch's math backend does; with a softcap they are computed instead
+as transformers' eager attention (Gemma 2's ``eager_attention_forward``) rounds them, so a half-precision Gemma 2
+computes its logits bit for bit (:func:`half_softcap_attention`); float32 and float64 are unchanged.
 
 The attention sinks (one logit ``z_h`` per query head, gpt-oss): one more key column whose key and value are zero and
 whose additive float mask entry is ``z_h`` (its score is then exactly ``z_h``), the mask as -inf elsewhere where it
@@ -23,7 +23,8 @@ from torch import Tensor
 
 from ..common.versions import TORCH_VERSION
 from ..masks import AttentionMask
-from .score_mods import alibi_bias
+from .score_mods import alibi_bias, modify_scores
+from .sdpa_reference import reference
 
 __all__ = ["alibi_attn_mask", "half_softcap_attention", "sink_column_inputs", "torch_mask_form", "torch_sdpa"]
 
@@ -76,8 +77,6 @@ def torch_sdpa(
             query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, softcap, alibi_slopes
         )
     if softcap is not None:
-        from .sdpa import reference  # the drop-in's module imports this one
-
         modifiers = {"softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
         return reference(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa, **modifiers)
     if alibi_slopes is not None:
@@ -115,9 +114,8 @@ def half_softcap_attention(
     each in the inputs' dtype, the mask, the softmax in float32 cast back to the dtype (``softmax(..., dtype=float32)
     .to(query.dtype)``), dropout, and the product with the values in the dtype. The mask forbids with -inf where
     theirs adds the dtype's minimum: the same probabilities (both exponentials are 0 in float32). A row with no key
-    left outputs 0, as :func:`transformer.backends.sdpa.reference`. Inputs already checked (a float mask is added)."""
-    from .score_mods import modify_scores
-
+    left outputs 0, as :func:`transformer.backends.sdpa_reference.reference`. Inputs already checked
+    (a float mask is added)."""
     if enable_gqa:  # query head h reads key/value head h // group, as transformers' repeat_kv
         group = query.size(-3) // key.size(-3)
         key, value = key.repeat_interleave(group, dim=-3), value.repeat_interleave(group, dim=-3)

@@ -52,7 +52,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-edge31-eager-causal-bottom-right",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (("device=q.device).tril()", "device=q.device).tril(k.size(-2) - q.size(-2))"),),
         "The eager reference aligns is_causal bottom-right instead of torch's top-left when L != S: "
         "backend='eager' (and float64 on auto) differs from F.scaled_dot_product_attention for 3 queries over 5 keys.",

@@ -8,7 +8,7 @@ from .base import Mutant
 MUTANTS = [
     Mutant(
         "blind-dropin-eager-causal-bottom-right",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "        attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()\n",

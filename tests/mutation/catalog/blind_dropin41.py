@@ -74,7 +74,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-s41-eager-causal-bottom-right",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "        attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()\n",
@@ -89,7 +89,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-s41-eager-gqa-tiled",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)\n"
@@ -104,7 +104,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-s41-eager-default-scale-value-width",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "        scores = scores * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)\n",

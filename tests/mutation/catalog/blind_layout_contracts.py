@@ -51,7 +51,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-layout-scale-zero-is-default",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "        scores = scores * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)",
@@ -62,7 +62,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-layout-float-mask-only-inf",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "            scores = scores + attn_mask.to(acc)",
@@ -73,7 +73,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-layout-gqa-tiled-heads",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)\n"
@@ -86,7 +86,7 @@ MUTANTS = [
     ),
     Mutant(
         "blind-layout-empty-row-uniform",
-        "transformer/backends/sdpa.py",
+        "transformer/backends/sdpa_reference.py",
         (
             (
                 "    probs = scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)",

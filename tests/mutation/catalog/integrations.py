@@ -12,6 +12,7 @@ _SDPA, _DROPIN_TESTS, _GQA_TESTS = (
     ("tests/test_gqa.py",),
 )
 _TORCH_BACKEND, _GROUPED = "transformer/backends/torch_backend.py", "transformer/backends/grouped.py"
+_REFERENCE = "transformer/backends/sdpa_reference.py"  # the drop-in's eager backend (torch's definition)
 
 
 _RULES = "transformer/backends/sdpa_rules.py"  # the drop-in's checks of torch's rules
@@ -29,33 +30,42 @@ MUTANTS += [
         "    probs = scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)\n",
         "    probs = scores.masked_fill(empty, 0.0).softmax(dim=-1)\n",
         "the reference averages a fully masked row uniformly instead of returning 0",
+        file=_REFERENCE,
     ),
     _dropin(
         "dropin-float-mask-as-bool",
         "            scores = scores + attn_mask.to(acc)\n",
         '            scores = scores.masked_fill(attn_mask == 0, float("-inf"))\n',
         "a float (additive) mask is read as a boolean one (nonzero = attend)",
+        file=_REFERENCE,
     ),
     _dropin(
         "dropin-causal-bottom-right",
         "        attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()\n",
         "        attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))\n",
         "is_causal aligned bottom-right (FlashAttention 2.1+) instead of torch's top-left",
+        file=_REFERENCE,
     ),
     _dropin(
         "dropin-gqa-tiles-heads",
         "        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)\n",
         "        k = k.repeat(*([1] * (k.dim() - 3)), q.size(-3) // k.size(-3), 1, 1)\n",
         "GQA tiles the key heads (head i reads i % kv_heads) instead of grouping them (i // group)",
+        file=_REFERENCE,
     ),
     _dropin(
         "dropin-scale-ignored",
         "        scores = scores * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)\n",
         "        scores = scores * (1.0 / math.sqrt(q.size(-1)))\n",
         "the reference ignores a given scale",
+        file=_REFERENCE,
     ),
     _dropin(
-        "dropin-dropout-ignored", "    if dropout_p > 0.0:\n", "    if dropout_p > 1.0:\n", "the reference never drops"
+        "dropin-dropout-ignored",
+        "    if dropout_p > 0.0:\n",
+        "    if dropout_p > 1.0:\n",
+        "the reference never drops",
+        file=_REFERENCE,
     ),
     _dropin(
         "dropin-mask-with-causal-accepted",
