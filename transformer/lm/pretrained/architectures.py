@@ -72,7 +72,8 @@ class Architecture(ABC):
 
     @abstractmethod
     def config_json(self, config: LMConfig) -> dict[str, Any]:
-        """The fields of a ``config.json`` that describe ``config`` (its function; token ids are added by save)."""
+        """The fields of a ``config.json`` that describe ``config`` (its function; token ids are added by save): the
+        fields architectures write alike from :mod:`~transformer.lm.pretrained.written_fields`, and its own."""
 
     def their_name(self, ours: str) -> str:
         """Their tensor name for our parameter ``ours``."""

@@ -31,17 +31,9 @@ from .architectures import ACTIVATIONS, Architecture, build_config
 from .config_fields import ConfigFields
 from .errors import PretrainedFormatError
 from .rope import rope_fields, rope_parameters
+from .written_fields import LAYER_KINDS, head_fields, layer_kind_fields, standard_fields, written_activation
 
 __all__ = ["Gemma2", "Gemma3"]
-
-_WRITTEN_ACTIVATION = {
-    "silu": "silu",
-    "gelu": "gelu",
-    "gelu_tanh": "gelu_pytorch_tanh",
-    "gelu_new": "gelu_new",
-    "relu": "relu",
-}
-_KINDS = ("full_attention", "sliding_attention")
 
 
 class Gemma2(Architecture):
@@ -79,9 +71,9 @@ class Gemma2(Architecture):
         if types is None:
             pattern = self.pattern(config)
             return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
-        if not isinstance(types, list) or len(types) != n_layers or not set(types) <= set(_KINDS):
+        if not isinstance(types, list) or len(types) != n_layers or not set(types) <= set(LAYER_KINDS):
             config.refuse(
-                "layer_types", types, f"expected {n_layers} entries (num_hidden_layers), each one of {_KINDS}"
+                "layer_types", types, f"expected {n_layers} entries (num_hidden_layers), each one of {LAYER_KINDS}"
             )
         return types
 
@@ -163,28 +155,14 @@ class Gemma2(Architecture):
         scalar = config.d_k if config.attention_scale is None else config.attention_scale**-2.0
         if math.isclose(scalar, round(scalar), rel_tol=1e-12):
             scalar = round(scalar)
-        layers = config.window_layers
-        if layers is None:
-            layers = (config.sliding_window is not None,) * config.n_layers
         return {
-            "model_type": self.model_type,
-            "vocab_size": config.vocab,
-            "num_hidden_layers": config.n_layers,
-            "hidden_size": config.d_model,
-            "intermediate_size": config.d_ff,
-            "num_attention_heads": config.n_heads,
-            "num_key_value_heads": config.kv_heads,
-            "head_dim": config.d_k,
-            "max_position_embeddings": config.max_len,
-            "attention_dropout": config.attention_dropout,
+            **standard_fields(self.model_type, config),
+            **head_fields(config),
             "rms_norm_eps": config.layer_norm_eps,
-            "hidden_activation": _WRITTEN_ACTIVATION.get(config.activation, config.activation),
+            "hidden_activation": written_activation(config.activation),
             "query_pre_attn_scalar": scalar,
             "attention_bias": config.qkv_bias,
-            "tie_word_embeddings": config.tie_weights,
-            "pad_token_id": config.pad_id,
-            "sliding_window": config.sliding_window,
-            "layer_types": [_KINDS[int(slides)] for slides in layers],
+            **layer_kind_fields(config),
             **self.written_rope(config),
             **self.written_softcaps(config),
         }
@@ -215,8 +193,8 @@ class Gemma3(Gemma2):
         # transformers 5.4 also writes a flat rope_type (and rope_theta: null) beside the two, read by no model code
         if (
             isinstance(nested, dict)
-            and set(nested) & set(_KINDS)
-            and set(nested) <= {*_KINDS, "rope_type", "rope_theta"}
+            and set(nested) & set(LAYER_KINDS)
+            and set(nested) <= {*LAYER_KINDS, "rope_type", "rope_theta"}
         ):
             full, local = nested.get("full_attention"), nested.get("sliding_attention")
         elif nested is None:  # older files: rope_theta and rope_scaling for the global layers, rope_local_base_freq
@@ -224,7 +202,7 @@ class Gemma3(Gemma2):
             full.setdefault("rope_theta", config.number("rope_theta", 1_000_000.0))
             local = {"rope_type": "default", "rope_theta": config.number("rope_local_base_freq", 10_000.0)}
         else:
-            config.refuse("rope_parameters", nested, f"expected an object of {list(_KINDS)}, one RoPE each")
+            config.refuse("rope_parameters", nested, f"expected an object of {list(LAYER_KINDS)}, one RoPE each")
         for kind, part in (("full_attention", full), ("sliding_attention", local)):
             if not isinstance(part, dict):
                 config.refuse(f"rope_parameters.{kind}", part, "expected a JSON object of RoPE parameters")

@@ -19,14 +19,9 @@ from ..config import LMConfig
 from .architectures import ACTIVATIONS, Architecture, build_config
 from .config_fields import ConfigFields
 from .tensor_map import TensorMap
+from .written_fields import common_fields, written_activation
 
 __all__ = ["GPT2"]
-
-#: our activation -> GPT-2's activation_function: the fused tanh GELU is transformers' gelu_pytorch_tanh, the written
-#: out one its gelu_new (equal in float32; in half precision each rounds its own way)
-_WRITTEN_ACTIVATION = {
-    "gelu_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu",
-}  # fmt: skip
 
 
 class GPT2(Architecture):
@@ -83,8 +78,7 @@ class GPT2(Architecture):
 
     def config_json(self, config: LMConfig) -> dict[str, Any]:
         return {
-            "model_type": self.model_type,
-            "vocab_size": config.vocab,
+            **common_fields(self.model_type, config),
             "n_layer": config.n_layers,
             "n_embd": config.d_model,
             "n_inner": config.d_ff,
@@ -98,9 +92,7 @@ class GPT2(Architecture):
             "scale_attn_by_inverse_layer_idx": False,
             "reorder_and_upcast_attn": False,
             "add_cross_attention": False,
-            "activation_function": _WRITTEN_ACTIVATION.get(config.activation, config.activation),
-            "tie_word_embeddings": config.tie_weights,
-            "pad_token_id": config.pad_id,
+            "activation_function": written_activation(config.activation),
         }
 
     def tensor_maps(self, our_names: list[str], config: LMConfig | None = None) -> list[TensorMap]:

@@ -23,16 +23,9 @@ from .architectures import ACTIVATIONS, Architecture, build_config
 from .config_fields import ConfigFields
 from .rope import rope_fields, rope_parameters
 from .tensor_map import TensorMap
+from .written_fields import standard_fields, written_activation
 
 __all__ = ["GPTNeoX"]
-
-_WRITTEN_ACTIVATION = {
-    "gelu": "gelu",
-    "gelu_tanh": "gelu_pytorch_tanh",
-    "gelu_new": "gelu_new",
-    "relu": "relu",
-    "silu": "silu",
-}
 
 
 class GPTNeoX(Architecture):
@@ -107,20 +100,11 @@ class GPTNeoX(Architecture):
         rope = rope_parameters(config)
         rope.setdefault("partial_rotary_factor", 1.0)  # absent reads as 0.25
         return {
-            "model_type": self.model_type,
-            "vocab_size": config.vocab,
-            "num_hidden_layers": config.n_layers,
-            "hidden_size": config.d_model,
-            "intermediate_size": config.d_ff,
-            "num_attention_heads": config.n_heads,
-            "max_position_embeddings": config.max_len,
+            **standard_fields(self.model_type, config),
             "hidden_dropout": config.dropout,
-            "attention_dropout": config.attention_dropout,
             "layer_norm_eps": config.layer_norm_eps,
-            "hidden_act": _WRITTEN_ACTIVATION.get(config.activation, config.activation),
+            "hidden_act": written_activation(config.activation),
             "attention_bias": config.qkv_bias,
-            "tie_word_embeddings": config.tie_weights,
-            "pad_token_id": config.pad_id,
             "use_parallel_residual": config.parallel_residual,
             "rope_parameters": rope,
         }

@@ -29,10 +29,9 @@ from .architectures import build_config
 from .config_fields import ConfigFields
 from .llama import Llama
 from .rope import rope_fields, rope_parameters
+from .written_fields import LAYER_KINDS, head_fields, layer_kind_fields, standard_fields
 
 __all__ = ["GptOss"]
-
-_KINDS = ("full_attention", "sliding_attention")
 
 
 class GptOss(Llama):
@@ -66,9 +65,9 @@ class GptOss(Llama):
         types = config.values.get("layer_types")
         if types is None:
             return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
-        if not isinstance(types, list) or len(types) != n_layers or not set(types) <= set(_KINDS):
+        if not isinstance(types, list) or len(types) != n_layers or not set(types) <= set(LAYER_KINDS):
             config.refuse(
-                "layer_types", types, f"expected {n_layers} entries (num_hidden_layers), each one of {_KINDS}"
+                "layer_types", types, f"expected {n_layers} entries (num_hidden_layers), each one of {LAYER_KINDS}"
             )
         return types
 
@@ -132,26 +131,12 @@ class GptOss(Llama):
         )
 
     def config_json(self, config: LMConfig) -> dict[str, Any]:
-        layers = config.window_layers
-        if layers is None:
-            layers = (config.sliding_window is not None,) * config.n_layers
         return {
-            "model_type": self.model_type,
-            "vocab_size": config.vocab,
-            "num_hidden_layers": config.n_layers,
-            "hidden_size": config.d_model,
-            "intermediate_size": config.d_ff,
-            "num_attention_heads": config.n_heads,
-            "num_key_value_heads": config.kv_heads,
-            "head_dim": config.d_k,
-            "max_position_embeddings": config.max_len,
-            "attention_dropout": config.attention_dropout,
+            **standard_fields(self.model_type, config),
+            **head_fields(config),
             "rms_norm_eps": config.layer_norm_eps,
             "attention_bias": config.qkv_bias,
-            "tie_word_embeddings": config.tie_weights,
-            "pad_token_id": config.pad_id,
-            "sliding_window": config.sliding_window,
-            "layer_types": [_KINDS[int(slides)] for slides in layers],
+            **layer_kind_fields(config),
             "num_local_experts": config.n_experts,
             "num_experts_per_tok": config.experts_per_token,
             "router_aux_loss_coef": config.router_aux_loss_coef,

@@ -24,16 +24,9 @@ from ..config import LMConfig
 from .architectures import ACTIVATIONS, Architecture, build_config
 from .config_fields import ConfigFields
 from .rope import rope_fields, rope_parameters
+from .written_fields import standard_fields, written_activation
 
 __all__ = ["Llama", "Qwen2", "Qwen3", "Mistral"]
-
-_WRITTEN_ACTIVATION = {
-    "silu": "silu",
-    "gelu": "gelu",
-    "gelu_tanh": "gelu_pytorch_tanh",
-    "gelu_new": "gelu_new",
-    "relu": "relu",
-}
 
 
 class Llama(Architecture):
@@ -106,19 +99,10 @@ class Llama(Architecture):
     def written_rotary_attention(self, config: LMConfig) -> dict[str, Any]:
         """The ``config.json`` fields of :meth:`rotary_attention`."""
         return {
-            "model_type": self.model_type,
-            "vocab_size": config.vocab,
-            "num_hidden_layers": config.n_layers,
-            "hidden_size": config.d_model,
-            "intermediate_size": config.d_ff,
-            "num_attention_heads": config.n_heads,
+            **standard_fields(self.model_type, config),
             "num_key_value_heads": config.kv_heads,
-            "max_position_embeddings": config.max_len,
-            "attention_dropout": config.attention_dropout,
-            "hidden_act": _WRITTEN_ACTIVATION.get(config.activation, config.activation),
-            "tie_word_embeddings": config.tie_weights,
+            "hidden_act": written_activation(config.activation),
             "rope_parameters": rope_parameters(config),
-            "pad_token_id": config.pad_id,
         }
 
     def lm_config(self, config: ConfigFields) -> LMConfig:

@@ -14,10 +14,9 @@ from typing import Any
 from ..config import LMConfig
 from .config_fields import ConfigFields
 from .llama import Llama
+from .written_fields import LAYER_KINDS
 
 __all__ = ["SmolLM3"]
-
-_KINDS = ("full_attention", "sliding_attention")
 
 
 class SmolLM3(Llama):
@@ -39,9 +38,9 @@ class SmolLM3(Llama):
         types = config.values.get("layer_types")
         if types is None:
             types = ["sliding_attention" if slides and not r else "full_attention" for r in rope]
-        if not isinstance(types, list) or len(types) != n_layers or not set(types) <= set(_KINDS):
+        if not isinstance(types, list) or len(types) != n_layers or not set(types) <= set(LAYER_KINDS):
             config.refuse(
-                "layer_types", types, f"expected {n_layers} entries (num_hidden_layers), each one of {_KINDS}"
+                "layer_types", types, f"expected {n_layers} entries (num_hidden_layers), each one of {LAYER_KINDS}"
             )
         windowed = tuple(slides and kind == "sliding_attention" for kind in types)
         return {
@@ -58,5 +57,5 @@ class SmolLM3(Llama):
             "no_rope_layers": [int(r) for r in rope],
             "use_sliding_window": window is not None,
             "sliding_window": window,
-            "layer_types": [_KINDS[int(w)] for w in windowed],
+            "layer_types": [LAYER_KINDS[int(w)] for w in windowed],
         }
