@@ -5,7 +5,7 @@
 
 One layer's projections that read the same input, on the CPU in float32 with torch's threads, two ways side by side:
 
-* **separate** (what the model computes today): ``q = x Wq^T``, ``k = x Wk^T``, ``v = x Wv^T``; ``act(x Wg^T) * x Wu^T``;
+* **separate** (what the model computes): ``q = x Wq^T``, ``k = x Wk^T``, ``v = x Wv^T``; ``act(x Wg^T) * x Wu^T``;
 * **fused** (the lever): one product with the weights concatenated at load, ``x [Wq; Wk; Wv]^T`` split into q, k and
   v (views), and ``x [Wg; Wu]^T`` split into its halves before ``act(g) * u``.
 

@@ -9,7 +9,10 @@ attention, vocabulary 32000, RoPE, RMSNorm, SwiGLU, untied head), saved, and loa
 the CPU (benchmarks/generate_vs_transformers.py's ``write_llama`` and ``load_pair``). A 128-token prompt is continued
 by N new tokens, greedy, with the contracts checked as by default (``checks="first"``), by:
 
-* **ours, eager**: ``generate(model, prompt, N)`` (the default, ``compile=False``);
+* **ours, eager**: ``generate(model, prompt, N)`` (the default: ``compile=False``, ``weight_layout="auto"``: the
+  float32 weights whose products it speeds up stored transposed for the request, :mod:`transformer.lm.decode_layout`);
+* **ours, eager, as loaded**: ``generate(..., weight_layout="as_loaded")``: the weights as loaded (the default before
+  the relayout; its two copies, counted in the other variants' decode time, are left out);
 * **ours, compiled**: ``generate(..., compile=True)``: the static cache and the compiled decode step;
 * **transformers**: ``model.generate`` with its defaults (``DynamicCache``, sdpa);
 * **transformers, static + compile**: ``cache_implementation="static"`` and ``CompileConfig(mode="default",
@@ -48,7 +51,7 @@ SIZES = {
     "tiny": dict(hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=1000),
 }
 GOALS = {"roofline_fraction": 0.85, "vs_transformers": 1.3, "vs_transformers_static_compiled": 1.0, "compile_s": 60}
-VARIANTS = ("ours, eager", "ours, compiled", "transformers", "transformers, static + compile")
+VARIANTS = ("ours, eager", "ours, eager, as loaded", "ours, compiled", "transformers", "transformers, static + compile")
 
 
 def _sibling(name: str):
@@ -84,6 +87,8 @@ def _variant(name: str, ours, theirs, prompt, new: int):
 
     if name == "ours, eager":
         return lambda n=new: generate(ours, prompt, n)
+    if name == "ours, eager, as loaded":
+        return lambda n=new: generate(ours, prompt, n, weight_layout="as_loaded")
     if name == "ours, compiled":
         return lambda n=new: generate(ours, prompt, n, compile=True)
     mask = torch.ones_like(prompt)

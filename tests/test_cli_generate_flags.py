@@ -82,7 +82,7 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
     tok = _tokenizer(checkpoint)
     flags = ["--max-new-tokens", "5", "--sample", "--temperature", "0.7", "--top-k", "4", "--top-p", "0.9"]
     flags += ["--seed", "3", "--stop", "ab", "--stop", "(", "--device", "cpu", "--attention-backend", "eager"]
-    _generate(checkpoint, *flags, "--threads", "2", "--compile", "on", "def", "class")
+    _generate(checkpoint, *flags, "--threads", "2", "--compile", "on", "--weight-layout", "as_loaded", "def", "class")
     expected = dict(
         function="generate",
         max_new_tokens=5,
@@ -99,6 +99,7 @@ def test_every_generate_flag_reaches_the_call(checkpoint, calls):
         end_symbols=[],
         stop_strings=["ab", "("],
         compile=True,
+        weight_layout="as_loaded",
         streamer="TextStreamer",  # the default: printed as the tokens come
     )
     given = [call.pop("tokenizer") for call in calls]  # the checkpoint's tokenizer, which the stop strings read
@@ -128,6 +129,7 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
             stop_strings=[],
             tokenizer=None,
             compile=False,  # --compile: default off
+            weight_layout="auto",  # --weight-layout: default auto
             streamer="TextStreamer",
         )
     ]
@@ -149,6 +151,7 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
         early_stopping=False,
         end_symbol=tok.eos_id,
         end_symbols=[],
+        weight_layout="auto",
     )
     assert calls == [beam]
     calls.clear()
@@ -156,8 +159,17 @@ def test_the_generate_defaults_reach_the_call(checkpoint, calls):
               "--early-stopping", "never", "def")  # fmt: skip
     assert calls == [dict(beam, length_penalty=-0.5, early_stopping="never")]
     calls.clear()
-    _generate(checkpoint, "--beam-size", "2", "--early-stopping", "true", "def")
-    assert calls[0]["early_stopping"] is True
+    _generate(checkpoint, "--beam-size", "2", "--early-stopping", "true", "--weight-layout", "as_loaded", "def")
+    assert calls[0]["early_stopping"] is True and calls[0]["weight_layout"] == "as_loaded"
+
+
+def test_weight_layout_as_loaded_prints_the_text_of_auto(checkpoint, calls):
+    """``--weight-layout``: the weights relaid for decoding (auto, 40 tokens: past the 32-token threshold) or as
+    loaded give the same text, greedy and sampled."""
+    for flags in ([], ["--sample", "--temperature", "4", "--seed", "2"]):
+        auto = _generate(checkpoint, *flags, "--max-new-tokens", "40", "--no-stream", "def")
+        assert _generate(checkpoint, *flags, "--max-new-tokens", "40", "--weight-layout", "as_loaded", "def") == auto
+    assert [call["weight_layout"] for call in calls] == ["auto", "as_loaded"] * 2
 
 
 def test_compile_on_prints_the_text_of_compile_off(checkpoint, calls):

@@ -138,6 +138,7 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
                     early_stopping={"true": True, "never": "never"}.get(args.early_stopping, False),
                     end_symbol=end,
                     end_symbols=ends[1:],
+                    weight_layout=args.weight_layout,
                 )
             else:
                 out = generate(
@@ -154,6 +155,7 @@ def generate_command(args: argparse.Namespace, device: torch.device) -> int:
                     stop_strings=list(args.stop),
                     tokenizer=tokenizer if args.stop else None,
                     compile=args.compile == "on",
+                    weight_layout=args.weight_layout,
                     **({"streamer": streamer} if streamer is not None else {}),
                 )
         except ValueError as error:

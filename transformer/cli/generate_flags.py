@@ -1,6 +1,6 @@
 """The flags of ``typed-transformer generate`` (besides the runtime flags): the model (``--checkpoint`` or
 ``--model``), the search (greedy, ``--sample``, ``--beam-size``), the stops, the prompts (``--chat``, ``--system``),
-each prompt's ``--seed``, ``--compile`` and the output (streamed unless ``--no-stream``)."""
+each prompt's ``--seed``, ``--compile``, ``--weight-layout`` and the output (streamed unless ``--no-stream``)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,15 @@ def add_generate_flags(p: argparse.ArgumentParser) -> None:
         "tokens; compiling takes seconds, paid again by every run of the command; beam search and models it cannot "
         "take decode eagerly); off: eager, faster for one run of a few hundred tokens, which does not repay the "
         "compile (docs/benchmarks.md) (default: off)",
+    )
+    p.add_argument(
+        "--weight-layout",
+        choices=("auto", "as_loaded"),
+        default="auto",
+        help="auto: a continuation of at least 32 tokens decodes with the float32 CPU weights whose products it "
+        "speeds up (the output head; at batch 1 the wide maps) stored transposed, laid back after (the same tokens up "
+        "to float32 rounding; docs/benchmarks.md); as_loaded: the weights as loaded, logits bit for bit a forward "
+        "call's (default: auto)",
     )
     p.add_argument(
         "--no-stream",

@@ -37,6 +37,7 @@ from ..decoding import (
     validate_sampling,
     validate_transformers_beam,
 )
+from .decode_layout import check_weight_layout, laid_out_for_decoding
 from .static_decode import StaticSteps, compiled_decode_step, static_decode_refusal
 
 __all__ = ["generate", "beam_generate"]
@@ -149,6 +150,7 @@ def generate(
     length_penalty: float = 1.0,
     early_stopping: bool | str = False,
     compile: bool = False,
+    weight_layout: str = "auto",
 ) -> Int[Tensor, "batch {max_new_tokens}+steps"]:
     """Continue ``prompt`` (batch, steps) by ``max_new_tokens`` tokens: greedy (``sample=False``), or drawn from
     softmax(log_probs / ``temperature``) cut to the ``top_k`` most probable and the ``top_p`` nucleus, from a
@@ -189,6 +191,12 @@ def generate(
     ``use_cache=False``, ...), decode eagerly as with ``compile=False``, the default (docs/benchmarks.md, "A compiled
     decode step": 1.06x-1.17x the eager step's speed on an idle 2-core machine, after a compile of 8-18 s per batch
     size and room that a request of a few hundred tokens does not repay).
+
+    ``weight_layout="auto"`` (the default) decodes a request of at least 32 new tokens with the float32 CPU weights
+    whose products it speeds up (the output head; at batch 1 also the wide maps such as gate and up) stored
+    transposed, and lays them back when it ends (:mod:`transformer.lm.decode_layout`; docs/benchmarks.md, "Weights
+    laid out for decoding"): the same tokens up to float32 rounding of the logits. ``"as_loaded"`` keeps the weights
+    as they are (the logits bit for bit a forward call's). Half precision and CUDA weights are never relaid.
     """
     request = validate_generation(model, "generate", prompt, max_new_tokens, end_symbol, pad_symbol, stop_sequences)
     stopped = _stop_strings("generate", stop_strings, tokenizer)
@@ -196,6 +204,7 @@ def generate(
     validate_sampling("generate", temperature, top_k, top_p)
     also_end = validate_end_symbols("generate", end_symbols, end_symbol, model.config.vocab)
     beams = validate_transformers_beam("generate", num_beams, length_penalty, early_stopping)
+    check_weight_layout("generate", weight_layout)
     if beams > 1:
         given = [name for name, value in (("sample=True", sample), ("stop_strings", stopped), ("stop_sequences",
                  request.stops), ("streamer", streamer)) if value]  # fmt: skip
@@ -203,7 +212,7 @@ def generate(
             raise ValueError(f"generate: num_beams={beams} (beam search) takes no {', '.join(given)}")
         ends = ([] if end_symbol is None else [end_symbol]) + list(also_end)
         out = torch.full((prompt.size(0), request.max_len), request.pad, dtype=prompt.dtype, device=prompt.device)
-        with torch.no_grad():
+        with torch.no_grad(), laid_out_for_decoding(model, beams, max_new_tokens, weight_layout):
             for row in range(prompt.size(0)):
                 mask = None if prompt_mask is None else prompt_mask[row : row + 1]
                 steps = CheckedSteps(_next_tokens(model, use_cache, mask, "generate", None), checks, "generate")
@@ -214,6 +223,7 @@ def generate(
         return out
     if not isinstance(compile, bool):
         raise TypeError(f"generate: compile must be a bool, got {compile!r}")
+    layout = laid_out_for_decoding(model, prompt.size(0), max_new_tokens, weight_layout)
     length = prompt.size(1) + max_new_tokens
     if compile and static_decode_refusal(model, use_cache) is None:
         _check_real_rows("generate", prompt_mask)
@@ -239,7 +249,7 @@ def generate(
             )
         pick = lambda log_probs: log_probs.argmax(dim=-1)  # noqa: E731
     on_token = _streaming("generate", streamer, prompt, prompt_mask)
-    with torch.no_grad():
+    with torch.no_grad(), layout:
         if request.stops:
             steps = StopSequences(steps, request.stops, request.end, prompt.size(1))
         out = search(steps, prompt, request.max_len, request.end, request.pad, pick, also_end, stopped, on_token)
